@@ -1,0 +1,38 @@
+# `make run` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MLAB := $(VENV)/bin/mlab
+PLUGINS := $(sort $(dir $(wildcard plugins/*/*/pyproject.toml)))
+LITE_TASKS := lite/digits lite/diabetes lite/wine
+DEMO_DIR ?= runs/demo
+
+.PHONY: setup run test test-shared bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]' $(addprefix -e ,$(PLUGINS))
+	touch $@
+
+run: setup
+	rm -rf $(DEMO_DIR)
+	for task in $(LITE_TASKS); do \
+		$(MLAB) baseline $$task --runs 1 && \
+		$(MLAB) run --task $$task --agent baseline --run-dir $(DEMO_DIR)/$$(basename $$task) || exit 1; \
+	done
+	$(MLAB) eval $(DEMO_DIR)/*
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) benchmarks/list_plugins_time.py
+	$(PY) benchmarks/step_overhead.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,1 @@
+"""mlab's command line."""

@@ -1,0 +1,84 @@
+"""Commands that show what is installed: list-plugins, tasks, agents."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mlab.core.registry import load_registry
+
+
+def _console() -> Console:
+    return Console(soft_wrap=True)
+
+
+@click.command("list-plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_plugins(as_json: bool) -> None:
+    """Every installed plugin: distribution, version, what it registers, load errors."""
+    registry = load_registry()
+    if as_json:
+        click.echo(json.dumps({"plugins": [asdict(p) for p in registry.plugins],
+                               "conflicts": registry.conflicts}, indent=2))
+        return
+    table = Table(title="mlab plugins")
+    for column in ("plugin", "distribution", "version", "registers", "hooks", "error"):
+        table.add_column(column)
+    for p in registry.plugins:
+        registers = "; ".join(f"{kind}: {', '.join(getattr(p, kind))}"
+                              for kind in ("tasks", "agents", "llms", "sandboxes") if getattr(p, kind))
+        table.add_row(p.name, p.distribution, p.version, registers, ", ".join(p.hooks),
+                      f"[red]{p.error}[/red]" if p.error else "")
+    console = _console()
+    console.print(table)
+    for conflict in registry.conflicts:
+        console.print(f"[red]conflict: {conflict}[/red]")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+def tasks(as_json: bool) -> None:
+    """Available tasks with their metric, direction and whether they prepare offline."""
+    from mlab.core import taskdata
+
+    registry = load_registry()
+    rows = []
+    for name, task in sorted(registry.items["tasks"].items()):
+        rows.append({
+            "name": name, "description": task.description, "metric": task.metric.name,
+            "direction": "higher" if task.metric.higher_is_better else "lower",
+            "offline_ready": task.offline_ready, "gpu": task.resources.gpu,
+            "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="mlab tasks")
+    for column in ("task", "metric", "better", "offline", "gpu", "prepared", "description"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
+                      "yes" if r["prepared"] else "no", r["description"])
+    _console().print(table)
+    for conflict in registry.conflicts:
+        click.echo(f"conflict: {conflict}", err=True)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+def agents(as_json: bool) -> None:
+    """Available agents."""
+    registry = load_registry()
+    rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
+             "provider": registry.provider("agents", name)} for name, cls in sorted(registry.items["agents"].items())]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="mlab agents")
+    for column in ("agent", "needs LLM", "provider", "description"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["name"], "yes" if r["needs_llm"] else "no", r["provider"], r["description"])
+    _console().print(table)

@@ -1,0 +1,162 @@
+"""Commands that do work: prepare, baseline, run, eval."""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mlab.core import taskdata
+from mlab.core.errors import MlabError
+from mlab.core.models import RunConfig
+from mlab.core.registry import load_registry
+
+from .durations import Duration
+
+
+@click.command()
+@click.argument("task_name", metavar="TASK")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Prepare from a local copy of the data.")
+def prepare(task_name: str, data_dir: str | None) -> None:
+    """Prepare a task's data (once; a second call does nothing)."""
+    task = load_registry().get("tasks", task_name)
+    try:
+        done = taskdata.prepare(task, data_dir, log=lambda msg: click.echo(msg, err=True))
+    except MlabError:
+        raise
+    except FileNotFoundError as exc:
+        raise MlabError(f"preparing {task.name} failed: {exc}")
+    where = taskdata.task_dir(task)
+    click.echo(f"{task.name}: {'prepared' if done else 'already prepared'} in {where}")
+
+
+@click.command()
+@click.argument("task_name", metavar="TASK")
+@click.option("--runs", default=1, show_default=True, type=click.IntRange(1, 100))
+@click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
+              help="Time limit of the starter script.")
+def baseline(task_name: str, runs: int, timeout_s: float) -> None:
+    """Run a task's baseline and record the mean score that improvement is measured against."""
+    from mlab.core.baseline import measure_baseline
+
+    task = load_registry().get("tasks", task_name)
+    scores = measure_baseline(task, runs=runs, timeout_s=timeout_s)
+    click.echo(f"{task.name}: baseline {task.metric.name} = {statistics.fmean(scores):.6g} "
+               f"over {len(scores)} run(s), recorded in {taskdata.baseline_path(task)}")
+
+
+@click.command()
+@click.option("--task", "task_name", help="Task name (see: mlab tasks).")
+@click.option("--agent", "agent_name", default="baseline", show_default=True, help="Agent (see: mlab agents).")
+@click.option("--llm", help="Main model, e.g. scripted:replies.jsonl or openai/gpt-4o.")
+@click.option("--fast-llm", help="Model for summaries and reading files (default: --llm).")
+@click.option("--edit-llm", help="Model for Edit Script actions (default: --llm).")
+@click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--max-time", "max_time_s", default="5h", show_default=True, type=Duration())
+@click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration(),
+              help="Time limit of one script or REPL command.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to write the run (default: runs/<id>).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--sandbox", default="local", show_default=True)
+@click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
+              help="An agent setting; repeatable. VALUE is parsed as JSON when it can be.")
+@click.option("--interactive", is_flag=True, help="Allow the agent to ask you for help.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Continue a killed run.")
+def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, action_timeout_s, run_dir, seed,
+        sandbox, agent_options, interactive, resume_dir) -> None:
+    """Run an agent on a task, tracing every step; or resume a killed run."""
+    from mlab.core.runner import Runner, new_run_dir
+    from mlab.core.trace import read_trace
+
+    from .view import StepView
+
+    registry = load_registry()
+    if resume_dir:
+        trace = read_trace(Path(resume_dir))
+        config = trace.config
+        runner = Runner(Path(resume_dir), config, registry, ask_human=_ask_human if config.interactive else None)
+    else:
+        if not task_name:
+            valid = ", ".join(sorted(registry.items["tasks"])) or "(none installed)"
+            raise MlabError(f"--task is required; valid tasks: {valid}")
+        config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
+                           llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
+                           max_time_s=max_time_s, action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
+                           agent_options=_parse_options(agent_options), interactive=interactive)
+        target = Path(run_dir) if run_dir else new_run_dir(config)
+        runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
+    with StepView(f"{config.agent} on {config.task}", config.max_steps) as view:
+        runner.on_step = view.add
+        trace = runner.resume() if resume_dir else runner.start()
+    console = Console()
+    score = "none" if trace.final_score is None else f"{trace.final_score:.6g}"
+    console.print(f"run {trace.status}: {trace.end_reason}; {len(trace.steps)} steps, "
+                  f"{trace.total_time_s:.1f} s", highlight=False)
+    console.print(f"final {runner.task.metric.name}: {score}"
+                  + (f" ({trace.final_score_error})" if trace.final_score_error else ""), highlight=False)
+    console.print(f"trace: {runner.run_dir / 'trace.json'}", highlight=False, soft_wrap=True)
+    if trace.status == "failed":
+        sys.exit(1)
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise MlabError(f"--agent-option takes KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _ask_human(request: str) -> str:
+    click.echo(f"\nThe agent asks for help:\n{request}")
+    return click.prompt("Your answer", default="", show_default=False)
+
+
+@click.command("eval")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def eval_runs(run_dirs: tuple[str, ...], as_json: bool) -> None:
+    """Score each run from its final snapshot."""
+    from mlab.core.runner import evaluate_snapshot
+    from mlab.core.trace import read_trace
+
+    registry = load_registry()
+    rows = []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        trace = read_trace(path)
+        task = registry.get("tasks", trace.config.task)
+        snapshot = trace.final_snapshot or (trace.steps[-1].snapshot if trace.steps else "step_0000")
+        score, error = evaluate_snapshot(task, path, snapshot)
+        base = taskdata.recorded_baseline(task)
+        improvement = task.improvement(score, base) if score is not None and base not in (None, 0) else None
+        rows.append({"run_dir": str(path), "task": task.name, "agent": trace.config.agent, "status": trace.status,
+                     "steps": len(trace.steps), "metric": task.metric.name,
+                     "higher_is_better": task.metric.higher_is_better, "score": score, "error": error,
+                     "baseline": base, "improvement": improvement,
+                     "success": improvement is not None and improvement > 0.10,
+                     "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="mlab results")
+    for column in ("run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement"):
+        table.add_column(column)
+    for r in rows:
+        score = f"{r['score']:.6g}" if r["score"] is not None else f"[red]{r['error']}[/red]"
+        base = f"{r['baseline']:.6g}" if r["baseline"] is not None else "not measured"
+        imp = f"{r['improvement']:+.1%}" if r["improvement"] is not None else "-"
+        table.add_row(Path(r["run_dir"]).name, r["task"], r["agent"], r["status"], str(r["steps"]),
+                      r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp)
+    Console(soft_wrap=True).print(table)

@@ -1,0 +1,52 @@
+"""Every hook a plugin can implement. Registration hooks take a `register` callback; lifecycle hooks observe."""
+from __future__ import annotations
+
+from typing import Callable
+
+import pluggy
+
+from .models import LLMCallFinished, RunFinished, RunStarted, StepFinished
+
+PROJECT = "mlab"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_tasks(register: Callable) -> None:
+    """Call register(task) for each Task instance the plugin provides."""
+
+
+@hookspec
+def register_agents(register: Callable) -> None:
+    """Call register(AgentClass) for each Agent subclass the plugin provides."""
+
+
+@hookspec
+def register_llms(register: Callable) -> None:
+    """Call register(LLMClass) for each LLM backend class the plugin provides."""
+
+
+@hookspec
+def register_sandboxes(register: Callable) -> None:
+    """Call register(SandboxClass) for each Sandbox class the plugin provides."""
+
+
+@hookspec
+def run_started(event: RunStarted) -> None:
+    """A run began (or resumed); event says where and with which configuration."""
+
+
+@hookspec
+def step_finished(event: StepFinished) -> None:
+    """A step completed and its trace entry was written."""
+
+
+@hookspec
+def run_finished(event: RunFinished) -> None:
+    """A run ended, with its status, reason, score and usage."""
+
+
+@hookspec
+def llm_call_finished(event: LLMCallFinished) -> None:
+    """An LLM call returned, with its tokens, cost, latency and retries."""

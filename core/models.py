@@ -1,0 +1,130 @@
+"""Pydantic models of runs: actions, steps, the trace and the lifecycle event payloads."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Action(BaseModel):
+    """What an agent asks the environment to do next."""
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    # The agent's own parsed response entries (reflection, plan, thought...) kept for the trace.
+    entries: dict[str, Any] = Field(default_factory=dict)
+    raw_response: str | None = None
+
+
+class StopRun(BaseModel):
+    """Returned by an agent instead of an Action when it gives up (e.g. too many invalid responses)."""
+
+    reason: str
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Completion(BaseModel):
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    model: str = ""
+
+
+class Usage(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, completion: Completion) -> None:
+        self.calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.cost_usd += completion.cost_usd or 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class RunConfig(BaseModel):
+    task: str
+    agent: str
+    llm: str | None = None
+    fast_llm: str | None = None
+    edit_llm: str | None = None
+    max_steps: int = 50
+    max_time_s: float = 5 * 3600
+    action_timeout_s: float = 2 * 3600
+    seed: int = 0
+    sandbox: str = "local"
+    agent_options: dict[str, Any] = Field(default_factory=dict)
+    interactive: bool = False
+
+
+class Step(BaseModel):
+    index: int
+    action: Action
+    observation: str
+    is_error: bool = False
+    started_at: float
+    duration_s: float
+    snapshot: str  # name of the workspace manifest after this step
+    agent_state: dict[str, Any] = Field(default_factory=dict)
+    env_state: dict[str, Any] = Field(default_factory=dict)
+    llm_state: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+
+
+class Trace(BaseModel):
+    run_id: str
+    config: RunConfig
+    status: Literal["running", "finished", "failed"] = "running"
+    end_reason: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    started_at: float
+    total_time_s: float = 0.0
+    usage: Usage = Field(default_factory=Usage)
+    final_snapshot: str | None = None
+    final_score: float | None = None
+    final_score_error: str | None = None
+    errors: list[str] = Field(default_factory=list)
+    plugin_versions: dict[str, str] = Field(default_factory=dict)
+
+
+class RunStarted(BaseModel):
+    run_dir: str
+    config: RunConfig
+    resumed_from_step: int = 0
+
+
+class StepFinished(BaseModel):
+    run_dir: str
+    step: Step
+
+
+class RunFinished(BaseModel):
+    run_dir: str
+    status: str
+    end_reason: str | None
+    steps: int
+    final_score: float | None
+    usage: Usage
+    total_time_s: float
+
+
+class LLMCallFinished(BaseModel):
+    run_dir: str | None
+    role: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    latency_s: float
+    retries: int = 0
+    cached: bool = False

@@ -1,0 +1,111 @@
+"""Collects what plugins register, validates it, and finds things by name."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .agent import Agent
+from .errors import MlabError
+from .llm import LLM
+from .local_sandbox import LocalSandbox
+from .plugins import PluginInfo, build_plugin_manager
+from .sandbox import Sandbox
+from .task import Task
+
+CORE_PROVIDER = "mlab (core)"
+KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}
+
+
+def _validate_task(obj: Any) -> str | None:
+    if not isinstance(obj, Task):
+        return f"register_tasks got {type(obj).__name__}, not a Task instance"
+    for attr in ("name", "description", "research_problem"):
+        if not isinstance(getattr(obj, attr, None), str) or not getattr(obj, attr).strip():
+            return f"task {getattr(obj, 'name', '?')!r} has no {attr}"
+    return None
+
+
+def _validate_class(base: type, hook: str):
+    def check(obj: Any) -> str | None:
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            return f"{hook} got {obj!r}, not a {base.__name__} subclass"
+        if not isinstance(obj.name, str) or not obj.name.strip():
+            return f"{obj.__name__} has no name"
+        return None
+    return check
+
+
+_VALIDATORS = {
+    "tasks": ("register_tasks", _validate_task),
+    "agents": ("register_agents", _validate_class(Agent, "register_agents")),
+    "llms": ("register_llms", _validate_class(LLM, "register_llms")),
+    "sandboxes": ("register_sandboxes", _validate_class(Sandbox, "register_sandboxes")),
+}
+
+
+@dataclass
+class Registry:
+    plugins: list[PluginInfo]
+    items: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    providers: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    conflicts: list[str] = field(default_factory=list)
+    pm: Any = None
+
+    def get(self, kind: str, name: str) -> Any:
+        """Find by exact name, or by the part after 'pack/' when only one item has it."""
+        items = self.items[kind]
+        for conflict in self.conflicts:
+            if conflict.startswith(f"{KINDS[kind]} {name!r}"):
+                raise MlabError(conflict)
+        if name in items:
+            return items[name]
+        short = [key for key in items if key.split("/")[-1] == name]
+        if len(short) == 1:
+            return items[short[0]]
+        valid = ", ".join(sorted(items)) or "(none installed)"
+        if len(short) > 1:
+            raise MlabError(f"{KINDS[kind]} name {name!r} is ambiguous: {', '.join(sorted(short))}")
+        raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}")
+
+    def provider(self, kind: str, name: str) -> str:
+        return self.providers[kind].get(name, "?")
+
+
+def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str, obj: Any, plugin_name: str,
+             dist: str) -> None:
+    hook, validate = _VALIDATORS[kind]
+    problem = validate(obj)
+    info = info_by_name.get(plugin_name)
+    if problem:
+        if info is not None:
+            info.error = "; ".join(filter(None, [info.error, f"invalid registration: {problem}"]))
+        return
+    name = obj.name
+    existing = registry.providers[kind].get(name)
+    if existing is not None:
+        registry.conflicts.append(f"{KINDS[kind]} {name!r} is registered twice: by {existing} and by {dist}")
+        return
+    registry.items[kind][name] = obj
+    registry.providers[kind][name] = dist
+    if info is not None:
+        getattr(info, kind).append(name)
+
+
+@functools.lru_cache(maxsize=1)
+def load_registry() -> Registry:
+    pm, infos = build_plugin_manager()
+    registry = Registry(plugins=infos, pm=pm)
+    info_by_name = {info.name: info for info in infos}
+    _collect(registry, info_by_name, "sandboxes", LocalSandbox, "", CORE_PROVIDER)
+    for kind, (hook, _validate) in _VALIDATORS.items():
+        for impl in getattr(pm.hook, hook).get_hookimpls():
+            info = info_by_name.get(impl.plugin_name)
+            dist = f"{info.distribution} {info.version}" if info else impl.plugin_name
+            try:
+                impl.function(register=lambda obj, _k=kind, _p=impl.plugin_name, _d=dist:
+                              _collect(registry, info_by_name, _k, obj, _p, _d))
+            except BaseException as exc:
+                if info is not None:
+                    info.error = "; ".join(filter(None, [info.error, f"{hook} raised {type(exc).__name__}: {exc}"]))
+    return registry

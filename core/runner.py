@@ -1,0 +1,226 @@
+"""The run loop: the core asks the agent for an action, executes it, snapshots and traces every step."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import taskdata
+from .agent import AgentContext, RunState
+from .environment import EnvSettings, Environment, is_final
+from .errors import BudgetExceeded, LLMError, MlabError, InvalidSubmission
+from .llm_client import LLMClient
+from .llm_resolve import build_roles
+from .models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
+from .paths import is_read_only
+from .registry import Registry, load_registry
+from .sandbox import Limits
+from .snapshot import SnapshotStore
+from .task import Task
+from .trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, read_trace, write_config, write_trace)
+
+INITIAL_SNAPSHOT = "step_0000"
+
+
+def step_snapshot_name(index: int) -> str:
+    return f"step_{index:04d}"
+
+
+@dataclass
+class RunHandle:
+    run_dir: Path
+    trace: Trace
+    task: Task
+
+
+def new_run_dir(config: RunConfig, base: Path | None = None) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    short = config.task.split("/")[-1]
+    base = base or Path("runs")
+    run_dir = base / f"{stamp}-{short}-{config.agent}-s{config.seed}"
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = base / f"{stamp}-{short}-{config.agent}-s{config.seed}-{suffix}"
+    return run_dir
+
+
+class Runner:
+    def __init__(self, run_dir: Path, config: RunConfig, registry: Registry | None = None,
+                 on_step: Callable[[Step], None] | None = None, ask_human: Callable[[str], str] | None = None):
+        self.registry = registry or load_registry()
+        self.run_dir = Path(run_dir).resolve()
+        self.config = config
+        self.on_step = on_step
+        self.ask_human = ask_human
+        self.task: Task = self.registry.get("tasks", config.task)
+        self.agent_cls = self.registry.get("agents", config.agent)
+        self.sandbox_cls = self.registry.get("sandboxes", config.sandbox)
+        ok, why = self.sandbox_cls.available()
+        if not ok:
+            raise MlabError(f"sandbox {config.sandbox!r} is not available here: {why}")
+        if self.agent_cls.needs_llm and not config.llm:
+            raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
+        backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm)
+        self.workspace = self.run_dir / WORKSPACE_DIR
+        self.store: SnapshotStore | None = None
+        self.llm = None
+        self._backends = backends
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def _skip_read_only(self, rel: str) -> bool:
+        return is_read_only(rel, self.task.read_only_files)
+
+    def _build(self) -> None:
+        self.store = SnapshotStore(self.run_dir)
+        pm = self.registry.pm
+        if self._backends is not None:
+            self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
+                                 on_call=lambda event: self._notify("llm_call_finished", event))
+        limits = Limits(timeout_s=self.config.action_timeout_s)
+        self.env = Environment(EnvSettings(
+            workspace=self.workspace, read_only_patterns=list(self.task.read_only_files),
+            sandbox=self.sandbox_cls(), store=self.store, pristine_dir=taskdata.public_dir(self.task),
+            hidden_paths=[taskdata.data_root()], sandbox_home=self.run_dir / "home", limits=limits,
+            llm=self.llm, interactive=self.config.interactive, ask_human=self.ask_human))
+        self.agent = self.agent_cls(AgentContext(
+            task_name=self.task.name, research_problem=self.task.research_problem,
+            actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
+            seed=self.config.seed, starter_script=self.task.starter_script,
+            log=lambda msg: append_error(self.run_dir, f"[agent] {msg}")))
+        self._pm = pm
+
+    def _notify(self, hook: str, event) -> None:
+        try:
+            getattr(self._pm.hook, hook)(event=event)
+        except Exception:
+            append_error(self.run_dir, f"observer hook {hook} failed:\n{traceback.format_exc()}")
+
+    def start(self) -> Trace:
+        if not taskdata.is_prepared(self.task):
+            if not self.task.offline_ready:
+                raise MlabError(f"task {self.task.name!r} is not prepared; run: mlab prepare {self.task.name}")
+            taskdata.prepare(self.task, log=lambda _msg: None)
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            raise MlabError(f"run directory {str(self.run_dir)!r} is not empty; use --resume to continue it")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(self.run_dir, self.config)
+        shutil.copytree(taskdata.public_dir(self.task), self.workspace, symlinks=False)
+        self._build()
+        self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+        trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
+                      plugin_versions={p.distribution: p.version for p in self.registry.plugins})
+        write_trace(self.run_dir, trace)
+        self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
+        return self._loop(trace)
+
+    def resume(self) -> Trace:
+        trace = read_trace(self.run_dir)
+        if trace.status != "running":
+            raise MlabError(f"run {str(self.run_dir)!r} already ended ({trace.status}: {trace.end_reason})")
+        self._build()
+        last = trace.steps[-1] if trace.steps else None
+        self.store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
+        if last:
+            self.agent.load_state_dict(last.agent_state)
+            self.env.load_state_dict(last.env_state)
+            if self.llm is not None:
+                self.llm.load_state_dict(last.llm_state)
+        self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
+                                               resumed_from_step=len(trace.steps)))
+        return self._loop(trace)
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def _loop(self, trace: Trace) -> Trace:
+        clock_start = time.monotonic()
+        time_before = trace.total_time_s
+        reason, status = None, "finished"
+        try:
+            while reason is None:
+                elapsed = time_before + time.monotonic() - clock_start
+                index = len(trace.steps) + 1
+                if index > self.config.max_steps:
+                    reason = f"max steps reached ({self.config.max_steps})"
+                    break
+                if elapsed >= self.config.max_time_s:
+                    reason = f"time limit reached ({self.config.max_time_s:g} s)"
+                    break
+                state = RunState(step_index=index, history=list(trace.steps), max_steps=self.config.max_steps,
+                                 seconds_left=self.config.max_time_s - elapsed)
+                started = time.time()
+                decision = self.agent.step(state)
+                if isinstance(decision, StopRun):
+                    reason = f"agent stopped: {decision.reason}"
+                    break
+                if not isinstance(decision, Action):
+                    raise TypeError(f"agent returned {type(decision).__name__}, not an Action")
+                observation, is_error = self.env.execute(decision)
+                step = Step(index=index, action=decision, observation=observation, is_error=is_error,
+                            started_at=started, duration_s=time.time() - started,
+                            snapshot=step_snapshot_name(index), agent_state=self.agent.state_dict(),
+                            env_state=self.env.state_dict(),
+                            llm_state=self.llm.state_dict() if self.llm else {},
+                            usage=self.llm.usage.model_copy() if self.llm else trace.usage)
+                self.store.take(self.workspace, step.snapshot, skip=self._skip_read_only)
+                trace.steps.append(step)
+                trace.usage = step.usage
+                trace.total_time_s = time_before + time.monotonic() - clock_start
+                write_trace(self.run_dir, trace)
+                self._notify("step_finished", StepFinished(run_dir=str(self.run_dir), step=step))
+                if self.on_step:
+                    self.on_step(step)
+                if is_final(decision) and not is_error:
+                    reason = "final answer"
+        except BudgetExceeded as exc:
+            reason = f"budget reached: {exc}"
+        except LLMError as exc:
+            reason, status = f"llm error: {exc}", "failed"
+            append_error(self.run_dir, traceback.format_exc())
+        except Exception as exc:
+            reason, status = f"harness error: {type(exc).__name__}: {exc}", "failed"
+            append_error(self.run_dir, traceback.format_exc())
+        finally:
+            self.env.close()
+        return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
+
+    def _finish(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
+        last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
+        trace.final_snapshot = "final"
+        manifest = (self.run_dir / "snapshots" / f"{last}.json").read_bytes()
+        from .atomic import write_atomic
+        write_atomic(self.run_dir / "snapshots" / "final.json", manifest)
+        trace.final_score, trace.final_score_error = evaluate_snapshot(self.task, self.run_dir, "final")
+        trace.status, trace.end_reason, trace.total_time_s = status, reason, total
+        if self.llm is not None:
+            trace.usage = self.llm.usage
+        write_trace(self.run_dir, trace)
+        self._notify("run_finished", RunFinished(
+            run_dir=str(self.run_dir), status=status, end_reason=reason, steps=len(trace.steps),
+            final_score=trace.final_score, usage=trace.usage, total_time_s=total))
+        return trace
+
+
+def evaluate_snapshot(task: Task, run_dir: Path, snapshot: str) -> tuple[float | None, str | None]:
+    """Score a snapshot in a scratch folder: its files plus the task's read-only files, linked not copied."""
+    store = SnapshotStore(run_dir)
+    with tempfile.TemporaryDirectory(prefix="mlab-eval-") as scratch:
+        target = Path(scratch)
+        store.materialize(snapshot, target)
+        public = taskdata.public_dir(task)
+        if public.is_dir():
+            for path in public.rglob("*"):
+                rel = path.relative_to(public).as_posix()
+                if path.is_file() and is_read_only(rel, task.read_only_files) and not (target / rel).exists():
+                    (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(path, target / rel)
+        try:
+            return float(task.evaluate(target, taskdata.hidden_dir(task))), None
+        except InvalidSubmission as exc:
+            return None, f"invalid submission: {exc}"
+        except Exception as exc:
+            return None, f"evaluation failed: {type(exc).__name__}: {exc}"
