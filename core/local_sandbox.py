@@ -11,6 +11,7 @@ import functools
 import os
 import resource
 import shutil
+import signal
 import subprocess
 
 from .sandbox import ExecSpec, Sandbox
@@ -48,7 +49,21 @@ def namespace_prefix() -> tuple[str, ...] | None:
     return None
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """If the harness is killed, its children must not live on and keep writing to the workspace."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _apply_limits(spec: ExecSpec) -> None:
+    _die_with_parent()
     limits = spec.limits
     pairs = [
         (resource.RLIMIT_AS, limits.memory_bytes),

@@ -1,6 +1,7 @@
 """The run loop: the core asks the agent for an action, executes it, snapshots and traces every step."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -76,7 +77,16 @@ class Runner:
     def _skip_read_only(self, rel: str) -> bool:
         return is_read_only(rel, self.task.read_only_files)
 
+    def _lock(self) -> None:
+        """One process per run directory: a second `--resume` while the first is alive would corrupt it."""
+        self._lock_file = open(self.run_dir / ".lock", "w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MlabError(f"run {str(self.run_dir)!r} is in use by another mlab process")
+
     def _build(self) -> None:
+        self._lock()
         self.store = SnapshotStore(self.run_dir)
         pm = self.registry.pm
         if self._backends is not None:
