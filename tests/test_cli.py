@@ -1,0 +1,80 @@
+"""The command line: clear one-line errors with exit code 2, never a traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures.harness import main as harness_main
+
+
+def mlab(*args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and lines[0].startswith("mlab: error:")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["run", "--task", "no-such-task"], ["unknown task 'no-such-task'", "valid:"]),
+    (["run", "--task", "lite/digits", "--agent", "no-such-agent"], ["unknown agent 'no-such-agent'", "baseline"]),
+    (["run", "--task", "lite/digits", "--max-time", "soon"], ["'soon' is not a duration"]),
+    (["run", "--task", "lite/digits", "--max-steps", "0"], ["--max-steps"]),
+    (["run", "--task", "lite/digits", "--llm", "nobackend"], ["no LLM backend for 'nobackend'", "scripted"]),
+    (["run", "--task", "lite/digits", "--llm", "scripted:/does/not/exist.jsonl"], ["scripted"]),
+    (["run", "--task", "lite/digits", "--sandbox", "nope"], ["unknown sandbox 'nope'", "local"]),
+    (["run", "--task", "lite/digits", "--agent-option", "novalue"], ["KEY=VALUE"]),
+    (["run"], ["--task is required"]),
+    (["run", "--resume", "/does/not/exist"], ["not a run directory"]),
+    (["run", "--bogus"], ["No such option"]),
+    (["eval", "/does/not/exist"], ["not a run directory"]),
+    (["prepare", "no-such-task"], ["unknown task"]),
+    (["prepare", "lite/digits", "--data-dir", "/does/not/exist"], ["does not exist"]),
+    (["baseline", "no-such-task"], ["unknown task"]),
+    (["nosuchcommand"], ["No such command"]),
+])
+def test_bad_input_is_one_line_and_exit_2(args, fragments):
+    assert_one_line_error(mlab(*args), *fragments)
+
+
+def test_corrupt_trace_is_one_line_error(tmp_path):
+    (tmp_path / "trace.json").write_text("{not json")
+    assert_one_line_error(mlab("eval", str(tmp_path)), "not a valid trace")
+
+
+def test_run_dir_that_is_not_empty_is_refused(tmp_path):
+    (tmp_path / "keep.txt").write_text("precious")
+    result = mlab("run", "--task", "lite/wine", "--run-dir", str(tmp_path))
+    assert_one_line_error(result, "not empty")
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+
+
+def test_eval_reports_each_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path.parent)
+    import os
+    runs = []
+    for n in (2, 4):
+        run_dir = tmp_path / f"run{n}"
+        subprocess.run([sys.executable, "-m", "tests.fixtures.harness", str(run_dir), "--steps", str(n)],
+                       check=True, capture_output=True, cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
+        runs.append(run_dir)
+    # eval through the fixture registry: the fixture task is registered in-process only
+    code = ("import json,sys; from tests.fixtures.harness import fixture_registry; fixture_registry();"
+            "from mlab.cli.main import main; main(['eval','--json',*sys.argv[1:]])")
+    result = subprocess.run([sys.executable, "-c", code, *map(str, runs)], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["score"] for r in rows] == [None, 1.0]
+    assert "no log.txt" in rows[0]["error"]
+    assert [r["steps"] for r in rows] == [2, 4]
+    assert all(r["status"] == "finished" and r["task"] == "fixture/counter" for r in rows)
