@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]' $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install -q -e '.[test,report]' $(addprefix -e ,$(PLUGINS))
 	touch $@
 
 run: setup

@@ -1,0 +1,170 @@
+"""Benches and their reports: `mlab bench` runs many (task, agent, seed) runs at once; `mlab report` sums them up."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from mlab.core.errors import MlabError
+
+from .durations import Duration
+
+
+def _names(values: tuple[str, ...]) -> list[str]:
+    """Repeatable options that also take comma lists: --tasks a,b --tasks c."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict:
+    import json
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise MlabError(f"--agent-option takes KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+class BenchView:
+    """A live view of a bench on a terminal; elsewhere one line per run that ends."""
+
+    def __init__(self, title: str):
+        self.console = Console(soft_wrap=True)
+        self.title = title
+        self.printed = 0
+        self.live = Live(console=self.console, refresh_per_second=4, transient=False) \
+            if self.console.is_terminal else None
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def update(self, status) -> None:
+        if self.live:
+            self.live.update(self._render(status))
+            return
+        for line in status.last[self.printed:]:
+            self.console.print(line, markup=False, highlight=False)
+        self.printed = len(status.last)
+
+    def _render(self, status):
+        head = Text.assemble(
+            (f"{self.title}: ", "bold"), f"{status.done}/{status.total} done, ",
+            (f"{len(status.running)} running", "cyan"), ", ", (f"{status.failed} failed", "red" if status.failed else ""),
+            f", {status.pending} pending — {status.tokens + sum(r.tokens for r in status.running):,} tokens, "
+            f"${status.cost_usd + sum(r.cost_usd for r in status.running):.4f}")
+        table = Table(box=None, pad_edge=False)
+        for column in ("run", "step", "last action", "tokens", "cost", "elapsed"):
+            table.add_column(column)
+        now = time.time()
+        for r in status.running[:30]:
+            table.add_row(r.key, f"{r.step}/{r.max_steps}", r.action, f"{r.tokens:,}", f"${r.cost_usd:.4f}",
+                          f"{now - r.started:.0f} s" if r.started else "starting")
+        recent = Text("\n".join(status.last[-5:]), style="dim")
+        return Group(head, table, recent)
+
+
+@click.command()
+@click.option("--tasks", "tasks", multiple=True, required=True, help="Task names, comma-separated or repeated.")
+@click.option("--agents", "agents", multiple=True, required=True, help="Agent names, comma-separated or repeated.")
+@click.option("--llm", "llms", multiple=True, help="Model(s) for agents that need one; repeat to compare models.")
+@click.option("--fast-llm", help="Model for summaries and reading files (default: --llm).")
+@click.option("--edit-llm", help="Model for Edit Script actions (default: --llm).")
+@click.option("--runs", default=8, show_default=True, type=click.IntRange(1, 1000), help="Seeds per task and agent.")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Runs at once (default: CPU count).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", help="Ray cluster to use (default: start a local Ray for this bench).")
+@click.option("--cpus-per-run", type=click.FloatRange(0, min_open=True),
+              help="CPUs Ray reserves per run (default: cluster CPUs / workers, at most 1).")
+@click.option("--bench-dir", default="bench", show_default=True, type=click.Path(file_okay=False))
+@click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--max-time", "max_time_s", default="5h", show_default=True, type=Duration())
+@click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration())
+@click.option("--sandbox", default="local", show_default=True)
+@click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
+@click.option("--retry-failed", is_flag=True, help="Run failed runs again (finished runs are always kept).")
+@click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run).")
+@click.option("--registry", "registry_factory", hidden=True,
+              help="module:function building the plugin registry (plugins under development, tests).")
+def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_address, cpus_per_run, bench_dir,
+          max_steps, max_time_s, action_timeout_s, sandbox, agent_options, retry_failed, intermediate,
+          registry_factory) -> None:
+    """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
+
+    Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
+    """
+    from mlab.core.bench import Bench, BenchSpec
+
+    spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
+                     max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
+                     fast_llm=fast_llm, edit_llm=edit_llm, agent_options=_parse_options(agent_options),
+                     intermediate=intermediate)
+    if engine == "local" and (ray_address or cpus_per_run):
+        raise MlabError("--ray-address and --cpus-per-run need --engine ray")
+    runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,
+                   registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run)
+    console = Console(soft_wrap=True)
+    started = time.monotonic()
+    with BenchView(f"bench {bench_dir}") as view:
+        try:
+            status = runner.run(on_update=view.update)
+        except KeyboardInterrupt:
+            status = None
+    if status is None:
+        console.print(f"interrupted: finished runs are kept in {bench_dir}; rerun the same command to resume "
+                      "the others", highlight=False)
+        sys.exit(130)
+    console.print(f"bench {bench_dir}: {status.done} finished, {status.failed} failed"
+                  f" ({status.skipped} already done before), {status.tokens:,} tokens, ${status.cost_usd:.4f}, "
+                  f"{time.monotonic() - started:.1f} s", highlight=False)
+    console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
+
+
+@click.command()
+@click.argument("bench_dir", type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where to write (default: BENCH_DIR/report).")
+@click.option("--compare", nargs=2, metavar="AGENT_A AGENT_B",
+              help="Paired comparison of two agents on the same tasks (automatic when there are exactly two).")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--no-html", is_flag=True, help="Skip the HTML report.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON instead of tables.")
+def report(bench_dir, out_dir, compare, no_plots, no_html, as_json) -> None:
+    """Tables of a bench's metrics, PNG plots and a static HTML report with a trace viewer."""
+    import json
+
+    from mlab.core import report as rep
+
+    data = rep.load(Path(bench_dir), tuple(compare) if compare else None)
+    if not data.rows:
+        raise MlabError(f"bench {bench_dir!r} has no runs yet")
+    console = Console(soft_wrap=True, stderr=as_json)
+    target = Path(out_dir) if out_dir else Path(bench_dir) / "report"
+    written = rep.write(data, target, plots=not no_plots, html=not no_html,
+                        log=lambda msg: console.print(msg, highlight=False))
+    if as_json:
+        click.echo(json.dumps(data.as_dict(), indent=1, default=str))
+    else:
+        for table in rep.tables(data):
+            console.print(table)
+        sources = ", ".join(f"{t}: {s}" for t, s in data.baseline_sources.items())
+        console.print(f"baselines — {sources}", highlight=False)
+    for path in written.get("plots", []):
+        console.print(f"plot: {path}", highlight=False)
+    if "html" in written:
+        console.print(f"report: {written['html'].resolve().as_uri()}", highlight=False)

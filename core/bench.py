@@ -1,0 +1,516 @@
+"""Benches: every (task, agent, model, seed) run in its own run directory, many at once, results in SQLite.
+
+The driver (this process) plans the runs, hands each to an engine, and is the only writer of the database.
+An engine executes jobs elsewhere: `local` starts one worker process per run (a fresh interpreter, so a crash or
+a leak stays in its run); `ray` submits each run as a Ray task. Workers report progress through small files
+in BENCH/.progress and return a summary of their run. Rerunning a bench skips finished runs, resumes
+interrupted ones from their last step, and retries failed ones only when asked.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import taskdata
+from .atomic import write_atomic
+from .errors import MlabError
+from .models import RunConfig
+from .results import ResultsDB, Scorer, intermediate_steps, registry_from, summarize
+
+RUNS_DIR = "runs"
+PROGRESS_DIR = ".progress"
+JOBS_DIR = ".jobs"
+LOGS_DIR = "logs"
+ATTEMPTS_DIR = "attempts"
+NO_LLM = "-"
+
+
+@dataclass
+class BenchSpec:
+    tasks: list[str]
+    agents: list[str]
+    llms: list[str | None] = field(default_factory=lambda: [None])
+    runs: int = 8
+    max_steps: int = 50
+    max_time_s: float = 5 * 3600
+    action_timeout_s: float = 2 * 3600
+    sandbox: str = "local"
+    fast_llm: str | None = None
+    edit_llm: str | None = None
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    intermediate: bool = False  # also score step snapshots once a run ends
+
+
+@dataclass
+class Job:
+    key: str
+    name: str  # folder name of the run below BENCH/runs
+    task: str
+    agent: str
+    llm: str | None
+    seed: int
+    mode: str  # start | resume | collect
+    config: RunConfig
+
+
+def run_key(task: str, agent: str, llm: str | None, seed: int) -> str:
+    return f"{task}|{agent}|{llm or NO_LLM}|s{seed}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"
+
+
+def run_name(task: str, agent: str, llm: str | None, seed: int) -> str:
+    return f"{_slug(task.replace('/', '__'))}--{_slug(agent)}--{_slug(llm) if llm else 'nollm'}--s{seed}"
+
+
+# ---- the work a worker does ------------------------------------------------------------------------
+def execute_job(job: dict) -> dict:
+    """Run (or resume, or just read) one run and summarize it; called in a worker process or a Ray task."""
+    for key, value in job.get("env", {}).items():
+        os.environ[key] = value
+    registry = registry_from(job.get("registry_factory"), job.get("sys_path"))
+    run_dir = Path(job["run_dir"])
+    progress = Path(job["progress"])
+    started = time.time()
+
+    def on_step(step) -> None:
+        write_atomic(progress, json.dumps({
+            "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
+            "action": step.action.name, "started": started}).encode())
+
+    from .runner import Runner
+    from .trace import append_error, read_trace
+
+    try:
+        if job["mode"] == "collect":
+            trace = read_trace(run_dir)
+        else:
+            config = read_trace(run_dir).config if job["mode"] == "resume" else RunConfig(**job["config"])
+            runner = Runner(run_dir, config, registry, on_step=on_step)
+            trace = runner.resume() if job["mode"] == "resume" else runner.start()
+        task = registry.get("tasks", trace.config.task)
+        result = summarize(trace, task)
+        result["plugin_versions"] = trace.plugin_versions
+        result["step_scores"] = []
+        if job.get("intermediate"):
+            scorer = Scorer(registry)
+            result["step_scores"] = [(i, snap, *scorer.score(task, run_dir, snap))
+                                     for i, snap in intermediate_steps(trace)]
+        return result
+    except Exception as exc:
+        text = traceback.format_exc()
+        if run_dir.is_dir():
+            append_error(run_dir, f"[bench] {text}")
+        return {"status": "failed", "failure": "harness_error",
+                "end_reason": f"harness error: {type(exc).__name__}: {exc}", "traceback": text}
+
+
+def worker_main() -> None:
+    """Entry of a local worker process: `python -c '...worker_main()' JOB.json` writes JOB.result.json."""
+    job_path = Path(sys.argv[1])
+    job = json.loads(job_path.read_text())
+    try:
+        result = execute_job(job)
+    except KeyboardInterrupt:
+        sys.exit(130)  # the run stays resumable: its trace still says "running"
+    write_atomic(Path(job["result"]), json.dumps(result).encode())
+
+
+# ---- engines ---------------------------------------------------------------------------------------
+class LocalEngine:
+    """One worker process per run, in its own session so a Ctrl-C reaches only the driver."""
+
+    name = "local"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.procs: dict[str, tuple[subprocess.Popen, dict]] = {}
+
+    def capacity(self) -> int:
+        return self.workers - len(self.procs)
+
+    def submit(self, job: dict) -> None:
+        job_path = Path(job["job_file"])
+        write_atomic(job_path, json.dumps(job).encode())
+        log = open(job["log"], "ab")
+        code = "from mlab.core.bench import worker_main; worker_main()"
+        proc = subprocess.Popen([sys.executable, "-c", code, str(job_path)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_stop_with_driver)
+        log.close()
+        self.procs[job["key"]] = (proc, job)
+
+    def poll(self) -> list[tuple[dict, dict | None]]:
+        done = []
+        for key, (proc, job) in list(self.procs.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self.procs[key]
+            done.append((job, _read_result(job, code)))
+        return done
+
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+        """Ask every worker to stop (SIGINT: the run ends at once, resumable), then kill stragglers."""
+        for proc, _job in self.procs.values():
+            _signal(proc, signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        try:
+            for proc, _job in self.procs.values():
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _signal(proc, signal.SIGKILL)
+                    proc.wait()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            for proc, _job in self.procs.values():
+                _signal(proc, signal.SIGKILL)
+                proc.wait()
+        done = [(job, _read_result(job, proc.returncode, interrupted=True)) for proc, job in self.procs.values()]
+        self.procs.clear()
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+def _stop_with_driver() -> None:
+    """A worker whose driver died gets SIGINT: its run stops at once and stays resumable."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_result(job: dict, code: int | None, interrupted: bool = False) -> dict | None:
+    """The worker's result; None when it was interrupted; a harness error when it died without one."""
+    path = Path(job["result"])
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            pass
+    if interrupted or code == 130:
+        return None
+    why = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return {"status": "failed", "failure": "harness_error",
+            "end_reason": f"harness error: worker process died ({why}); see {job['log']}"}
+
+
+class RayEngine:
+    """Each run is a Ray task on a cluster (--ray-address) or on a local Ray this command starts and stops."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'")
+        self.ray = ray
+        self.started_here = False
+        if not ray.is_initialized():
+            options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            try:
+                ray.init(address=address, **options) if address else ray.init(**options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise MlabError(f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}")
+            self.started_here = not address
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        self.workers = workers
+        # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
+        self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
+        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(execute_job)
+        self.refs: dict[Any, dict] = {}
+
+    def capacity(self) -> int:
+        return self.workers - len(self.refs)
+
+    def submit(self, job: dict) -> None:
+        self.refs[self.remote.remote(job)] = job
+
+    def poll(self) -> list[tuple[dict, dict | None]]:
+        if not self.refs:
+            return []
+        ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        return [self._collect(ref) for ref in ready]
+
+    def _collect(self, ref, interrupted: bool = False) -> tuple[dict, dict | None]:
+        job = self.refs.pop(ref)
+        try:
+            return job, self.ray.get(ref)
+        except self.ray.exceptions.TaskCancelledError:
+            return job, None
+        except self.ray.exceptions.RayError as exc:
+            if interrupted:
+                return job, None
+            return job, {"status": "failed", "failure": "harness_error",
+                         "end_reason": f"harness error: Ray task failed: {str(exc).splitlines()[0]}"}
+
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+        for ref in self.refs:
+            self.ray.cancel(ref)  # KeyboardInterrupt inside the task: the run stops and stays resumable
+        refs = list(self.refs)
+        ready, rest = self.ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+        for ref in rest:
+            self.ray.cancel(ref, force=True)
+        return [self._collect(ref, interrupted=True) for ref in refs]
+
+    def close(self) -> None:
+        if self.started_here:
+            self.ray.shutdown()
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+@dataclass
+class RunProgress:
+    key: str
+    step: int = 0
+    max_steps: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    action: str = ""
+    started: float = 0.0
+
+
+@dataclass
+class BenchStatus:
+    total: int
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    pending: int = 0
+    running: list[RunProgress] = field(default_factory=list)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    interrupted: bool = False
+    last: list[str] = field(default_factory=list)  # one line per run that ended, newest last
+
+
+class Bench:
+    def __init__(self, bench_dir: Path, spec: BenchSpec, workers: int | None = None, engine: str = "local",
+                 retry_failed: bool = False, registry_factory: str | None = None, ray_address: str | None = None,
+                 cpus_per_run: float | None = None):
+        self.dir = Path(bench_dir).resolve()
+        self.spec = spec
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.engine_name = engine
+        self.retry_failed = retry_failed
+        self.registry_factory = registry_factory
+        self.ray_address = ray_address
+        self.cpus_per_run = cpus_per_run
+        if engine not in ("local", "ray"):
+            raise MlabError(f"unknown engine {engine!r}; valid: local, ray")
+        if spec.runs < 1:
+            raise MlabError("--runs must be at least 1")
+        self.registry = registry_from(registry_factory, [os.getcwd()])
+        self._resolve_names()
+
+    def _resolve_names(self) -> None:
+        reg = self.registry
+        self.tasks = [reg.get("tasks", name) for name in self.spec.tasks]
+        self.agent_classes = [reg.get("agents", name) for name in self.spec.agents]
+        for name in self.spec.llms:
+            if name is not None:
+                from .llm_resolve import build_backend
+
+                build_backend(reg, name)  # a bad model string fails here, not in 8 workers at once
+        if any(cls.needs_llm for cls in self.agent_classes) and not any(self.spec.llms):
+            needy = ", ".join(cls.name for cls in self.agent_classes if cls.needs_llm)
+            raise MlabError(f"agent(s) {needy} need a model: give --llm")
+
+    # planning
+    def combos(self) -> list[tuple[str, str, str | None, int]]:
+        out = []
+        for task in self.tasks:
+            for cls in self.agent_classes:
+                llms = [m for m in self.spec.llms if m] if cls.needs_llm else [None]
+                for llm in dict.fromkeys(llms):
+                    out.extend((task.name, cls.name, llm, seed) for seed in range(self.spec.runs))
+        return out
+
+    def _config(self, task: str, agent: str, llm: str | None, seed: int) -> RunConfig:
+        s = self.spec
+        return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
+                         edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
+                         action_timeout_s=s.action_timeout_s, seed=seed, sandbox=s.sandbox,
+                         agent_options=dict(s.agent_options))
+
+    def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
+        from .trace import read_trace
+
+        jobs: list[Job] = []
+        combos = self.combos()
+        status = BenchStatus(total=len(combos))
+        for task, agent, llm, seed in combos:
+            key, name = run_key(task, agent, llm, seed), run_name(task, agent, llm, seed)
+            row = db.run(key)
+            state = row["status"] if row else None
+            if state == "finished" or (state == "failed" and not self.retry_failed):
+                status.skipped += 1
+                status.done += state == "finished"
+                status.failed += state == "failed"
+                status.tokens += (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
+                status.cost_usd += row["cost_usd"] or 0.0
+                continue
+            run_dir = self.dir / RUNS_DIR / name
+            mode = "start"
+            if state == "failed":  # --retry-failed: keep the failed attempt for post-mortems, start afresh
+                if run_dir.exists():
+                    aside = self.dir / ATTEMPTS_DIR / f"{name}.{row['attempts'] or 0}"
+                    shutil.rmtree(aside, ignore_errors=True)
+                    aside.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(run_dir, aside)
+            elif (run_dir / "trace.json").is_file():
+                try:
+                    mode = "resume" if read_trace(run_dir).status == "running" else "collect"
+                except MlabError:
+                    shutil.rmtree(run_dir)
+            elif run_dir.exists():
+                shutil.rmtree(run_dir)  # stopped before its first trace: nothing to keep
+            jobs.append(Job(key, name, task, agent, llm, seed, mode, self._config(task, agent, llm, seed)))
+        status.pending = len(jobs)
+        return jobs, status
+
+    def _job_dict(self, job: Job) -> dict:
+        env = {k: os.environ[k] for k in ("MLAB_HOME", "MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR") if k in os.environ}
+        return {"key": job.key, "mode": job.mode, "config": job.config.model_dump(),
+                "run_dir": str(self.dir / RUNS_DIR / job.name),
+                "progress": str(self.dir / PROGRESS_DIR / f"{job.name}.json"),
+                "job_file": str(self.dir / JOBS_DIR / f"{job.name}.json"),
+                "result": str(self.dir / JOBS_DIR / f"{job.name}.result.json"),
+                "log": str(self.dir / LOGS_DIR / f"{job.name}.log"),
+                "intermediate": self.spec.intermediate, "registry_factory": self.registry_factory,
+                "sys_path": [os.getcwd()], "env": env}
+
+    def _prepare_tasks(self, db: ResultsDB) -> None:
+        """Prepare each task once, here: workers preparing the same task at once would race."""
+        for task in self.tasks:
+            if not taskdata.is_prepared(task):
+                if not task.offline_ready:
+                    raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {task.name}")
+                taskdata.prepare(task, log=lambda _msg: None)
+            recorded = taskdata.recorded_baseline(task)
+            db.set_baseline(task.name, recorded, "recorded" if recorded is not None else "missing")
+
+    def _engine(self):
+        if self.engine_name == "ray":
+            return RayEngine(self.workers, self.ray_address, self.cpus_per_run)
+        return LocalEngine(self.workers)
+
+    # running
+    def run(self, on_update: Callable[[BenchStatus], None] | None = None, tick_s: float = 0.2) -> BenchStatus:
+        for sub in (RUNS_DIR, PROGRESS_DIR, JOBS_DIR, LOGS_DIR):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        db = ResultsDB(self.dir / "results.db")
+        try:
+            self._prepare_tasks(db)
+            db.set_meta("spec", {**self.spec.__dict__, "llms": self.spec.llms})
+            jobs, status = self.plan(db)
+            if not jobs:
+                if on_update:
+                    on_update(status)
+                return status
+            engine = self._engine()
+            try:
+                self._drive(engine, db, jobs, status, on_update, tick_s)
+            finally:
+                engine.close()
+            return status
+        finally:
+            db.close()
+
+    def _drive(self, engine, db: ResultsDB, jobs: list[Job], status: BenchStatus, on_update, tick_s) -> None:
+        queue = list(jobs)
+        running: dict[str, Job] = {}
+        by_key = {job.key: job for job in jobs}
+        try:
+            while queue or running:
+                while queue and engine.capacity() > 0:
+                    job = queue.pop(0)
+                    self._started(db, job)
+                    running[job.key] = job
+                    engine.submit(self._job_dict(job))
+                for job_dict, result in engine.poll():
+                    self._ended(db, by_key[job_dict["key"]], result, status)
+                    running.pop(job_dict["key"], None)
+                status.pending = len(queue)
+                status.running = [self._progress(running[k]) for k in running]
+                if on_update:
+                    on_update(status)
+                time.sleep(tick_s)
+        except KeyboardInterrupt:
+            status.interrupted = True
+            for job_dict, result in engine.interrupt():
+                self._ended(db, by_key[job_dict["key"]], result, status)
+            status.running = []
+            if on_update:
+                on_update(status)
+            raise
+
+    def _started(self, db: ResultsDB, job: Job) -> None:
+        row = db.run(job.key)
+        for path in (self.dir / JOBS_DIR / f"{job.name}.result.json", self.dir / PROGRESS_DIR / f"{job.name}.json"):
+            path.unlink(missing_ok=True)
+        db.upsert_run(job.key, task=job.task, agent=job.agent, llm=job.llm, seed=job.seed,
+                      run_dir=f"{RUNS_DIR}/{job.name}", status="running",
+                      attempts=(row["attempts"] if row else 0) + (job.mode == "start"),
+                      config=job.config.model_dump_json())
+
+    def _ended(self, db: ResultsDB, job: Job, result: dict | None, status: BenchStatus) -> None:
+        if result is None:
+            db.upsert_run(job.key, status="interrupted")
+            status.last.append(f"{job.key}: interrupted (resumable)")
+            return
+        versions = result.pop("plugin_versions", {}) or {}
+        steps = result.pop("step_scores", []) or []
+        result.pop("traceback", None)
+        db.upsert_run(job.key, **{k: v for k, v in result.items() if k in _RESULT_FIELDS})
+        db.set_plugin_versions(job.key, versions)
+        if steps:
+            db.set_step_scores(job.key, [tuple(s) for s in steps])
+        failed = result["status"] == "failed"
+        status.failed += failed
+        status.done += not failed
+        status.tokens += (result.get("prompt_tokens") or 0) + (result.get("completion_tokens") or 0)
+        status.cost_usd += result.get("cost_usd") or 0.0
+        score = result.get("final_score")
+        status.last.append(f"{job.key}: {result['status']} ({result.get('end_reason')}); score "
+                           f"{'none' if score is None else f'{score:.6g}'}")
+
+    def _progress(self, job: Job) -> RunProgress:
+        progress = RunProgress(key=job.key, max_steps=job.config.max_steps)
+        path = self.dir / PROGRESS_DIR / f"{job.name}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return progress
+        progress.step, progress.tokens = data.get("step", 0), data.get("tokens", 0)
+        progress.cost_usd, progress.action = data.get("cost_usd", 0.0), data.get("action", "")
+        progress.started = data.get("started", 0.0)
+        return progress
+
+
+_RESULT_FIELDS = ("status", "end_reason", "failure", "incidents", "started_at", "time_s", "steps", "prompt_tokens",
+                  "completion_tokens", "cost_usd", "final_score", "final_score_error", "metric", "higher_is_better",
+                  "config")

@@ -1,0 +1,194 @@
+"""A bench's report: metrics from its database, printed as tables; plots and the HTML viewer live next door."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from . import taskdata
+from .metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
+                      overall, paired)
+from .results import FAILURES, ResultsDB
+
+
+@dataclass
+class ReportData:
+    bench_dir: Path
+    rows: list[dict]
+    records: list[RunRecord]
+    baselines: dict[str, float | None]
+    baseline_sources: dict[str, str]
+    groups: list[GroupMetrics]
+    overall: dict[str, dict]
+    step_scores: dict[str, list[dict]]
+    plugin_versions: dict[str, dict[str, str]]
+    comparisons: list[PairedComparison] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted({r.label for r in self.records})
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({r.task for r in self.records})
+
+    def as_dict(self) -> dict:
+        return {"bench_dir": str(self.bench_dir), "baselines": self.baselines, "baseline_sources": self.baseline_sources,
+                "groups": [g.as_dict() for g in self.groups], "overall": self.overall,
+                "comparisons": [c.as_dict() for c in self.comparisons],
+                "runs": [{k: v for k, v in r.items() if k != "config"} for r in self.rows]}
+
+
+def effective_baselines(db: ResultsDB, records: list[RunRecord]) -> tuple[dict, dict]:
+    """Per task: the recorded baseline (`mlab baseline`), else the mean valid final score of the bench's own
+    `baseline` agent runs (the original's definition), else none."""
+    stored = db.baselines()
+    scores, sources = {}, {}
+    for task in sorted({r.task for r in records} | set(stored)):
+        value = stored.get(task)
+        if value is None:
+            path = taskdata.baseline_path(SimpleNamespace(name=task))
+            if path.is_file():
+                value = json.loads(path.read_text()).get("score")
+        if value is not None:
+            scores[task], sources[task] = value, "recorded"
+            continue
+        own = [r.final_score for r in records if r.task == task and r.agent == "baseline" and is_valid(r.final_score)]
+        if own:
+            scores[task], sources[task] = sum(own) / len(own), f"baseline agent, {len(own)} runs"
+        else:
+            scores[task], sources[task] = None, "missing"
+    return scores, sources
+
+
+def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
+    with ResultsDB.open_existing(bench_dir) as db:
+        rows, records = db.runs(), db.records()
+        baselines, sources = effective_baselines(db, records)
+        steps, versions = db.step_scores(), db.plugin_versions()
+    groups = all_groups(records, baselines)
+    data = ReportData(bench_dir=Path(bench_dir), rows=rows, records=records, baselines=baselines,
+                      baseline_sources=sources, groups=groups, overall=overall(groups), step_scores=steps,
+                      plugin_versions=versions)
+    labels = data.labels
+    if compare:
+        from .errors import MlabError
+
+        for label in compare:
+            if label not in labels:
+                raise MlabError(f"--compare: no runs of {label!r}; agents in this bench: {', '.join(labels)}")
+        data.comparisons = [paired(groups, *compare)]
+    elif len(labels) == 2:
+        data.comparisons = [paired(groups, labels[0], labels[1])]
+    return data
+
+
+# ---- formatting --------------------------------------------------------------------------------------
+def pct(e: Estimate) -> str:
+    """A proportion and its interval, compactly: 62% (31-86)."""
+    if e.mean is None:
+        return "-"
+    ci = f" ({100 * e.lo:.0f}-{100 * e.hi:.0f})" if e.lo is not None else ""
+    return f"{e.mean:.0%}{ci}"
+
+
+def signed_pct(e: Estimate) -> str:
+    """A mean relative change and the half-width of its interval: +12.3% ±4.5."""
+    if e.mean is None:
+        return "-"
+    ci = f" ±{100 * (e.hi - e.mean):.1f}" if e.lo is not None else ""
+    return f"{e.mean:+.1%}{ci}"
+
+
+def num(e: Estimate, fmt: str = ",.0f", prefix: str = "") -> str:
+    if e.mean is None:
+        return "-"
+    ci = f" ±{(e.hi - e.mean):{fmt}}" if e.lo is not None and e.hi != e.mean else ""
+    return f"{prefix}{e.mean:{fmt}}{ci}"
+
+
+def tables(data: ReportData):
+    """rich Tables: per task and agent, thresholds, overall, failures and paired comparisons."""
+    from rich.table import Table
+
+    out = []
+    t = Table(title=f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step; "
+                    "95% CI over seeds)")
+    for col in ("task", "agent", "baseline", "runs", "failed", "success", "any step", "improvement", "tokens",
+                "time s", "cost $"):
+        t.add_column(col, overflow="fold")
+    for g in data.groups:
+        base = "-" if g.baseline is None else f"{g.baseline:.4g}"
+        t.add_row(g.task, g.label, base, str(g.runs), str(g.failed), pct(g.success[SUCCESS]), pct(g.success_any),
+                  signed_pct(g.improvement), num(g.tokens), num(g.time_s, ",.1f"), num(g.cost_usd, ".4f"))
+    out.append(t)
+
+    t = Table(title="Success rate by improvement threshold (final step)")
+    t.add_column("task")
+    t.add_column("agent")
+    for threshold in THRESHOLDS:
+        t.add_column(f">{threshold:.0%}")
+    for g in data.groups:
+        t.add_row(g.task, g.label, *(pct(g.success[th]) for th in THRESHOLDS))
+    out.append(t)
+
+    t = Table(title="Overall: means over tasks (each task weighs the same)")
+    for col in ("agent", "tasks", "success", "any step", "improvement", "tokens", "cost $", "time s"):
+        t.add_column(col)
+    for label, o in data.overall.items():
+        e = {k: Estimate(**o[k]) for k in ("success", "success_any", "improvement", "tokens", "cost_usd", "time_s")}
+        t.add_row(label, str(o["tasks"]), pct(e["success"]), pct(e["success_any"]), signed_pct(e["improvement"]),
+                  num(e["tokens"]), num(e["cost_usd"], ".4f"), num(e["time_s"], ",.1f"))
+    out.append(t)
+
+    counts: dict[str, dict[str, int]] = {}
+    for r in data.records:
+        if r.failure:
+            counts.setdefault(r.label, {}).setdefault(r.failure, 0)
+            counts[r.label][r.failure] += 1
+    if counts:
+        t = Table(title="Why runs have no valid final submission (or failed)")
+        t.add_column("agent")
+        used = [f for f in FAILURES if any(f in c for c in counts.values())]
+        for f in used:
+            t.add_column(f)
+        for label, c in sorted(counts.items()):
+            t.add_row(label, *(str(c.get(f, 0)) for f in used))
+        out.append(t)
+
+    for c in data.comparisons:
+        t = Table(title=f"Paired comparison on the same tasks: {c.a} − {c.b}")
+        for col in ("task", f"success {c.a}", f"success {c.b}", "difference", f"improvement {c.a}",
+                    f"improvement {c.b}"):
+            t.add_column(col, overflow="fold")
+        for row in c.tasks:
+            fmt = lambda v: "-" if v is None else f"{v:+.1%}"
+            t.add_row(row["task"], f"{row['success_a']:.0%}", f"{row['success_b']:.0%}", f"{row['success_diff']:+.0%}",
+                      fmt(row["improvement_a"]), fmt(row["improvement_b"]))
+        t.caption = (f"mean success difference {signed_pct(c.success_diff)}; mean improvement difference "
+                     f"{signed_pct(c.improvement_diff)}; {c.a} better on {c.wins} task(s), worse on {c.losses}, "
+                     f"tied on {c.ties}; sign test p = {c.p_sign:.3g}")
+        out.append(t)
+    return out
+
+
+def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True, log=lambda _m: None) -> dict:
+    """Write report.json, the PNG plots (when matplotlib is installed) and the HTML report into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"json": out_dir / "report.json"}
+    written["json"].write_text(json.dumps(data.as_dict(), indent=1, default=str))
+    images: list[Path] = []
+    if plots:
+        try:
+            from .report_plots import write_plots
+        except ImportError:
+            log("plots skipped: matplotlib is not installed (pip install 'mlab[report]')")
+        else:
+            images = write_plots(data, out_dir)
+            written["plots"] = images
+    if html:
+        from .report_html import write_html
+
+        written["html"] = write_html(data, out_dir, images)
+    return written

@@ -1,0 +1,132 @@
+"""PNG plots of a bench, like the paper's figures. Needs matplotlib (the `report` extra)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .metrics import SUCCESS, Estimate, is_valid  # noqa: E402
+
+
+def _grouped_bars(ax, tasks: list[str], labels: list[str], value) -> None:
+    """value(task, label) -> Estimate or None; bars with 95% interval whiskers, grouped by task."""
+    width = 0.8 / max(1, len(labels))
+    for j, label in enumerate(labels):
+        xs, ys, err_lo, err_hi = [], [], [], []
+        for i, task in enumerate(tasks):
+            e = value(task, label)
+            if e is None or e.mean is None:
+                continue
+            xs.append(i + (j - (len(labels) - 1) / 2) * width)
+            ys.append(e.mean)
+            err_lo.append(e.mean - e.lo if e.lo is not None else 0)
+            err_hi.append(e.hi - e.mean if e.hi is not None else 0)
+        ax.bar(xs, ys, width, yerr=[err_lo, err_hi], capsize=3, label=label)
+    ax.set_xticks(range(len(tasks)), tasks, rotation=20, ha="right")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(data, out_dir: Path) -> list[Path]:
+    groups = {(g.task, g.label): g for g in data.groups if g.runs}
+    tasks = data.tasks + (["average"] if len(data.tasks) > 1 else [])
+    labels = data.labels
+    written = []
+
+    def success(task, label):
+        if task == "average":
+            o = data.overall.get(label)
+            return Estimate(**o["success"]) if o else None
+        g = groups.get((task, label))
+        return g.success[SUCCESS] if g else None
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(tasks) * max(1, len(labels)) / 2 + 3), 4))
+    _grouped_bars(ax, tasks, labels, success)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel(f"success rate (>{SUCCESS:.0%} improvement)")
+    ax.set_title("Success rate per task and agent, 95% CI")
+    written.append(_save(fig, out_dir / "success_rate.png"))
+
+    def improvement(task, label):
+        if task == "average":
+            o = data.overall.get(label)
+            return Estimate(**o["improvement"]) if o else None
+        g = groups.get((task, label))
+        return g.improvement if g else None
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(tasks) * max(1, len(labels)) / 2 + 3), 4))
+    _grouped_bars(ax, tasks, labels, improvement)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.set_ylabel("improvement over baseline")
+    ax.set_title("Average improvement (runs with a valid final submission), 95% CI")
+    written.append(_save(fig, out_dir / "improvement.png"))
+
+    if any(data.step_scores.values()):
+        written.append(_score_over_steps(data, out_dir))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, name in ((axes[0], "tokens", "mean tokens per run"), (axes[1], "cost_usd", "mean cost per run ($)")):
+        for label, o in data.overall.items():
+            s, x = o["success"], o[key]["mean"]
+            if s["mean"] is None or x is None:
+                continue
+            err = [[s["mean"] - s["lo"]], [s["hi"] - s["mean"]]] if s["lo"] is not None else None
+            ax.errorbar([x], [s["mean"]], yerr=err, fmt="o", capsize=3, label=label)
+        ax.set_xlabel(name)
+        ax.set_ylabel("success rate (mean over tasks)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("Success against tokens and cost")
+    written.append(_save(fig, out_dir / "success_vs_cost.png"))
+    return written
+
+
+def _score_over_steps(data, out_dir: Path) -> Path:
+    """Per task: each agent's mean score at each step over its runs, a run's last valid score carried forward."""
+    tasks = data.tasks
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    by_key = {r.key: r for r in data.records}
+    for ax, task in zip(axes[0], tasks):
+        for label in data.labels:
+            runs = [r for r in data.records if r.task == task and r.label == label]
+            curves = []
+            for r in runs:
+                points = {row["step"]: row["score"] for row in data.step_scores.get(r.key, [])}
+                if points:
+                    curves.append(points)
+            if not curves:
+                continue
+            last_step = max(max(c) for c in curves)
+            xs, ys = [], []
+            carried = [None] * len(curves)
+            for step in range(1, last_step + 1):
+                for k, c in enumerate(curves):
+                    if is_valid(c.get(step)):
+                        carried[k] = c[step]
+                known = [v for v in carried if v is not None]
+                if known:
+                    xs.append(step)
+                    ys.append(sum(known) / len(known))
+            ax.plot(xs, ys, marker=".", label=label)
+        base = data.baselines.get(task)
+        if base is not None:
+            ax.axhline(base, color="grey", linestyle="--", linewidth=1, label="task baseline")
+        higher = next((r.higher_is_better for r in by_key.values() if r.task == task), True)
+        ax.set_title(f"{task} ({'higher' if higher else 'lower'} is better)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("score")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return _save(fig, out_dir / "score_over_steps.png")
