@@ -1,0 +1,199 @@
+"""The research agent and its two ablations, as step policies over the core's loop."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlab.core import Action, Agent, AgentContext, Message, MlabError, RunState, Step, StopRun
+
+from . import prompts
+from .parsing import parse_response
+from .toolkit import MAX_ATTEMPTS, SUMMARY_THRESHOLD, ask_until_valid, summarize_observation
+
+RESEARCH_ENTRIES = ["Reflection", "Research Plan and Status", "Fact Check", "Thought", "Action", "Action Input"]
+# The actions the original research agent was shown.
+DEFAULT_ACTIONS = ["List Files", "Copy File", "Undo Edit Script", "Execute Script", "Final Answer",
+                   "Understand File", "Inspect Script Lines", "Edit Script (AI)"]
+# Each response restates these in full, so older copies in the history are redundant: only the latest is shown.
+RESTATED = ("Research Plan and Status", "Fact Check")
+RETRIES_KEY = "invalid_responses"  # where an Action's entries record the responses that had to be retried
+OPTIONS = {
+    "actions": "list of action names the prompt shows (default: the original research agent's eight)",
+    "retrieval": "true: keep a research log of every step and recall from it once the history is long",
+    "history_steps": "how many recent steps the prompt shows in full (default 3)",
+    "summarize_over": "observations longer than this many characters are summarized first (default 5000)",
+    "max_attempts": "responses to try before giving up on a step (default 5)",
+}
+
+
+class ResearchAgent(Agent):
+    name = "research"
+    description = ("ReAct research agent: Reflection, Research Plan and Status, Fact Check, Thought, Action. "
+                   f"Options: {', '.join(OPTIONS)}")
+    entry_names: list[str] = RESEARCH_ENTRIES
+
+    def __init__(self, ctx: AgentContext):
+        super().__init__(ctx)
+        opts = dict(ctx.options)
+        unknown = sorted(set(opts) - set(OPTIONS))
+        if unknown:
+            raise MlabError(f"agent {self.name!r} has no option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")
+        self.actions = self._pick_actions(opts.get("actions", DEFAULT_ACTIONS))
+        self.retrieval = _as_bool(opts.get("retrieval", False), "retrieval")
+        self.history_steps = _as_int(opts.get("history_steps", 3), "history_steps", minimum=1)
+        self.summarize_over = _as_int(opts.get("summarize_over", SUMMARY_THRESHOLD), "summarize_over", minimum=100)
+        self.max_attempts = _as_int(opts.get("max_attempts", MAX_ATTEMPTS), "max_attempts", minimum=1)
+        self.system = prompts.system_prompt(ctx.research_problem, self.actions, self.entry_names)
+        # Memory (saved with every step): summaries of long observations, the research log, what was recalled.
+        self.seen = 0
+        self.summaries: dict[str, str] = {}
+        self.research_log: list[dict[str, Any]] = []
+        self.recalled = ""
+        self.invalid_total = 0
+
+    def _pick_actions(self, names: Any) -> dict:
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",") if n.strip()]
+        if not isinstance(names, list) or not names:
+            raise MlabError("option actions must be a list of action names")
+        unknown = [n for n in names if n not in self.ctx.actions]
+        if unknown:
+            raise MlabError(f"unknown action(s) {', '.join(map(repr, unknown))} in option actions; "
+                            f"valid: {', '.join(self.ctx.actions)}")
+        return {n: self.ctx.actions[n] for n in names}
+
+    # ---- the step -------------------------------------------------------------------------------
+    def step(self, state: RunState) -> Action | StopRun:
+        self._absorb(state.history)
+        if self.retrieval and len(state.history) > self.history_steps:
+            self.recalled = self._recall(state.history)
+        messages = [Message(role="system", content=self.system),
+                    Message(role="user", content=self.user_prompt(state))]
+        result = ask_until_valid(
+            self.ctx.llm, messages, lambda text: parse_response(text, self.entry_names, self.actions),
+            lambda problem: prompts.correction(problem, self.entry_names, self.actions), self.max_attempts)
+        self.invalid_total += len(result.failures)
+        for failure in result.failures:
+            self.ctx.log(f"step {state.step_index}: invalid response, asked again: {failure['problem']}")
+        if not result.ok:
+            return StopRun(reason=f"{len(result.failures)} invalid responses in a row; the last: "
+                                  f"{result.failures[-1]['problem']}")
+        action: Action = result.value
+        if result.failures:
+            action.entries[RETRIES_KEY] = result.failures
+        return action
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def _absorb(self, history: list[Step]) -> None:
+        """Take in the steps not seen yet: summarize long observations, add research-log entries."""
+        for step in history:
+            if step.index <= self.seen:
+                continue
+            if len(step.observation) > self.summarize_over:
+                self.summaries[str(step.index)] = summarize_observation(
+                    self.ctx.llm, step.observation, _action_text(step.action))
+            if self.retrieval:
+                text = self.ctx.llm.complete(prompts.summarize_step_prompt(self.render_step(step, full=True)),
+                                             role="fast").text.strip()
+                self.research_log.append({"step": step.index, "text": text})
+            self.seen = step.index
+
+    def _recall(self, history: list[Step]) -> str:
+        log = "\n\n".join(f"[Step {e['step']}]\n{e['text']}" for e in self.research_log
+                          if e["step"] <= history[-1].index - self.history_steps)
+        if not log:
+            return ""
+        plan = history[-1].action.entries.get("Research Plan and Status") or history[-1].action.entries.get(
+            "Thought", "")
+        return self.ctx.llm.complete(prompts.recall_prompt(log, str(plan)), role="fast").text.strip()
+
+    def observation(self, step: Step) -> str:
+        summary = self.summaries.get(str(step.index))
+        if summary is None:
+            return step.observation
+        return f"(summary of {len(step.observation)} characters of output)\n{summary}"
+
+    # ---- the prompt -----------------------------------------------------------------------------
+    def render_step(self, step: Step, full: bool) -> str:
+        lines = [f"[Step {step.index}]"]
+        entries = step.action.entries
+        for name in self.entry_names:
+            if name in ("Action", "Action Input"):
+                continue
+            if name in entries and (full or name not in RESTATED):
+                lines.append(f"{name}: {entries[name]}")
+        lines.append(f"Action: {step.action.name}")
+        lines.append(f"Action Input: {json.dumps(step.action.args, ensure_ascii=False)}")
+        lines.append(f"Observation:\n{self.observation(step).rstrip()}")
+        return "\n".join(lines)
+
+    def user_prompt(self, state: RunState) -> str:
+        parts = []
+        window = state.history[-self.history_steps :]
+        earlier = len(state.history) - len(window)
+        if self.recalled and earlier:
+            parts.append(f"Notes recalled from your research log of {_span(earlier)}:\n{self.recalled}")
+        if window:
+            memory = ("your Research Plan and Status carries what they found"
+                      if "Research Plan and Status" in self.entry_names else "keep in mind what they found")
+            verb = "is" if earlier == 1 else "are"
+            note = (f"Your last {len(window)} steps ({_span(earlier)} {verb} not shown; {memory}):" if earlier
+                    else "Your steps so far:")
+            shown = [self.render_step(s, full=(s is window[-1])) for s in window]
+            parts.append(note + "\n\n" + "\n\n".join(shown))
+        else:
+            parts.append("Nothing has been done yet: this is your first step.")
+        minutes = max(0, int(state.seconds_left // 60))
+        parts.append(f"This is step {state.step_index} of at most {state.max_steps} (about {minutes} minutes left). "
+                     f"Respond now with {', '.join(self.entry_names)}.")
+        return "\n\n".join(parts)
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen, "summaries": dict(self.summaries), "research_log": list(self.research_log),
+                "recalled": self.recalled, "invalid_responses": self.invalid_total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen = int(state.get("seen", 0))
+        self.summaries = dict(state.get("summaries", {}))
+        self.research_log = list(state.get("research_log", []))
+        self.recalled = state.get("recalled", "")
+        self.invalid_total = int(state.get("invalid_responses", 0))
+
+
+class ReactAgent(ResearchAgent):
+    name = "react"
+    description = "Ablation of research: Thought, Action and Action Input only. Options as research."
+    entry_names = ["Thought", "Action", "Action Input"]
+
+
+class SimpleAgent(ResearchAgent):
+    name = "simple"
+    description = "Ablation of research: Action and Action Input only. Options as research."
+    entry_names = ["Action", "Action Input"]
+
+
+def _span(count: int) -> str:
+    return "step 1" if count == 1 else f"steps 1 to {count}"
+
+
+def _action_text(action: Action) -> str:
+    return f"{action.name} {json.dumps(action.args, ensure_ascii=False)}"
+
+
+def _as_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.lower() in ("true", "yes", "1")
+    raise MlabError(f"option {name} must be true or false, not {value!r}")
+
+
+def _as_int(value: Any, name: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise MlabError(f"option {name} must be a whole number, not {value!r}")
+    if number < minimum:
+        raise MlabError(f"option {name} must be at least {minimum}")
+    return number

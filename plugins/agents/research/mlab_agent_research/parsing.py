@@ -1,0 +1,70 @@
+"""Reading a research-agent response: named entries ("Thought: ...") in order, ending with Action and Action Input."""
+from __future__ import annotations
+
+import re
+
+from mlab.core import Action, ActionSpec
+
+from .toolkit import InvalidResponse, check_args, loads_lenient, match_name, usage
+
+ACTION, ACTION_INPUT = "Action", "Action Input"
+
+
+def _header_pattern(names: list[str]) -> re.Pattern:
+    # Longest names first so "Action Input" is never read as "Action"; tolerate Markdown (#, **, numbering).
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names) | {"Observation"}, key=len, reverse=True))
+    return re.compile(
+        r"^[ \t>]*(?:#{1,6}[ \t]*)?(?:\d+[.)][ \t]*)?(?:\*\*|__)?[ \t]*(" + alternatives + r")[ \t]*(?:\*\*|__)?[ \t]*:"
+        r"[ \t]*(?:\*\*|__)?",
+        re.IGNORECASE | re.MULTILINE)
+
+
+def split_entries(text: str, names: list[str]) -> dict[str, str]:
+    """Each named entry's text. The first occurrence of a name wins; an "Observation:" the model wrote itself
+    ends the response (the model imagining the result of its own action)."""
+    canonical = {n.lower(): n for n in names}
+    matches = list(_header_pattern(names).finditer(text))
+    entries: dict[str, str] = {}
+    for n, match in enumerate(matches):
+        label = match.group(1).lower()
+        if label == "observation":
+            break
+        name = canonical[label]
+        if name in entries:
+            continue
+        end = matches[n + 1].start() if n + 1 < len(matches) else len(text)
+        if name == ACTION_INPUT:
+            # JSON may contain lines that look like headers; the object's own end is found by the decoder.
+            following = [m for m in matches[n + 1 :] if m.group(1).lower() == "observation"]
+            end = following[0].start() if following else len(text)
+        entries[name] = text[match.end() : end].strip()
+        if name == ACTION_INPUT:
+            break
+    return entries
+
+
+def parse_response(text: str, names: list[str], actions: dict[str, ActionSpec]) -> Action:
+    """Turn a response into an Action holding its entries; raise InvalidResponse saying what is wrong."""
+    entries = split_entries(text, names)
+    missing = [n for n in names if n not in entries]
+    if missing:
+        raise InvalidResponse(f"the response lacks the entr{'y' if len(missing) == 1 else 'ies'} "
+                              f"{', '.join(missing)} (each must start a line with its name and a colon)")
+    empty = [n for n in names if n != ACTION_INPUT and not entries[n]]
+    if empty:
+        raise InvalidResponse(f"the entr{'y' if len(empty) == 1 else 'ies'} {', '.join(empty)} "
+                              f"{'is' if len(empty) == 1 else 'are'} empty")
+    action_line = entries[ACTION].strip().splitlines()[0] if entries[ACTION].strip() else ""
+    name = match_name(action_line, list(actions))
+    spec = actions[name]
+    try:
+        args = loads_lenient(entries[ACTION_INPUT], keys=list(spec.args))
+    except ValueError as exc:
+        raise InvalidResponse(f"the Action Input of {name} could not be read as JSON ({exc}); "
+                              f"write one JSON object like {usage(spec)}")
+    args = check_args(spec, args)
+    shown = {n: entries[n] for n in names}
+    shown[ACTION] = name
+    shown[ACTION_INPUT] = args
+    return Action(name=name, args=args, entries=shown, raw_response=text)
+
