@@ -1,0 +1,1 @@
+"""Starter scripts: each is copied into the workspace as train.py."""
