@@ -1,0 +1,56 @@
+"""Choosing agents on the command line: `--agent` swaps the policy and nothing else."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+AGENTS = ["research", "simple", "react", "autogpt", "langchain"]
+
+
+def mlab(*args: str) -> subprocess.CompletedProcess:
+    """The real CLI, in a subprocess, with the fixture task and the fixture-policy model registered."""
+    return subprocess.run([sys.executable, "-m", "tests.fixtures.agents_fixtures", "mlab", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_agent_option_swaps_the_agent_and_nothing_else(tmp_path, agent):
+    run_dir = tmp_path / agent
+    # The same command for every agent; the fixture-policy model answers in whichever format the agent asks.
+    result = mlab("run", "--task", "fixture/tiny-clf", "--llm", "fixture-policy", "--max-steps", "5",
+                  "--run-dir", str(run_dir), "--agent", agent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "run finished: final answer; 2 steps" in result.stdout
+    assert "final accuracy: 0.655" in result.stdout
+    trace = json.loads((run_dir / "trace.json").read_text())
+    assert trace["config"]["agent"] == agent
+    assert [s["action"]["name"] for s in trace["steps"]] == ["Execute Script", "Final Answer"]
+    assert all(s["action"]["entries"] and s["action"]["raw_response"] for s in trace["steps"])
+
+
+def test_unknown_agent_lists_the_valid_ones():
+    result = mlab("run", "--task", "fixture/tiny-clf", "--llm", "fixture-policy", "--agent", "reserch")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlab: error: unknown agent 'reserch'; valid:")
+    for name in ["baseline", *AGENTS]:
+        assert name in lines[0]
+
+
+@pytest.mark.parametrize("agent, option, fragment", [
+    ("research", "actions=[\"Fly\"]", "unknown action(s) 'Fly' in option actions"),
+    ("research", "colour=1", "agent 'research' has no option colour"),
+    ("autogpt", "recent_chars=-1", "option recent_chars must be a positive whole number"),
+    ("langchain", "tools=[\"Fly\"]", "unknown action(s) 'Fly' in option tools"),
+])
+def test_bad_agent_options_are_one_line_errors(tmp_path, agent, option, fragment):
+    result = mlab("run", "--task", "fixture/tiny-clf", "--llm", "fixture-policy", "--agent", agent,
+                  "--agent-option", option, "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr
