@@ -79,4 +79,4 @@ class Task(ABC):
     def improvement(self, score: float, baseline: float) -> float:
         """Relative improvement over the baseline, positive when better, whatever the metric's direction."""
         change = (score - baseline) / abs(baseline)
-        return change if self.metric.higher_is_better else -change
+        return change if self.metric.higher_is_better else 0.0 - change  # 0.0 - x avoids printing -0.0
