@@ -1,0 +1,77 @@
+"""`mlab check-task`: prepare a task from local data, run its baseline and reference solution, compare."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from mlab.core.errors import MlabError
+from mlab.core.registry import load_registry
+
+from .durations import Duration
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    return f"{value:.6g}"
+
+
+@click.command("check-task")
+@click.argument("task_names", nargs=-1, metavar="[TASK]...")
+@click.option("--all", "all_tasks", is_flag=True, help="Check every installed task that has local data.")
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Local copy of the data (one task); with several tasks use MLAB_DATA_DIR=<root>.")
+@click.option("--home", type=click.Path(file_okay=False),
+              help="MLAB_HOME to prepare into (default: a fresh temporary one, removed afterwards).")
+@click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
+              help="Time limit of the starter and of the reference script.")
+@click.option("--margin", type=click.FloatRange(0, None), help="Required improvement (default: the task's, 0.10).")
+@click.option("--json", "as_json", is_flag=True)
+def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json) -> None:
+    """Self-check tasks: the reference solution must beat the baseline by the success margin."""
+    from mlab.core.checktask import check_task as run_check
+
+    registry = load_registry()
+    if all_tasks and task_names:
+        raise MlabError("give task names or --all, not both")
+    if not all_tasks and not task_names:
+        raise MlabError("give a task name, or --all")
+    if data_dir and (all_tasks or len(task_names) > 1):
+        raise MlabError("--data-dir applies to one task; for several, set MLAB_DATA_DIR to a folder of copies")
+    if data_dir and not Path(data_dir).is_dir():
+        raise MlabError(f"data directory {data_dir!r} does not exist")
+    tasks = ([registry.items["tasks"][n] for n in sorted(registry.items["tasks"])] if all_tasks
+             else [registry.get("tasks", n) for n in task_names])
+    reports = []
+    for task in tasks:
+        if all_tasks and not task.offline_ready and not data_dir:
+            from mlab.core import taskdata
+
+            if taskdata.source_for(task, None) is None:
+                reports.append({"task": task.name, "status": "skipped",
+                                "reason": "no local data (set MLAB_DATA_DIR)"})
+                continue
+        if not as_json:
+            click.echo(f"checking {task.name} ...", err=True)
+        report = run_check(task, data_dir=data_dir, home=Path(home) if home else None, timeout_s=timeout_s,
+                           margin=margin, log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
+        reports.append(report.to_dict())
+        if not as_json:
+            click.echo(f"{task.name}: {report.status.upper()}  baseline {_fmt(report.baseline)}  reference "
+                       f"{_fmt(report.reference)}  improvement "
+                       f"{'-' if report.improvement is None else ('+inf' if math.isinf(report.improvement) else f'{report.improvement:+.1%}')}"
+                       f" (margin {report.margin:.0%})" + (f"\n  {report.reason}" if report.reason else ""))
+            if report.status == "failed":
+                for step, tail in report.output_tail.items():
+                    if tail and report.steps.get(step) != "ok":
+                        click.echo(f"  last output of the {step} script:\n    " + tail.replace("\n", "\n    "))
+    if as_json:
+        click.echo(json.dumps(reports, indent=2))
+    if any(r["status"] == "failed" for r in reports):
+        sys.exit(1)

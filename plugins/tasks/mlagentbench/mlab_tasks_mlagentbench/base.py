@@ -1,0 +1,122 @@
+"""What every MLAgentBench task shares: starter files, extras and GPU checks, the reference-solution hook.
+
+Nothing heavy is imported here (the plugin list must stay fast); tasks import pandas/numpy/torch in methods.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from mlab.core import BaselineContext, MlabError, PrepareContext, Task
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+FILES_DIR = PACKAGE_DIR / "files"
+REFERENCE_DIR = PACKAGE_DIR / "reference"
+DISTRIBUTION = "mlab-tasks-mlagentbench"
+PACK = "mlagentbench"
+# The original's success criterion: more than 10% better than the baseline.
+SUCCESS_MARGIN = 0.10
+ALLOW_NO_GPU_ENV = "MLAB_ALLOW_NO_GPU"
+
+
+def gpu_available() -> bool:
+    """A CUDA device is usable: torch says so, or (without torch) nvidia-smi lists one."""
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            return bool(torch.cuda.is_available())
+        except Exception:
+            return False
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def missing_extras(needs: dict[str, str]) -> list[tuple[str, str]]:
+    """(module, extra) pairs whose module cannot be imported here."""
+    return [(module, extra) for module, extra in needs.items() if importlib.util.find_spec(module) is None]
+
+
+def _ignore_caches(_dir: str, names: list[str]) -> set[str]:
+    return {n for n in names if n == "__pycache__" or n.endswith(".pyc")}
+
+
+def copy_files(source: Path, dest: Path) -> None:
+    """Copy a folder of the pack's files into dest, merging with what is there."""
+    shutil.copytree(source, dest, dirs_exist_ok=True, ignore=_ignore_caches)
+
+
+class MLAgentBenchTask(Task):
+    """Base of the pack's tasks. Subclasses set the class attributes and implement prepare_data/evaluate."""
+
+    short: str = ""  # the task's name inside the pack, e.g. "house-price"
+    files: str | None = None  # folder under files/ copied into the public dir after prepare_data
+    # module -> extra of this pack that provides it; needed by the starter (baseline) and evaluation.
+    needs: dict[str, str] = {}
+    cpu_variant: str | None = None  # the CPU-scaled variant to suggest when no GPU is found
+    reference: str | None = None  # folder under reference/ holding a solution that should beat the baseline
+    reference_script: str | None = None  # script to run for the reference (default: the starter script)
+    reference_timeout_s: float = 4 * 3600.0
+    original_deviations: list[str] = []  # documented in README.md; listed here for `mlab check-task`
+
+    # ---- checks ------------------------------------------------------------------------------------
+    def check_extras(self) -> None:
+        missing = missing_extras(self.needs)
+        if missing:
+            extras = sorted({extra for _m, extra in missing})
+            modules = ", ".join(m for m, _e in missing)
+            raise MlabError(
+                f"{self.name} needs {modules}: pip install '{DISTRIBUTION}[{','.join(extras)}]'")
+
+    def check_gpu(self) -> None:
+        """Refuse a GPU-only task on a machine without one, unless the user insists."""
+        if self.resources.gpu != "required" or os.environ.get(ALLOW_NO_GPU_ENV) == "1":
+            return
+        if gpu_available():
+            return
+        hint = f"; its CPU-scaled variant is {self.cpu_variant}" if self.cpu_variant else ""
+        raise MlabError(f"{self.name} needs a GPU and none was found{hint} "
+                        f"(set {ALLOW_NO_GPU_ENV}=1 to go ahead anyway)")
+
+    def check_runnable(self) -> None:
+        self.check_gpu()
+        self.check_extras()
+
+    # ---- the Task contract -------------------------------------------------------------------------
+    def prepare(self, ctx: PrepareContext) -> None:
+        self.check_gpu()
+        self.prepare_data(ctx)
+        if self.files:
+            copy_files(FILES_DIR / self.files, ctx.public_dir)
+
+    def prepare_data(self, ctx: PrepareContext) -> None:
+        """Write the task's data to ctx.public_dir and its answers to ctx.hidden_dir."""
+
+    def baseline(self, ctx: BaselineContext) -> float:
+        self.check_runnable()
+        return super().baseline(ctx)
+
+    def improvement(self, score: float, baseline: float) -> float:
+        """As the core's, but a zero baseline (the worst accuracy) makes any better score an infinite gain."""
+        if baseline == 0:
+            better = score > 0 if self.metric.higher_is_better else score < 0
+            return math.inf if better else (0.0 if score == 0 else -math.inf)
+        return super().improvement(score, baseline)
+
+    # ---- self-check --------------------------------------------------------------------------------
+    def reference_solution(self, workspace: Path) -> str | None:
+        """Put the reference solution into a fresh workspace; returns the script to run (None: no reference)."""
+        if not self.reference:
+            return None
+        copy_files(REFERENCE_DIR / self.reference, workspace)
+        return self.reference_script or self.starter_script
