@@ -68,8 +68,16 @@ def baseline(task_name: str, runs: int, timeout_s: float) -> None:
               help="An agent setting; repeatable. VALUE is parsed as JSON when it can be.")
 @click.option("--interactive", is_flag=True, help="Allow the agent to ask you for help.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Continue a killed run.")
+@click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
+@click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request (default 10m).")
+@click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 5).")
+@click.option("--max-tokens", type=click.IntRange(1), help="Token budget of the run (prompt + completion).")
+@click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of the run in USD.")
+@click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
+              help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
 def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, action_timeout_s, run_dir, seed,
-        sandbox, agent_options, interactive, resume_dir) -> None:
+        sandbox, agent_options, interactive, resume_dir, llm_api_base, llm_timeout_s, llm_retries, max_tokens,
+        max_cost, llm_cache) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
     from mlab.core.runner import Runner, new_run_dir
     from mlab.core.trace import read_trace
@@ -88,10 +96,16 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
         config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
                            max_time_s=max_time_s, action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
-                           agent_options=_parse_options(agent_options), interactive=interactive)
+                           agent_options=_parse_options(agent_options), interactive=interactive,
+                           llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s, max_tokens=max_tokens,
+                           max_cost=max_cost, llm_cache=_cache_dir(llm_cache),
+                           llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1})
         target = Path(run_dir) if run_dir else new_run_dir(config)
         runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
-    with StepView(f"{config.agent} on {config.task}", config.max_steps) as view:
+    view = StepView(f"{config.agent} on {config.task}", config.max_steps)
+    if any(getattr(b, "uses_terminal", False) for b in (runner._backends or {}).values()):
+        view.live = None  # a person answers model calls in this terminal: no live redraw over their typing
+    with view:
         runner.on_step = view.add
         trace = runner.resume() if resume_dir else runner.start()
     console = Console()
@@ -100,9 +114,23 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
                   f"{trace.total_time_s:.1f} s", highlight=False)
     console.print(f"final {runner.task.metric.name}: {score}"
                   + (f" ({trace.final_score_error})" if trace.final_score_error else ""), highlight=False)
+    if trace.usage.calls:
+        console.print(f"LLM: {trace.usage.calls} calls, {trace.usage.total_tokens} tokens, "
+                      f"${trace.usage.cost_usd:.4f} (priced calls only)", highlight=False)
     console.print(f"trace: {runner.run_dir / 'trace.json'}", highlight=False, soft_wrap=True)
     if trace.status == "failed":
         sys.exit(1)
+
+
+def _cache_dir(value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser() if value else taskdata.mlab_home() / "llm_cache"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MlabError(f"--llm-cache: cannot use {str(path)!r}: {exc.strerror}")
+    return str(path.resolve())
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict:

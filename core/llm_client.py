@@ -1,62 +1,157 @@
-"""The run's view of its models: roles (main, fast, edit), a call log and usage accounting."""
+"""The run's view of its models: roles (main, fast, edit), retries, budgets, a response cache, a call log and
+usage accounting. Every backend gets all of it: backends only complete messages and classify their errors."""
 from __future__ import annotations
 
 import json
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import BudgetExceeded, LLMError
 from .llm import LLM
+from .llm_cache import ResponseCache, request_key
+from .llm_retry import RetryPolicy, call_with_retries
 from .models import Completion, LLMCallFinished, Message, Usage
 
 ROLES = ("main", "fast", "edit")
+# Parameters that would send a call to another model, server or account than the one chosen for its role.
+FORBIDDEN_PARAMS = frozenset({"model", "api_base", "base_url", "api_key", "custom_llm_provider", "fallbacks",
+                              "model_list", "deployment_id"})
+
+
+def read_call_log(path: Path) -> list[dict[str, Any]]:
+    """Entries of an llm_calls.jsonl; a line cut short by a crash is skipped."""
+    entries = []
+    if Path(path).is_file():
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return entries
+
+
+def usage_of_log(entries: list[dict[str, Any]]) -> Usage:
+    usage = Usage()
+    for entry in entries:
+        if entry.get("error") is None and entry.get("completion") is not None:
+            usage.add(Completion(text="", prompt_tokens=entry.get("prompt_tokens") or 0,
+                                 completion_tokens=entry.get("completion_tokens") or 0,
+                                 cost_usd=entry.get("cost_usd")))
+    return usage
 
 
 class LLMClient:
-    """Routes each call to the backend of its role, logs it as a JSON line and adds up usage."""
+    """Routes each call to the backend of its role, retries transient failures, enforces the run's budgets,
+    serves and fills the cache, logs each call as a JSON line and adds up usage."""
 
     def __init__(self, backends: dict[str, LLM], log_path: Path | None = None,
-                 on_call: Callable[[LLMCallFinished], None] | None = None, run_dir: str | None = None):
+                 on_call: Callable[[LLMCallFinished], None] | None = None, run_dir: str | None = None, *,
+                 retry: RetryPolicy | None = None, max_tokens: int | None = None, max_cost: float | None = None,
+                 cache_dir: Path | str | None = None, sleep: Callable[[float], None] = time.sleep):
         missing = [role for role in ROLES if role not in backends]
         if missing:
             raise ValueError(f"no backend for roles {missing}")
         self.backends = backends
-        self.log_path = log_path
+        self.log_path = Path(log_path) if log_path is not None else None
         self.on_call = on_call
         self.run_dir = run_dir
-        self.usage = Usage()
+        self.retry = retry or RetryPolicy()
+        self.max_tokens = max_tokens
+        self.max_cost = max_cost
+        self.cache = ResponseCache(Path(cache_dir)) if cache_dir else None
+        self.step_index: int | None = None  # set by the runner before each step, for the log
+        self._sleep = sleep
         self._lock = threading.Lock()
+        self._occurrences: dict[str, int] = {}
+        self._unpriced: str | None = None
+        # Tells apart the calls of a step cut short by a crash from those of its rerun after --resume.
+        self.session = uuid.uuid4().hex[:12]
+        # A resumed run continues the log; its usage is every call made, those of an interrupted step included.
+        self.usage = usage_of_log(read_call_log(self.log_path)) if self.log_path else Usage()
 
     def model_name(self, role: str = "main") -> str:
         backend = self.backends[role]
         return f"{backend.name}:{backend.model}" if backend.model else backend.name
 
+    # ---- budgets --------------------------------------------------------------------------------
+    def check_budget(self) -> None:
+        """Raise BudgetExceeded when a limit is reached; called before every call, so a run overshoots a
+        limit by at most the call that crossed it."""
+        usage = self.usage
+        if self.max_tokens is not None and usage.total_tokens >= self.max_tokens:
+            raise BudgetExceeded(f"{usage.total_tokens} tokens used, limit {self.max_tokens} (--max-tokens)")
+        if self.max_cost is not None:
+            if self._unpriced:
+                raise BudgetExceeded(f"the price of {self._unpriced} is unknown, so --max-cost "
+                                     f"{self.max_cost:g} cannot be enforced (${usage.cost_usd:.4f} known so far)")
+            if usage.cost_usd >= self.max_cost:
+                raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--max-cost)")
+
+    # ---- calls ----------------------------------------------------------------------------------
     def complete(self, messages: list[Message] | str, role: str = "main", **params: Any) -> Completion:
         if isinstance(messages, str):
             messages = [Message(role="user", content=messages)]
+        if role not in self.backends:
+            raise ValueError(f"unknown LLM role {role!r}; roles: {', '.join(self.backends)}")
+        overriding = sorted(FORBIDDEN_PARAMS & set(params))
+        if overriding:
+            raise ValueError(f"parameters {overriding} cannot be passed per call: the model of role {role!r} "
+                             f"is {self.model_name(role)}")
+        self.check_budget()
         backend = self.backends[role]
+        model = self.model_name(role)
         started = time.monotonic()
-        error = None
-        completion = None
+        completion: Completion | None = None
+        retries: list[dict[str, Any]] = []
+        cached = False
+        error: LLMError | Exception | None = None
+        key, occurrence = None, 0
         try:
-            completion = backend.complete(messages, **params)
+            if self.cache is not None and getattr(backend, "cacheable", True):
+                key = request_key({"name": backend.name, "model": backend.model,
+                                   "api_base": backend.options.get("api_base")}, messages, params)
+                with self._lock:
+                    occurrence = self._occurrences.get(key, 0)
+                completion = self.cache.get(key, occurrence)
+                cached = completion is not None
+            if completion is None:
+                completion, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
+                                                        describe=f"LLM {role} call ({model})", sleep=self._sleep)
+                if key is not None:
+                    self.cache.put(key, occurrence, completion, {"model": model, "params": params})
+            if key is not None:
+                with self._lock:
+                    self._occurrences[key] = occurrence + 1
             return completion
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = exc
+            retries = getattr(exc, "retries", retries)
             raise
         finally:
-            self._record(role, messages, params, completion, error, time.monotonic() - started)
+            self._record(role, model, messages, params, completion, error, retries, cached,
+                         time.monotonic() - started)
 
-    def _record(self, role, messages, params, completion, error, latency) -> None:
+    def _record(self, role: str, model: str, messages: list[Message], params: dict[str, Any],
+                completion: Completion | None, error: Exception | None, retries: list[dict[str, Any]],
+                cached: bool, latency: float) -> None:
+        error_text = None if error is None else (str(error) if isinstance(error, LLMError)
+                                                 else f"{type(error).__name__}: {error}")
         with self._lock:
             if completion is not None:
                 self.usage.add(completion)
+                if completion.cost_usd is None and self.max_cost is not None:
+                    self._unpriced = self._unpriced or model
             if self.log_path is not None:
                 entry = {
                     "time": time.time(),
+                    "step": self.step_index,
+                    "session": self.session,
                     "role": role,
-                    "model": self.model_name(role),
+                    "model": model,
+                    "response_model": completion.model if completion else None,
                     "messages": [m.model_dump() for m in messages],
                     "params": params,
                     "completion": completion.text if completion else None,
@@ -64,16 +159,23 @@ class LLMClient:
                     "completion_tokens": completion.completion_tokens if completion else 0,
                     "cost_usd": completion.cost_usd if completion else None,
                     "latency_s": round(latency, 4),
-                    "error": error,
+                    "cached": cached,
+                    "attempts": 0 if cached else len(retries) + 1,
+                    "retries": retries,
+                    "error": error_text,
+                    "context_too_long": bool(getattr(error, "context_too_long", False)),
                 }
                 with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry) + "\n")
-        if completion is not None and self.on_call is not None:
+                    f.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+        if self.on_call is not None:
             self.on_call(LLMCallFinished(
-                run_dir=self.run_dir, role=role, model=self.model_name(role),
-                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
-                cost_usd=completion.cost_usd, latency_s=latency))
+                run_dir=self.run_dir, role=role, model=model,
+                prompt_tokens=completion.prompt_tokens if completion else 0,
+                completion_tokens=completion.completion_tokens if completion else 0,
+                cost_usd=completion.cost_usd if completion else None, latency_s=latency,
+                retries=len(retries), cached=cached, step=self.step_index, error=error_text))
 
+    # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         seen: dict[int, str] = {}
         state = {}
@@ -83,11 +185,16 @@ class LLMClient:
             else:
                 seen[id(backend)] = role
                 state[role] = backend.state_dict()
-        return {"backends": state, "usage": self.usage.model_dump()}
+        result: dict[str, Any] = {"backends": state, "usage": self.usage.model_dump()}
+        if self.cache is not None:
+            with self._lock:
+                result["cache_occurrences"] = dict(self._occurrences)
+        return result
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for role, backend_state in state.get("backends", {}).items():
             if role in self.backends and "same_as" not in backend_state:
                 self.backends[role].load_state_dict(backend_state)
-        if "usage" in state:
+        if "usage" in state and not (self.log_path and self.log_path.is_file()):
             self.usage = Usage(**state["usage"])
+        self._occurrences = dict(state.get("cache_occurrences", {}))

@@ -65,6 +65,14 @@ class RunConfig(BaseModel):
     sandbox: str = "local"
     agent_options: dict[str, Any] = Field(default_factory=dict)
     interactive: bool = False
+    # LLM settings: backend endpoint and timeout, retry policy overrides (core.llm_retry.RetryPolicy fields),
+    # budgets (tokens counted prompt + completion; cost in USD) and the response cache folder.
+    llm_api_base: str | None = None
+    llm_timeout_s: float | None = None
+    llm_retry: dict[str, float] = Field(default_factory=dict)
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    llm_cache: str | None = None
 
 
 class Step(BaseModel):
@@ -128,3 +136,5 @@ class LLMCallFinished(BaseModel):
     latency_s: float
     retries: int = 0
     cached: bool = False
+    step: int | None = None
+    error: str | None = None  # set when the call failed for good

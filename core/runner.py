@@ -16,7 +16,7 @@ from .agent import AgentContext, RunState
 from .environment import EnvSettings, Environment, is_final
 from .errors import BudgetExceeded, LLMError, MlabError, InvalidSubmission
 from .llm_client import LLMClient
-from .llm_resolve import build_roles
+from .llm_resolve import backend_options, build_roles, client_options
 from .models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
 from .paths import is_read_only
 from .registry import Registry, load_registry
@@ -67,7 +67,8 @@ class Runner:
             raise MlabError(f"sandbox {config.sandbox!r} is not available here: {why}")
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
-        backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm)
+        backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm,
+                               **backend_options(config))
         self.workspace = self.run_dir / WORKSPACE_DIR
         self.store: SnapshotStore | None = None
         self.llm = None
@@ -91,7 +92,8 @@ class Runner:
         pm = self.registry.pm
         if self._backends is not None:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
-                                 on_call=lambda event: self._notify("llm_call_finished", event))
+                                 on_call=lambda event: self._notify("llm_call_finished", event),
+                                 **client_options(self.config))
         limits = Limits(timeout_s=self.config.action_timeout_s)
         self.env = Environment(EnvSettings(
             workspace=self.workspace, read_only_patterns=list(self.task.read_only_files),
@@ -163,6 +165,8 @@ class Runner:
                 state = RunState(step_index=index, history=list(trace.steps), max_steps=self.config.max_steps,
                                  seconds_left=self.config.max_time_s - elapsed)
                 started = time.time()
+                if self.llm is not None:
+                    self.llm.step_index = index  # tags the step's calls in the call log
                 decision = self.agent.step(state)
                 if isinstance(decision, StopRun):
                     reason = f"agent stopped: {decision.reason}"

@@ -1,0 +1,159 @@
+"""The LLM options of `mlab run`, the human backend in a real terminal (a pty), and plugin listing without litellm."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mlab.core.errors import LLMError
+from mlab_llm_human import read_answer
+from mlab_llm_replay import load_recording
+from tests.fixtures.llm_agent import respond
+from tests.fixtures.llm_server import FakeLLMServer
+
+REPO = Path(__file__).resolve().parents[1]
+KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+AGENT_RUN = [sys.executable, "-m", "tests.fixtures.llm_agent", "run", "--task", "fixture/counter",
+             "--agent", "fixture-llm-json"]
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
+
+
+def mlab(*args: str, stdin=subprocess.DEVNULL, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*AGENT_RUN, *args], cwd=REPO, env=clean_env(), stdin=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_list_plugins_shows_the_backends_without_importing_litellm():
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('LITELLM IMPORTED' if 'litellm' in sys.modules else 'NO LITELLM',"
+            " file=sys.stderr))\n"
+            "from mlab.cli.main import main\n"
+            "main(['list-plugins', '--json'])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "NO LITELLM"
+    plugins = {p["name"]: p for p in json.loads(done.stdout)["plugins"]}
+    for name in ("litellm", "replay", "human"):
+        assert plugins[name]["llms"] == [name] and plugins[name]["error"] is None
+
+
+def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
+    with FakeLLMServer(respond) as server:
+        common = ["--llm", "openai/gpt-4o-mini", "--fast-llm", "openai/gpt-4o", "--llm-api-base", server.base_url,
+                  "--llm-timeout", "20s", "--llm-retries", "3", "--llm-cache", "--max-tokens", "150"]
+        first = mlab(*common, "--run-dir", str(tmp_path / "first"))
+        assert first.returncode == 0, first.stderr
+        assert re.search(r"run finished: budget reached: (\d+) tokens used, limit 150 \(--max-tokens\)", first.stdout)
+        assert re.search(r"LLM: 2 calls, \d+ tokens, \$0\.\d{4}", first.stdout)
+        sent = len(server.requests)
+        assert sent == 2
+        config = json.loads((tmp_path / "first" / "config.json").read_text())
+        assert config["llm_retry"] == {"max_attempts": 4} and config["max_tokens"] == 150
+        assert config["llm_timeout_s"] == 20 and config["llm_api_base"] == server.base_url
+        assert config["llm_cache"] == str(Path(os.environ["MLAB_HOME"]).resolve() / "llm_cache")
+
+        second = mlab(*common, "--run-dir", str(tmp_path / "second"))
+        assert second.returncode == 0, second.stderr
+        assert len(server.requests) == sent  # everything came from the cache
+        first_trace = json.loads((tmp_path / "first" / "trace.json").read_text())
+        second_trace = json.loads((tmp_path / "second" / "trace.json").read_text())
+        assert [(s["action"], s["observation"]) for s in first_trace["steps"]] == \
+               [(s["action"], s["observation"]) for s in second_trace["steps"]]
+        assert first_trace["end_reason"] == second_trace["end_reason"]
+
+
+def test_a_missing_key_is_one_line_and_exit_code_2(tmp_path):
+    done = mlab("--llm", "openai/gpt-4o", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2
+    assert done.stderr == "mlab: error: LLM 'openai/gpt-4o': openai/gpt-4o needs an API key: set OPENAI_API_KEY\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_human_without_a_terminal_fails_at_once_with_one_line(tmp_path):
+    started = time.monotonic()
+    done = mlab("--llm", "human", "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2 and time.monotonic() - started < 30
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("mlab: error: LLM 'human': the human backend needs a terminal")
+
+
+def _read_until(fd: int, marker: bytes, seen: bytearray, deadline: float) -> None:
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"timed out waiting for {marker!r}; got:\n{seen.decode(errors='replace')}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"terminal closed before {marker!r}; got:\n{seen.decode(errors='replace')}")
+            seen.extend(chunk)
+
+
+def test_a_person_drives_a_run_from_a_terminal(tmp_path):
+    master, slave = os.openpty()
+    proc = subprocess.Popen([*AGENT_RUN, "--llm", "human", "--max-steps", "3", "--run-dir", str(tmp_path / "run")],
+                            cwd=REPO, env={**clean_env(), "COLUMNS": "120", "TERM": "dumb"},
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    seen = bytearray()
+    deadline = time.monotonic() + 60
+    try:
+        end_hint = b'End it with a line holding only "." (or Ctrl-D).'
+        _read_until(master, end_hint, seen, deadline)
+        assert b"----- user -----" in seen and b"Step 1 of 3." in seen
+        # a multi-line answer, pasted, ended with "."
+        os.write(master, b'Let me look around first.\n{"action": "List Files",\n "args": {"dir_path": "."}}\n.\n')
+        _read_until(master, b"Step 2 of 3.", seen, deadline)
+        _read_until(master, end_hint, seen, deadline)
+        os.write(master, b'{"action": "Final Answer", "args": {"final_answer": "typed by hand"}}\n.\n')
+        _read_until(master, b"trace:", seen, deadline)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert [s["action"]["name"] for s in trace["steps"]] == ["List Files", "Final Answer"]
+    assert trace["steps"][0]["action"]["raw_response"] == \
+        'Let me look around first.\n{"action": "List Files",\n "args": {"dir_path": "."}}'
+    assert trace["end_reason"] == "final answer"
+    calls = [json.loads(line) for line in (tmp_path / "run" / "llm_calls.jsonl").read_text().splitlines()]
+    assert [c["model"] for c in calls] == ["human", "human"] and all(c["cost_usd"] == 0.0 for c in calls)
+
+
+def test_reading_a_typed_answer():
+    import io
+
+    assert read_answer(io.StringIO("one\n\ntwo\n.\nnot read\n")) == "one\n\ntwo"
+    assert read_answer(io.StringIO("a line\n..\nend\n.\n")) == "a line\n.\nend"  # ".." stands for "."
+    assert read_answer(io.StringIO("ended by Ctrl-D\n")) == "ended by Ctrl-D"
+    assert read_answer(io.StringIO(".\n")) == ""
+    with pytest.raises(LLMError, match="ended the input without typing an answer"):
+        read_answer(io.StringIO(""))
+
+
+def test_replay_skips_the_calls_of_a_step_cut_short_by_a_crash(tmp_path):
+    def call(step, session, text):
+        return json.dumps({"step": step, "session": session, "role": "main", "completion": text, "error": None})
+
+    log = tmp_path / "llm_calls.jsonl"
+    # session a crashed during step 3; session b resumed at step 3
+    log.write_text("\n".join([call(1, "a", "1"), call(2, "a", "2"), call(3, "a", "3 lost"), call(3, "b", "3"),
+                              call(4, "b", "4")]) + "\n")
+    assert [c["completion"] for c in load_recording(tmp_path)] == ["1", "2", "3", "4"]
+    script = tmp_path / "script.jsonl"
+    script.write_text('"plain"\n{"completion": "object", "prompt_tokens": 3}\n')
+    assert [c["completion"] for c in load_recording(script)] == ["plain", "object"]
