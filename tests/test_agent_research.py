@@ -60,6 +60,13 @@ def test_response_parsing_is_tolerant():
     assert action.raw_response == text
 
 
+def test_plan_lines_that_look_like_entries_are_not_taken_for_them():
+    text = R("List Files", {"dir_path": "."}, plan="1. Action: run the baseline\n2. Thought: compare")
+    action = parse_response(text, ENTRIES, ACTION_SPECS)
+    assert action.name == "List Files" and action.entries["Thought"] == "thought 0"
+    assert action.entries["Research Plan and Status"] == "1. Action: run the baseline\n2. Thought: compare"
+
+
 @pytest.mark.parametrize("text, problem", [
     ("Thought: hm\nAction: List Files\nAction Input: {\"dir_path\": \".\"}", "lacks the entries Reflection"),
     (R("Train Model", {}), "unknown action 'Train Model'"),

@@ -11,10 +11,11 @@ ACTION, ACTION_INPUT = "Action", "Action Input"
 
 
 def _header_pattern(names: list[str]) -> re.Pattern:
-    # Longest names first so "Action Input" is never read as "Action"; tolerate Markdown (#, **, numbering).
+    # Longest names first so "Action Input" is never read as "Action"; tolerate Markdown (#, **, >). Numbered
+    # lines are not headers: a plan step like "2. Action: ..." must not pass for the Action entry.
     alternatives = "|".join(re.escape(n) for n in sorted(set(names) | {"Observation"}, key=len, reverse=True))
     return re.compile(
-        r"^[ \t>]*(?:#{1,6}[ \t]*)?(?:\d+[.)][ \t]*)?(?:\*\*|__)?[ \t]*(" + alternatives + r")[ \t]*(?:\*\*|__)?[ \t]*:"
+        r"^[ \t>]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*(" + alternatives + r")[ \t]*(?:\*\*|__)?[ \t]*:"
         r"[ \t]*(?:\*\*|__)?",
         re.IGNORECASE | re.MULTILINE)
 
