@@ -187,6 +187,7 @@ class LocalEngine:
 
 def _stop_with_driver() -> None:
     """A worker whose driver died gets SIGINT: its run stops at once and stays resumable."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # not inherited as ignored: the worker must be stoppable
     try:
         import ctypes
 

@@ -262,12 +262,7 @@ class Scorer:
                 return None, f"evaluation failed: {type(exc).__name__}: {exc}"
 
 
-_worker_scorer: Scorer | None = None
-
-
-def _init_worker(factory: str | None, sys_path: list[str]) -> None:
-    global _worker_scorer
-    _worker_scorer = Scorer(registry_from(factory, sys_path))
+_worker_scorer: Scorer | None = None  # set before the pool forks, so workers share the parent's registry
 
 
 def _score_chunk(task_name: str, run_dir: str, snapshots: list[str]) -> list[tuple[float | None, str | None]]:
@@ -275,28 +270,29 @@ def _score_chunk(task_name: str, run_dir: str, snapshots: list[str]) -> list[tup
     return [_worker_scorer.score(task, Path(run_dir), snap) for snap in snapshots]
 
 
-def score_many(jobs: list[tuple[str, Path, list[str]]], workers: int = 1, registry_factory: str | None = None,
-               chunk: int = 10, on_done=None) -> list[list[tuple[float | None, str | None]]]:
-    """Scores of each (task, run_dir, snapshots) job, computed by `workers` processes in chunks of snapshots."""
+def score_many(jobs: list[tuple[str, Path, list[str]]], registry, workers: int = 1, chunk: int = 10,
+               on_done=None) -> list[list[tuple[float | None, str | None]]]:
+    """Scores of each (task, run_dir, snapshots) job, computed by `workers` forked processes in chunks.
+
+    Forked workers inherit the registry as built here, plugins registered in-process included.
+    """
+    global _worker_scorer
     pieces = [(j, i, task, str(run_dir), snaps[i:i + chunk])
               for j, (task, run_dir, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
     out: list[list] = [[None] * len(snaps) for _t, _r, snaps in jobs]
-    sys_path = [os.getcwd()]
+    _worker_scorer = Scorer(registry)
     if workers <= 1 or len(pieces) <= 1:
-        _init_worker(registry_factory, sys_path)
         for j, i, task, run_dir, snaps in pieces:
             out[j][i:i + len(snaps)] = _score_chunk(task, run_dir, snaps)
             if on_done:
                 on_done(len(snaps))
         return out
     import multiprocessing
+    from concurrent.futures import as_completed
 
-    context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context, initializer=_init_worker,
-                             initargs=(registry_factory, sys_path)) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(pieces)),
+                             mp_context=multiprocessing.get_context("fork")) as pool:
         futures = {pool.submit(_score_chunk, task, run_dir, snaps): (j, i) for j, i, task, run_dir, snaps in pieces}
-        from concurrent.futures import as_completed
-
         for future in as_completed(futures):
             j, i = futures[future]
             result = future.result()
@@ -306,15 +302,15 @@ def score_many(jobs: list[tuple[str, Path, list[str]]], workers: int = 1, regist
     return out
 
 
-def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int | None = None,
-                  registry_factory: str | None = None, registry=None, on_done=None) -> list[dict]:
+def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int | None = None, registry=None,
+                  on_done=None) -> list[dict]:
     """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel.
 
     Returns per run: run_dir, trace, task, final (score, error) and steps [(step, snapshot, score, error)].
     """
     from .trace import read_trace
 
-    registry = registry or registry_from(registry_factory)
+    registry = registry or registry_from()
     workers = workers or os.cpu_count() or 1
     plans = []
     for run_dir in run_dirs:
@@ -324,7 +320,7 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
         steps = intermediate_steps(trace) if intermediate else []
         plans.append((Path(run_dir), trace, task, final, steps))
     jobs = [(task.name, run_dir, [final] + [snap for _i, snap in steps]) for run_dir, _t, task, final, steps in plans]
-    scores = score_many(jobs, workers=workers, registry_factory=registry_factory, on_done=on_done)
+    scores = score_many(jobs, registry, workers=workers, on_done=on_done)
     results = []
     for (run_dir, trace, task, _final, steps), got in zip(plans, scores):
         results.append({"run_dir": run_dir, "trace": trace, "task": task, "final": got[0],
@@ -332,20 +328,49 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
     return results
 
 
-def evaluate_bench(bench_dir: Path, intermediate: bool = False, workers: int | None = None,
-                   registry_factory: str | None = None, on_done=None) -> list[dict]:
-    """Re-score every completed run of a bench and store the scores (and step scores) in its database."""
-    with ResultsDB.open_existing(bench_dir) as db:
-        rows = [r for r in db.runs() if r["status"] in ("finished", "failed")
-                and (Path(bench_dir) / r["run_dir"] / "trace.json").is_file()]
-        results = evaluate_runs([Path(bench_dir) / r["run_dir"] for r in rows], intermediate, workers,
-                                registry_factory, on_done=on_done)
-        for row, res in zip(rows, results):
-            trace = res["trace"]
-            trace.final_score, trace.final_score_error = res["final"]
-            db.upsert_run(row["key"], final_score=trace.final_score, final_score_error=trace.final_score_error,
-                          failure=classify(trace))
-            if intermediate:
-                db.set_step_scores(row["key"], res["steps"])
-            res["key"] = row["key"]
-    return results
+def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None = None, registry=None,
+              on_done=None) -> list[dict]:
+    """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
+    database); one row per run, with the best step when `intermediate`."""
+    from .metrics import SUCCESS, improvement
+
+    registry = registry or registry_from()
+    run_dirs: list[Path] = []
+    bench_rows: dict[Path, tuple[Path, str]] = {}
+    for path in map(Path, paths):
+        if (path / DB_FILE).is_file():
+            with ResultsDB(path / DB_FILE) as db:
+                for row in db.runs():
+                    run_dir = path / row["run_dir"]
+                    if row["status"] in ("finished", "failed") and (run_dir / "trace.json").is_file():
+                        run_dirs.append(run_dir)
+                        bench_rows[run_dir] = (path, row["key"])
+        else:
+            run_dirs.append(path)
+    results = evaluate_runs(run_dirs, intermediate, workers, registry, on_done)
+    rows = []
+    for res in results:
+        trace, task = res["trace"], res["task"]
+        (score, error), steps = res["final"], res["steps"]
+        trace.final_score, trace.final_score_error = score, error
+        if res["run_dir"] in bench_rows:
+            bench, key = bench_rows[res["run_dir"]]
+            with ResultsDB(bench / DB_FILE) as db:
+                db.upsert_run(key, final_score=score, final_score_error=error, failure=classify(trace))
+                if intermediate:
+                    db.set_step_scores(key, steps)
+        base = taskdata.recorded_baseline(task)
+        imp = improvement(score, base, task.metric.higher_is_better)
+        valid = [(i, s) for i, _snap, s, _e in steps if is_valid(s)]
+        pick = max if task.metric.higher_is_better else min
+        best = pick(valid, key=lambda p: p[1]) if valid else None
+        rows.append({"run_dir": str(res["run_dir"]), "task": task.name, "agent": trace.config.agent,
+                     "status": trace.status, "steps": len(trace.steps), "metric": task.metric.name,
+                     "higher_is_better": task.metric.higher_is_better, "score": score, "error": error,
+                     "baseline": base, "improvement": imp, "success": imp is not None and imp > SUCCESS,
+                     "failure": classify(trace), "tokens": trace.usage.total_tokens,
+                     "time_s": round(trace.total_time_s, 2),
+                     **({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
+                         "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]}
+                        if intermediate else {})})
+    return rows

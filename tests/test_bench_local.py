@@ -1,0 +1,169 @@
+"""`mlab bench` with the local engine: real worker processes, real run directories, a real SQLite database."""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.bench_cli import REGISTRY, mlab, start
+from tests.fixtures.bench_plugins import SCENARIOS
+
+TASK = "fixture/counter"
+
+
+def db_rows(bench: Path, sql: str = "SELECT * FROM runs ORDER BY agent, llm, seed") -> list[dict]:
+    conn = sqlite3.connect(bench / "results.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(sql)]
+    finally:
+        conn.close()
+
+
+def bench(bench_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = mlab("bench", "--tasks", TASK, "--bench-dir", bench_dir, "--registry", REGISTRY, *args, timeout=timeout)
+    return result
+
+
+def test_every_run_isolated_results_in_sqlite_and_rerun_skips_them(tmp_path):
+    out = tmp_path / "bench"
+    result = bench(out, "--agents", "fixture-appender,baseline", "--runs", "3", "--workers", "2", "--intermediate",
+                   "--agent-option", "steps=4")
+    assert result.returncode == 0, result.stderr
+    rows = db_rows(out)
+    assert [(r["agent"], r["seed"], r["status"]) for r in rows] == [
+        (a, s, "finished") for a in ("baseline", "fixture-appender") for s in range(3)]
+    assert len({r["run_dir"] for r in rows}) == 6
+    for r in rows:
+        run_dir = out / r["run_dir"]
+        trace = json.loads((run_dir / "trace.json").read_text())
+        assert trace["config"]["seed"] == r["seed"] and trace["config"]["agent"] == r["agent"]
+        assert (run_dir / "workspace" / "step.py").is_file()
+        assert r["final_score"] == (3.0 if r["agent"] == "fixture-appender" else 1.0)
+        assert r["llm"] is None and r["failure"] is None and r["attempts"] == 1 and r["time_s"] > 0
+    # one worker's files never reach another's workspace
+    assert not (out / rows[0]["run_dir"] / "workspace" / "log.txt").read_text().startswith("line")
+    steps = db_rows(out, "SELECT step, score FROM step_scores WHERE run_key LIKE '%fixture-appender%s1' ORDER BY step")
+    assert [(s["step"], s["score"]) for s in steps] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0)]
+    versions = db_rows(out, "SELECT DISTINCT distribution FROM plugin_versions")
+    assert "mlab-agent-baseline" in {v["distribution"] for v in versions}
+    assert "6 finished, 0 failed" in result.stdout
+
+    stamps = {r["key"]: (out / r["run_dir"] / "trace.json").stat().st_mtime_ns for r in rows}
+    again = bench(out, "--agents", "fixture-appender,baseline", "--runs", "3", "--workers", "2",
+                  "--agent-option", "steps=4")
+    assert again.returncode == 0, again.stderr
+    assert "6 already done before" in again.stdout
+    assert {r["key"]: (out / r["run_dir"] / "trace.json").stat().st_mtime_ns for r in db_rows(out)} == stamps
+
+
+def test_failure_taxonomy_and_retry_of_failed_runs(tmp_path):
+    out = tmp_path / "bench"
+    args = ("--agents", "fixture-scenario", "--runs", str(len(SCENARIOS)), "--workers", "2", "--max-steps", "3",
+            "--action-timeout", "1s")
+    result = bench(out, *args)
+    assert result.returncode == 0, result.stderr
+    rows = db_rows(out)
+    assert [r["failure"] for r in rows] == SCENARIOS
+    crashed = rows[SCENARIOS.index("harness_error")]
+    assert crashed["status"] == "failed" and "the agent crashed" in crashed["end_reason"]
+    assert all(r["status"] == "finished" for r in rows if r is not crashed)
+    assert rows[SCENARIOS.index(None)]["final_score"] == 1.0
+
+    assert bench(out, *args).returncode == 0
+    assert db_rows(out)[SCENARIOS.index("harness_error")]["attempts"] == 1  # failed runs stay failed by default
+    retried = bench(out, *args, "--retry-failed")
+    assert retried.returncode == 0, retried.stderr
+    rows = db_rows(out)
+    assert [r["attempts"] for r in rows] == [2 if f == "harness_error" else 1 for f in SCENARIOS]
+    kept = list((out / "attempts").iterdir())
+    assert len(kept) == 1 and (kept[0] / "trace.json").is_file()  # the failed attempt is kept for post-mortems
+
+
+def test_models_tokens_cost_and_llm_errors(tmp_path):
+    script = tmp_path / "replies.jsonl"
+    script.write_text('"first"\n"second"\n')  # runs out at the third call: an LLM error
+    out = tmp_path / "bench"
+    result = bench(out, "--agents", "fixture-llm-stepper", "--llm", f"scripted:{script}", "--llm", "fixture-sleepy:0",
+                   "--runs", "2", "--workers", "2", "--agent-option", "steps=4")
+    assert result.returncode == 0, result.stderr
+    rows = db_rows(out)
+    assert [(r["llm"], r["seed"]) for r in rows] == [("fixture-sleepy:0", 0), ("fixture-sleepy:0", 1),
+                                                     (f"scripted:{script}", 0), (f"scripted:{script}", 1)]
+    sleepy, scripted = rows[:2], rows[2:]
+    assert all(r["status"] == "finished" and r["failure"] is None for r in sleepy)
+    assert all(r["prompt_tokens"] == 400 and r["completion_tokens"] == 80 for r in sleepy)
+    assert all(r["cost_usd"] == pytest.approx(0.004) for r in sleepy)
+    assert all(r["status"] == "failed" and r["failure"] == "llm_error" for r in scripted)
+    assert "ran out of completions" in scripted[0]["end_reason"]
+
+
+def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
+    out = tmp_path / "bench"
+    args = ("--agents", "fixture-stepper", "--runs", "4", "--workers", "2", "--agent-option", "steps=8",
+            "--agent-option", "sleep=0.3", "--bench-dir", out, "--registry", REGISTRY)
+    proc = start("bench", "--tasks", TASK, *args)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if (out / "results.db").exists() and sum(r["status"] == "finished" for r in db_rows(out)) >= 2:
+            break
+    time.sleep(0.6)  # the next two runs are under way
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stdout
+    rows = db_rows(out)
+    finished = [r for r in rows if r["status"] == "finished"]
+    stopped = [r for r in rows if r["status"] == "interrupted"]
+    assert len(finished) >= 2 and len(finished) + len(stopped) == 4 and stopped
+    for r in finished:
+        assert json.loads((out / r["run_dir"] / "trace.json").read_text())["status"] == "finished"
+    for r in stopped:
+        trace = json.loads((out / r["run_dir"] / "trace.json").read_text())
+        assert trace["status"] == "running" and len(trace["steps"]) < 8
+
+    resumed = mlab("bench", "--tasks", TASK, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    for r in db_rows(out):
+        trace = json.loads((out / r["run_dir"] / "trace.json").read_text())
+        assert r["status"] == "finished" and [s["index"] for s in trace["steps"]] == list(range(1, 9))
+        executed = sum(s["action"]["name"] == "Execute Script" for s in trace["steps"])
+        log = (out / r["run_dir"] / "workspace" / "log.txt").read_text().splitlines()
+        assert log == [f"run {i}" for i in range(executed)]  # every step's effect exactly once
+        assert r["final_score"] == executed and r["attempts"] == 1
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--tasks", "no-such-task", "--agents", "baseline"), "unknown task"),
+    (("--tasks", TASK, "--agents", "fixture-llm-stepper"), "need a model"),
+    (("--tasks", TASK, "--agents", "baseline", "--ray-address", "auto"), "need --engine ray"),
+    (("--tasks", TASK, "--agents", "baseline", "--runs", "0"), "--runs"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    result = mlab("bench", *args, "--bench-dir", tmp_path / "b", "--registry", REGISTRY)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr
+
+
+def test_live_view_shows_each_running_runs_step_tokens_and_cost():
+    from rich.console import Console
+
+    from mlab.cli.bench_cmds import BenchView
+    from mlab.core.bench import BenchStatus, RunProgress
+
+    view = BenchView("bench b")
+    status = BenchStatus(total=16, done=5, failed=1, pending=6, tokens=1000, cost_usd=0.5, running=[
+        RunProgress(key="t|a|m|s3", step=7, max_steps=20, tokens=2345, cost_usd=0.25, action="Execute Script",
+                    started=time.time() - 12)])
+    console = Console(record=True, width=200)
+    console.print(view._render(status))
+    text = console.export_text()
+    assert "5/16 done, 1 running, 1 failed, 6 pending" in text and "3,345 tokens" in text and "$0.7500" in text
+    assert "t|a|m|s3" in text and "7/20" in text and "Execute Script" in text and "2,345" in text

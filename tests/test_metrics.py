@@ -1,0 +1,107 @@
+"""The original's metrics: direction-aware improvement, success thresholds, intervals, paired comparisons."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mlab.core.metrics import (RunRecord, all_groups, group_metrics, improvement, mean_ci, overall, paired, run_metrics,
+                               sign_test, wilson)
+from mlab.core.models import Action, RunConfig, Step, Trace
+from mlab.core.results import classify, intermediate_steps
+
+
+def run(seed=0, score=None, agent="a", task="t", higher=True, status="finished", steps=(), tokens=0, cost=0.0,
+        time_s=1.0, failure=None):
+    return RunRecord(key=f"{task}|{agent}|s{seed}", task=task, agent=agent, llm=None, seed=seed, status=status,
+                     final_score=score, higher_is_better=higher, tokens=tokens, cost_usd=cost, time_s=time_s,
+                     step_scores=list(steps), failure=failure)
+
+
+def test_improvement_is_direction_aware_and_nonpositive_scores_are_invalid():
+    assert improvement(0.9, 0.75, True) == pytest.approx(0.2)
+    assert improvement(15000.0, 20000.0, False) == pytest.approx(0.25)  # MAE down 25% is +25%
+    assert improvement(25000.0, 20000.0, False) == pytest.approx(-0.25)
+    assert improvement(0.0, 0.5, True) is None and improvement(-1.0, 0.5, False) is None
+    assert improvement(None, 0.5, True) is None and improvement(0.6, None, True) is None
+    assert improvement(0.6, 0.0, True) is None
+
+
+def test_success_at_each_threshold_and_at_any_step():
+    m = run_metrics(run(score=0.86, steps=[(1, 0.5), (2, 0.95), (3, None)]), baseline=0.8)
+    assert m.final_improvement == pytest.approx(0.075)
+    assert m.success == {0.05: True, 0.10: False, 0.15: False, 0.20: False, 0.30: False}
+    assert m.best_improvement == pytest.approx(0.1875) and m.success_any
+    lower = run_metrics(run(score=14000.0, higher=False, steps=[(1, 30000.0)]), baseline=20000.0)
+    assert lower.success[0.30] is False and lower.success[0.20] is True and lower.success_any
+    invalid = run_metrics(run(score=0.0, steps=[(1, 0.0)]), baseline=0.5)
+    assert not invalid.valid_final and invalid.final_improvement is None and not invalid.success_any
+
+
+def test_wilson_interval_and_t_interval():
+    zero = wilson(0, 8)
+    assert zero.mean == 0 and zero.lo == 0 and zero.hi == pytest.approx(0.3244, abs=1e-3)
+    full = wilson(8, 8)
+    assert full.lo == pytest.approx(1 - 0.3244, abs=1e-3) and full.hi == 1
+    half = wilson(4, 8)
+    assert half.lo == pytest.approx(0.2152, abs=1e-3) and half.hi == pytest.approx(0.7848, abs=1e-3)
+    e = mean_ci([1.0, 2.0, 3.0])
+    assert e.mean == 2 and e.hi - e.mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
+    assert mean_ci([5.0]).lo is None and mean_ci([]).mean is None
+
+
+def test_group_counts_failed_runs_and_averages_improvement_over_valid_runs_only():
+    runs = [run(0, 0.9), run(1, 0.7), run(2, None, status="failed", failure="llm_error"), run(3, 0.0),
+            run(4, None, status="running")]  # a run still going counts nowhere
+    g = group_metrics("t", "a", runs, baseline=0.75)
+    assert g.runs == 4 and g.failed == 1 and g.valid_final == 2
+    assert g.success[0.10].mean == pytest.approx(0.25)
+    assert g.improvement.n == 2 and g.improvement.mean == pytest.approx(((0.9 - 0.75) + (0.7 - 0.75)) / 0.75 / 2)
+    assert g.failures == {"llm_error": 1}
+
+
+def test_paired_comparison_over_shared_tasks():
+    runs = []
+    for task, (a_ok, b_ok) in {"t1": (4, 1), "t2": (3, 0), "t3": (2, 2), "t4": (4, 3), "t5": (1, 0)}.items():
+        for seed in range(4):
+            runs.append(run(seed, 1.0 if seed < a_ok else 0.5, agent="A", task=task))
+            runs.append(run(seed, 1.0 if seed < b_ok else 0.5, agent="B", task=task))
+    runs.append(run(0, 1.0, agent="A", task="only-a"))
+    groups = all_groups(runs, {t: 0.5 for t in ("t1", "t2", "t3", "t4", "t5", "only-a")})
+    c = paired(groups, "A", "B")
+    assert [row["task"] for row in c.tasks] == ["t1", "t2", "t3", "t4", "t5"]
+    assert (c.wins, c.losses, c.ties) == (4, 0, 1)
+    assert c.success_diff.mean == pytest.approx((3 + 3 + 0 + 1 + 1) / 4 / 5)
+    assert c.p_sign == pytest.approx(0.125) and sign_test(5, 0) == pytest.approx(0.0625)
+    assert overall(groups)["A"]["tasks"] == 6
+
+
+def _trace(status="finished", reason="final answer", score=None, observations=()):
+    steps = [Step(index=i + 1, action=Action(name=name), observation=obs, is_error=err, started_at=0, duration_s=0,
+                  snapshot=f"step_{i + 1:04d}") for i, (name, obs, err) in enumerate(observations)]
+    return Trace(run_id="r", config=RunConfig(task="t", agent="a"), status=status, end_reason=reason, started_at=0,
+                 final_score=score, steps=steps)
+
+
+def test_failure_taxonomy_from_traces():
+    assert classify(_trace(score=0.8)) is None
+    assert classify(_trace(status="failed", reason="llm error: rate limited")) == "llm_error"
+    assert classify(_trace(status="failed", reason="harness error: OSError: disk full")) == "harness_error"
+    assert classify(_trace(reason="agent stopped: 5 invalid responses in a row")) == "invalid_format"
+    oom = ("Execute Script", "EnvError: the script hit the memory limit (exit code -9). Output:\n", True)
+    assert classify(_trace(observations=[oom])) == "out_of_memory"
+    late = ("Execute Script", "EnvError: the script ran past the time limit of 60 s and was killed.", True)
+    assert classify(_trace(observations=[oom, late])) == "timeout"  # the latest problem explains the outcome
+    assert classify(_trace(reason="max steps reached (50)")) == "limits_reached"
+    assert classify(_trace(reason="budget reached: 100000 tokens")) == "limits_reached"
+    assert classify(_trace()) == "no_submission"
+    assert classify(_trace(score=0.0)) == "no_submission"  # a score <= 0 is no valid submission
+    assert classify(_trace(score=0.9, observations=[oom])) is None  # recovered: not a failure
+
+
+def test_intermediate_snapshots_are_subsampled_to_50_ending_with_the_last():
+    steps = [("Append File", "ok", False)] * 120
+    picks = intermediate_steps(_trace(observations=steps))
+    assert len(picks) == 50 and picks[0] == (1, "step_0001") and picks[-1] == (120, "step_0120")
+    assert [p[0] for p in picks] == sorted({p[0] for p in picks})
+    assert len(intermediate_steps(_trace(observations=steps[:30]))) == 30
