@@ -119,6 +119,45 @@ def test_research_agent_improves_on_the_baseline(tmp_path):
     assert task.research_problem in system and "Edit Script (AI)" in system and "Read File" not in system
 
 
+def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
+    """The same run on the built-in lite/wine task (scikit-learn): scaled logistic regression beats the k-NN starter."""
+    from mlab.core import RunConfig, taskdata
+    from mlab.core.baseline import measure_baseline
+    from mlab.core.runner import Runner
+
+    registry = fixture_registry()
+    if "lite/wine" not in registry.items["tasks"]:
+        pytest.skip("the lite task pack is not installed")
+    task = registry.get("tasks", "lite/wine")
+    taskdata.prepare(task, log=lambda _msg: None)
+    starter = (taskdata.public_dir(task) / "train.py").read_text()
+    knn = "model = KNeighborsClassifier(n_neighbors=5)"
+    assert knn in starter, "the lite/wine starter changed; update this test's edit"
+    edited = ("from sklearn.linear_model import LogisticRegression\nfrom sklearn.pipeline import make_pipeline\n"
+              "from sklearn.preprocessing import StandardScaler\n" + starter.replace(
+                  knn, "model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))"))
+    script = write_script(tmp_path / "script.jsonl", [
+        R("Inspect Script Lines", {"script_name": "train.py", "start_line_number": 1, "end_line_number": 30}, 1),
+        R("Execute Script", {"script_name": "train.py"}, 2),
+        R("Edit Script (AI)", {"script_name": "train.py", "save_name": "train.py",
+                               "edit_instruction": "standardize the features and use logistic regression"}, 3),
+        edit_reply(edited),
+        R("Execute Script", {"script_name": "train.py"}, 4),
+        R(*FINAL, 5),
+    ])
+    config = RunConfig(task="lite/wine", agent="research", llm=f"scripted:{script}", max_steps=10,
+                       action_timeout_s=120)
+    trace = Runner(tmp_path / "run", config, registry).start()
+    assert trace.end_reason == "final answer", trace.end_reason
+    assert [s.action.name for s in trace.steps] == [
+        "Inspect Script Lines", "Execute Script", "Edit Script (AI)", "Execute Script", "Final Answer"]
+    assert "Validation accuracy:" in trace.steps[1].observation and "Validation accuracy:" in trace.steps[3].observation
+    assert all(list(s.action.entries) == ENTRIES for s in trace.steps)
+    baseline = measure_baseline(task, record=False)[0]
+    assert trace.final_score > baseline * 1.1, (trace.final_score, baseline)
+    print(f"lite/wine: baseline {baseline:.4f}, research agent {trace.final_score:.4f}")
+
+
 def test_invalid_responses_are_retried_with_the_correction(tmp_path):
     script = [
         "Thought: let me look\nAction: List Files\nAction Input: {\"dir_path\": \".\"}",
