@@ -1,0 +1,200 @@
+"""Plugin discovery with real distributions: pip install, `mlab list-plugins`, a run, pip uninstall, and every
+way a plugin can be broken without breaking the others."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.fixtures.venvs import EXAMPLE_PACK, MAIN_PYTHON, fixture_plugin, make_venv  # noqa: E402
+
+EXAMPLE = ("example", "mlab-example-tasks", "0.1.0", "example/line-fit")
+HEAVY = ("torch", "sklearn", "litellm")
+BROKEN_FIXTURES = ("broken_import", "invalid_registration", "dup_a", "dup_b", "misspelled_hook")
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    """One venv holding the example pack and every broken fixture plugin at once, as a user's machine might."""
+    venv = make_venv(tmp_path_factory.mktemp("zoo") / "venv")
+    venv.install(EXAMPLE_PACK, *(fixture_plugin(name) for name in BROKEN_FIXTURES))
+    return venv
+
+
+def table_row(output: str, plugin: str) -> str:
+    rows = [line for line in output.splitlines() if re.match(rf"^\W*{re.escape(plugin)}\s", line)]
+    assert len(rows) == 1, f"no single row for {plugin!r} in:\n{output}"
+    return rows[0]
+
+
+# ---- the example pack --------------------------------------------------------------------------------------
+
+def test_example_pack_installs_lists_runs_and_uninstalls(tmp_path):
+    name, dist, version, task = EXAMPLE
+    venv = make_venv(tmp_path / "venv")
+    assert name not in venv.plugins()
+
+    venv.install(EXAMPLE_PACK)
+    listed = venv.mlab("list-plugins")
+    assert listed.returncode == 0, listed.stderr
+    row = table_row(listed.stdout, name)
+    for text in (dist, version, task, "register_tasks"):
+        assert text in row
+    info = venv.plugins()[name]
+    assert (info["distribution"], info["version"], info["module"]) == (dist, version, "mlab_example_tasks")
+    assert info["tasks"] == [task] and info["hooks"] == ["register_tasks"] and info["error"] is None
+
+    run_dir = tmp_path / "run"
+    result = venv.mlab("run", "--task", task, "--agent", "baseline", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    trace = json.loads((run_dir / "trace.json").read_text())
+    assert trace["status"] == "finished" and trace["end_reason"] == "final answer"
+    assert [s["action"]["name"] for s in trace["steps"]] == ["Execute Script", "Final Answer"]
+    assert trace["final_score_error"] is None
+    assert math.isfinite(trace["final_score"]) and 0 < trace["final_score"] < 100
+    assert trace["plugin_versions"][dist] == version
+    assert f"final MSE: {trace['final_score']:.6g}" in result.stdout
+    # The answers never reached the workspace; the data stayed as prepared.
+    workspace = run_dir / "workspace"
+    assert not (workspace / "answers.csv").exists()
+    assert (workspace / "train.csv").read_bytes() == (venv.home / "tasks" / "example__line-fit" / "public" /
+                                                      "train.csv").read_bytes()
+
+    venv.uninstall(dist)
+    assert name not in venv.plugins()
+    gone = venv.mlab("run", "--task", task, "--agent", "baseline", "--run-dir", str(tmp_path / "run2"))
+    assert gone.returncode == 2
+    assert f"unknown task '{task}'" in gone.stderr and "Traceback" not in gone.stderr
+
+
+def test_example_pack_own_tests_pass(zoo):
+    # The tests the example ships for its authors run green against the installed pack.
+    copy = zoo.copy_of(EXAMPLE_PACK)
+    result = zoo.run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy / "tests"), cwd=copy, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\d+ passed", result.stdout)
+
+
+def test_example_task_is_offered_with_its_metric(zoo):
+    rows = {row["name"]: row for row in zoo.mlab_json("tasks")}
+    row = rows["example/line-fit"]
+    assert (row["metric"], row["direction"], row["offline_ready"], row["gpu"]) == ("MSE", "lower", True, "none")
+    assert row["provider"] == "mlab-example-tasks 0.1.0"
+
+
+# ---- broken plugins ---------------------------------------------------------------------------------------
+
+def test_plugin_whose_import_raises_is_listed_with_its_error(zoo):
+    info = zoo.plugins()["fixture-broken"]
+    assert (info["distribution"], info["version"]) == ("mlab-fixture-broken-import", "0.3.1")
+    assert info["error"] == "import failed: RuntimeError: fixture plugin refuses to import"
+    assert info["hooks"] == [] and info["tasks"] == []
+    row = table_row(zoo.mlab("list-plugins").stdout, "fixture-broken")
+    for text in ("mlab-fixture-broken-import", "0.3.1", "fixture plugin refuses to import"):
+        assert text in row
+    # Everything else still works.
+    tasks = zoo.mlab("tasks")
+    assert tasks.returncode == 0 and "example/line-fit" in tasks.stdout
+    agents = zoo.mlab_json("agents")
+    assert "baseline" in {a["name"] for a in agents}
+
+
+def test_plugin_registering_an_invalid_object_is_reported(zoo):
+    plugins = zoo.plugins()
+    info = plugins["fixture-invalid"]
+    assert (info["distribution"], info["version"]) == ("mlab-fixture-invalid", "0.1.0")
+    assert "invalid registration" in info["error"] and "not a Task instance" in info["error"]
+    assert info["tasks"] == []
+    assert plugins["example"]["error"] is None and plugins["example"]["tasks"] == ["example/line-fit"]
+    assert "fixture/not-a-task" not in {t["name"] for t in zoo.mlab_json("tasks")}
+
+
+def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
+    conflicts = [c for c in zoo.plugins()[None] if "'fixture/dup'" in c]
+    assert len(conflicts) == 1
+    assert "mlab-fixture-dup-a 1.0.0" in conflicts[0] and "mlab-fixture-dup-b 2.0.0" in conflicts[0]
+    assert "conflict:" in zoo.mlab("list-plugins").stdout
+
+    for argv in (["run", "--task", "fixture/dup", "--run-dir", str(tmp_path / "run")], ["prepare", "fixture/dup"]):
+        result = zoo.mlab(*argv)
+        assert result.returncode == 2, result
+        assert "mlab-fixture-dup-a" in result.stderr and "mlab-fixture-dup-b" in result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+    # Listing tasks still works, and says loudly that the name is contested.
+    tasks = zoo.mlab("tasks")
+    assert tasks.returncode == 0 and "example/line-fit" in tasks.stdout
+    assert "fixture/dup" in tasks.stderr and "mlab-fixture-dup-b" in tasks.stderr
+
+
+def test_misspelled_hookimpl_is_reported_by_check_pending(zoo):
+    info = zoo.plugins()["fixture-misspelled"]
+    assert info["distribution"] == "mlab-fixture-misspelled"
+    assert info["error"].startswith("invalid hook implementation")
+    assert "unknown hook 'register_task'" in info["error"]
+    assert info["hooks"] == [] and info["tasks"] == []
+    assert "fixture/never" not in {t["name"] for t in zoo.mlab_json("tasks")}
+
+
+def test_broken_plugins_do_not_stop_a_run(zoo, tmp_path):
+    run_dir = tmp_path / "run"
+    result = zoo.mlab("run", "--task", "line-fit", "--agent", "baseline", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((run_dir / "trace.json").read_text())["final_score"] > 0
+
+
+# ---- MLAB_LOAD_PLUGINS ----------------------------------------------------------------------------------------
+
+def test_load_plugins_empty_loads_nothing(zoo):
+    env = {"MLAB_LOAD_PLUGINS": ""}
+    plugins = zoo.plugins(env=env)
+    assert plugins == {None: []}
+    assert zoo.mlab_json("tasks", env=env) == []
+    assert zoo.mlab_json("agents", env=env) == []
+    result = zoo.mlab("run", "--task", "example/line-fit", env=env)
+    assert result.returncode == 2 and "(none installed)" in result.stderr
+
+
+def test_load_plugins_limits_loading_to_the_names_given(zoo):
+    env = {"MLAB_LOAD_PLUGINS": "example, baseline"}
+    plugins = zoo.plugins(env=env)
+    assert sorted(k for k in plugins if k) == ["baseline", "example"]
+    assert plugins[None] == []  # the duplicate fixtures were not loaded, so nothing conflicts
+    assert all(p["error"] is None for k, p in plugins.items() if k)
+    assert [t["name"] for t in zoo.mlab_json("tasks", env=env)] == ["example/line-fit"]
+
+    only_broken = zoo.plugins(env={"MLAB_LOAD_PLUGINS": "fixture-broken"})
+    assert sorted(k for k in only_broken if k) == ["fixture-broken"]
+    assert "RuntimeError" in only_broken["fixture-broken"]["error"]
+
+
+# ---- cheap listing ------------------------------------------------------------------------------------------
+
+def test_list_plugins_imports_nothing_heavy():
+    # In the main .venv, with every built-in plugin installed: listing must not pay for torch, sklearn or litellm.
+    result = subprocess.run([MAIN_PYTHON, "-X", "importtime", "-m", "mlab.cli.main", "list-plugins", "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["plugins"], "no plugins installed in the main .venv"
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "mlab" in imported
+    assert not imported & set(HEAVY), f"list-plugins imported {sorted(imported & set(HEAVY))}"
+
+    probe = ("import json, sys\n"
+             "from mlab.core.registry import load_registry\n"
+             "registry = load_registry()\n"
+             "assert registry.plugins\n"
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n")
+    loaded = subprocess.run([MAIN_PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert loaded.returncode == 0, loaded.stderr
+    assert json.loads(loaded.stdout) == []
