@@ -86,6 +86,12 @@ class Runner:
         except BlockingIOError:
             raise MlabError(f"run {str(self.run_dir)!r} is in use by another mlab process")
 
+    def _release_lock(self) -> None:
+        lock = getattr(self, "_lock_file", None)
+        if lock is not None:
+            lock.close()
+            self._lock_file = None
+
     def _build(self) -> None:
         self._lock()
         self.store = SnapshotStore(self.run_dir)
@@ -120,14 +126,24 @@ class Runner:
             taskdata.prepare(self.task, log=lambda _msg: None)
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise MlabError(f"run directory {str(self.run_dir)!r} is not empty; use --resume to continue it")
+        existed = self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.run_dir, self.config)
-        shutil.copytree(taskdata.public_dir(self.task), self.workspace, symlinks=False)
-        self._build()
-        self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
-        trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
-                      plugin_versions={p.distribution: p.version for p in self.registry.plugins})
-        write_trace(self.run_dir, trace)
+        try:
+            write_config(self.run_dir, self.config)
+            shutil.copytree(taskdata.public_dir(self.task), self.workspace, symlinks=False)
+            self._build()
+            self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+            trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
+                          plugin_versions={p.distribution: p.version for p in self.registry.plugins})
+            write_trace(self.run_dir, trace)
+        except BaseException:
+            # A run that never started leaves nothing a later `run --run-dir` would trip over.
+            self._release_lock()
+            if existed:
+                _empty_folder(self.run_dir)
+            else:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
         return self._loop(trace)
 
@@ -217,6 +233,14 @@ class Runner:
             run_dir=str(self.run_dir), status=status, end_reason=reason, steps=len(trace.steps),
             final_score=trace.final_score, usage=trace.usage, total_time_s=total))
         return trace
+
+
+def _empty_folder(folder: Path) -> None:
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink()
 
 
 def evaluate_snapshot(task: Task, run_dir: Path, snapshot: str) -> tuple[float | None, str | None]:

@@ -110,3 +110,27 @@ def test_resume_of_finished_run_is_refused(tmp_path, mlab_home):
     proc = start_harness(run_dir, "--resume")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "already ended" in out
+
+
+def test_run_that_fails_to_start_leaves_no_half_made_folder(tmp_path, mlab_home):
+    from mlab.core import MlabError, RunConfig
+    from mlab.core.runner import Runner
+    from tests.fixtures.harness import AGENT_NAME, TASK_NAME, StepperAgent, fixture_registry
+
+    class PickyAgent(StepperAgent):
+        name = "fixture-picky"
+
+        def __init__(self, ctx):
+            raise MlabError(f"unknown agent option {sorted(ctx.options)}")
+
+    registry = fixture_registry()
+    registry.items["agents"]["fixture-picky"] = PickyAgent
+    run_dir = tmp_path / "run"
+    config = RunConfig(task=TASK_NAME, agent="fixture-picky", agent_options={"bogus": 1})
+    with pytest.raises(MlabError, match="bogus"):
+        Runner(run_dir, config, registry).start()
+    assert not run_dir.exists()
+    # the same folder then takes a good run
+    good = RunConfig(task=TASK_NAME, agent=AGENT_NAME, agent_options={"steps": 2})
+    trace = Runner(run_dir, good, registry).start()
+    assert trace.status == "finished" and len(trace.steps) == 2
