@@ -1,0 +1,76 @@
+"""Concurrency of `mlab bench`: runs whose time is dominated by model latency, many at once.
+
+Each run: fixture-llm-stepper (tests/fixtures/bench_plugins.py) for 20 steps, each step one call to a backend
+that sleeps 0.5 s, so one run takes >= 10 s of waiting. Target: 16 concurrent runs on 2 cores take <= 1.3x the
+wall time of one run. With --engine ray (needs Ray installed) the same bench runs as Ray tasks on a local Ray,
+whose start-up is reported separately.
+
+Usage: python benchmarks/bench_parallel.py [--engine local|ray] [--runs 16] [--steps 20] [--latency 0.5]
+Run from the repository root (workers import the fixture plugins from tests/).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+REGISTRY = "tests.fixtures.bench_plugins:bench_registry"
+
+
+def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, name: str) -> tuple[float, dict]:
+    from mlab.core.bench import Bench, BenchSpec
+    from mlab.core.results import ResultsDB
+
+    spec = BenchSpec(tasks=["fixture/counter"], agents=["fixture-llm-stepper"], llms=[f"fixture-sleepy:{latency}"],
+                     runs=runs, max_steps=steps + 5, agent_options={"steps": steps})
+    bench = Bench(root / name, spec, workers=runs, engine=engine, registry_factory=REGISTRY)
+    started = time.perf_counter()
+    status = bench.run()
+    wall = time.perf_counter() - started
+    with ResultsDB(root / name / "results.db") as db:
+        rows = db.runs()
+    assert status.done == runs and all(r["status"] == "finished" and r["steps"] == steps for r in rows), rows
+    run_times = sorted(r["time_s"] for r in rows)
+    return wall, {"median_run_time_s": run_times[len(run_times) // 2], "max_run_time_s": run_times[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", choices=["local", "ray"], default="local")
+    parser.add_argument("--runs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--latency", type=float, default=0.5)
+    args = parser.parse_args()
+    os.chdir(REPO)
+    with tempfile.TemporaryDirectory(prefix="mlab-bench-parallel-") as scratch:
+        root = Path(scratch)
+        os.environ["MLAB_HOME"] = str(root / "home")
+        ray_start = None
+        if args.engine == "ray":
+            import ray
+
+            t = time.perf_counter()
+            ray.init(include_dashboard=False, log_to_driver=False)  # kept up for both benches, timed apart
+            ray_start = time.perf_counter() - t
+        one_bench(root, 1, 2, 0.0, "local", "warm-up")  # prepares the task data once, outside the timings
+        single, single_info = one_bench(root, 1, args.steps, args.latency, args.engine, "single")
+        many, many_info = one_bench(root, args.runs, args.steps, args.latency, args.engine, "many")
+        result = {
+            "engine": args.engine, "cores": os.cpu_count(), "runs": args.runs, "steps": args.steps,
+            "latency_s": args.latency, "ideal_run_s": args.steps * args.latency, "one_run_wall_s": round(single, 2),
+            f"{args.runs}_runs_wall_s": round(many, 2), "ratio": round(many / single, 3), "target_ratio": 1.3,
+            "one_run": single_info, "many_runs": many_info,
+        }
+        if ray_start is not None:
+            result["ray_start_s"] = round(ray_start, 2)
+        print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""`mlab report`: tables in the terminal, report.json, PNG plots and the static HTML report."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.fixtures.bench_cli import mlab, report_bench
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    return report_bench(tmp_path_factory.mktemp("report"))
+
+
+def test_tables_metrics_and_files(bench):
+    out, home = bench
+    result = mlab("report", out, "--compare", "fixture-appender", "baseline", extra_env=home)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    for title in ("Runs per task and agent", "Success rate by improvement threshold", "Overall",
+                  "Why runs have no valid final submission", "Paired comparison"):
+        assert title in text
+    assert re.search(r"fixture-appender\s.*\b100% \(44-100\)", text)  # 3/3 with its Wilson interval
+    assert "fixture/counter: baseline agent, 3 runs" in text
+    data = json.loads((out / "report" / "report.json").read_text())
+    groups = {g["label"]: g for g in data["groups"]}
+    assert data["baselines"] == {"fixture/counter": 1.0}
+    appender, scenario = groups["fixture-appender"], groups["fixture-scenario"]
+    assert appender["success"]["10"]["mean"] == 1.0 and appender["improvement"]["mean"] == pytest.approx(2.0)
+    assert appender["success_any"]["mean"] == 1.0 and groups["baseline"]["success"]["10"]["mean"] == 0.0
+    assert scenario["failures"] == {"invalid_format": 1, "out_of_memory": 1, "no_submission": 1}
+    assert scenario["valid_final"] == 0 and scenario["improvement"]["mean"] is None
+    (cmp,) = data["comparisons"]
+    assert (cmp["a"], cmp["b"], cmp["wins"], cmp["losses"]) == ("fixture-appender", "baseline", 1, 0)
+    assert cmp["success_diff"]["mean"] == 1.0
+
+
+def test_png_plots(bench):
+    pytest.importorskip("matplotlib", reason="plots need the report extra: pip install 'mlab[report]'")
+    out, home = bench
+    result = mlab("report", out, "--out", out / "r2", extra_env=home)
+    assert result.returncode == 0, result.stderr
+    for name in ("success_rate", "improvement", "score_over_steps", "success_vs_cost"):
+        data = (out / "r2" / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+        assert f"{name}.png" in (out / "r2" / "index.html").read_text()
+
+
+def test_html_report_has_every_run_and_its_trace(bench):
+    out, home = bench
+    result = mlab("report", out, "--no-plots", "--out", out / "r3", extra_env=home)
+    assert result.returncode == 0, result.stderr
+    page = (out / "r3" / "index.html").read_text()
+    assert "file://" in result.stdout and "<img" not in page
+    index = json.loads(re.search(r"window\.MLAB_REPORT = (\{.*?\});</script>", page, re.S).group(1))
+    assert len(index["runs"]) == 9
+    appender = next(r for r in index["runs"] if r["agent"] == "fixture-appender")
+    script = (out / "r3" / "runs" / f"{appender['id']}.js").read_text()
+    payload = json.loads(script[script.index(", ") + 2: script.rindex(");")])
+    step2 = payload["steps"][1]
+    assert step2["action"] == "Append File" and step2["score"] == 2.0
+    assert step2["changes"][0]["file"] == "log.txt" and "+line 2" in step2["changes"][0]["diff"]
+    assert step2["entries"] == {"thought": "adding line 2"}
+
+
+def test_json_output_and_bad_input(bench, tmp_path):
+    out, home = bench
+    result = mlab("report", out, "--json", "--no-plots", "--no-html", "--out", out / "r4", extra_env=home)
+    assert result.returncode == 0, result.stderr
+    assert {g["label"] for g in json.loads(result.stdout)["groups"]} == {"baseline", "fixture-appender",
+                                                                          "fixture-scenario"}
+    for args, fragment in (((out, "--compare", "fixture-appender", "nobody"), "no runs of 'nobody'"),
+                           ((tmp_path,), "not a bench folder")):
+        bad = mlab("report", *args, extra_env=home)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and fragment in bad.stderr
