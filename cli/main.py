@@ -7,6 +7,8 @@ import click
 
 from mlab.core.errors import MlabError
 
+from .bench_cmds import bench, report
+from .check_cmds import check_task
 from .inspect_cmds import agents, list_plugins, tasks
 from .run_cmds import baseline, eval_runs, prepare, run
 
@@ -17,7 +19,7 @@ def cli() -> None:
     """Benchmark AI research agents on machine-learning tasks."""
 
 
-for command in (list_plugins, tasks, agents, prepare, baseline, run, eval_runs):
+for command in (list_plugins, tasks, agents, prepare, baseline, check_task, run, eval_runs, bench, report):
     cli.add_command(command)
 
 

@@ -49,4 +49,4 @@ def run_finished(event: RunFinished) -> None:
 
 @hookspec
 def llm_call_finished(event: LLMCallFinished) -> None:
-    """An LLM call returned, with its tokens, cost, latency and retries."""
+    """An LLM call ended (returned or failed for good), with its tokens, cost, latency, retries and error."""

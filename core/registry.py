@@ -50,23 +50,24 @@ class Registry:
     items: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: {} for k in KINDS})
     providers: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     conflicts: list[str] = field(default_factory=list)
+    contested: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     pm: Any = None
 
     def get(self, kind: str, name: str) -> Any:
         """Find by exact name, or by the part after 'pack/' when only one item has it."""
         items = self.items[kind]
-        for conflict in self.conflicts:
-            if conflict.startswith(f"{KINDS[kind]} {name!r}"):
-                raise MlabError(conflict)
-        if name in items:
-            return items[name]
-        short = [key for key in items if key.split("/")[-1] == name]
-        if len(short) == 1:
-            return items[short[0]]
-        valid = ", ".join(sorted(items)) or "(none installed)"
-        if len(short) > 1:
-            raise MlabError(f"{KINDS[kind]} name {name!r} is ambiguous: {', '.join(sorted(short))}")
-        raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}")
+        full = name if name in items else None
+        if full is None:
+            short = [key for key in items if key.split("/")[-1] == name]
+            if len(short) > 1:
+                raise MlabError(f"{KINDS[kind]} name {name!r} is ambiguous: {', '.join(sorted(short))}")
+            if not short:
+                valid = ", ".join(sorted(items)) or "(none installed)"
+                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}")
+            full = short[0]
+        if full in self.contested[kind]:
+            raise MlabError(self.contested[kind][full])
+        return items[full]
 
     def provider(self, kind: str, name: str) -> str:
         return self.providers[kind].get(name, "?")
@@ -84,7 +85,12 @@ def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str,
     name = obj.name
     existing = registry.providers[kind].get(name)
     if existing is not None:
-        registry.conflicts.append(f"{KINDS[kind]} {name!r} is registered twice: by {existing} and by {dist}")
+        message = f"{KINDS[kind]} {name!r} is registered twice: by {existing} and by {dist}"
+        registry.conflicts.append(message)
+        registry.contested[kind][name] = message
+        for other in info_by_name.values():
+            if name in getattr(other, kind) or other.name == plugin_name:
+                other.error = "; ".join(filter(None, [other.error, message]))
         return
     registry.items[kind][name] = obj
     registry.providers[kind][name] = dist

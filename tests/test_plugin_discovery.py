@@ -122,6 +122,9 @@ def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
     conflicts = [c for c in zoo.plugins()[None] if "'fixture/dup'" in c]
     assert len(conflicts) == 1
     assert "mlab-fixture-dup-a 1.0.0" in conflicts[0] and "mlab-fixture-dup-b 2.0.0" in conflicts[0]
+    plugins = zoo.plugins()
+    dup_infos = [p for name, p in plugins.items() if name and name.startswith("fixture-dup")]
+    assert len(dup_infos) == 2 and all("registered twice" in (p["error"] or "") for p in dup_infos)
     assert "conflict:" in zoo.mlab("list-plugins").stdout
 
     for argv in (["run", "--task", "fixture/dup", "--run-dir", str(tmp_path / "run")], ["prepare", "fixture/dup"]):
@@ -136,8 +139,6 @@ def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
     assert "fixture/dup" in tasks.stderr and "mlab-fixture-dup-b" in tasks.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: Registry.get (core/registry.py:58-65) checks conflicts against "
-                   "the name as typed, so the short name 'dup' silently picks mlab-fixture-dup-a's task")
 def test_short_name_of_a_contested_task_fails_too(zoo):
     result = zoo.mlab("prepare", "dup")
     assert result.returncode == 2
