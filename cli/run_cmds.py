@@ -70,7 +70,7 @@ def baseline(task_name: str, runs: int, timeout_s: float) -> None:
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Continue a killed run.")
 @click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request (default 10m).")
-@click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 5).")
+@click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 7).")
 @click.option("--max-tokens", type=click.IntRange(1), help="Token budget of the run (prompt + completion).")
 @click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of the run in USD.")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",

@@ -70,7 +70,11 @@ class LLMClient:
         # Tells apart the calls of a step cut short by a crash from those of its rerun after --resume.
         self.session = uuid.uuid4().hex[:12]
         # A resumed run continues the log; its usage is every call made, those of an interrupted step included.
-        self.usage = usage_of_log(read_call_log(self.log_path)) if self.log_path else Usage()
+        earlier = read_call_log(self.log_path) if self.log_path else []
+        self.usage = usage_of_log(earlier)
+        if max_cost is not None:
+            self._unpriced = next((e["model"] for e in earlier if e.get("completion") is not None
+                                   and e.get("error") is None and e.get("cost_usd") is None), None)
 
     def model_name(self, role: str = "main") -> str:
         backend = self.backends[role]
@@ -107,7 +111,7 @@ class LLMClient:
         completion: Completion | None = None
         retries: list[dict[str, Any]] = []
         cached = False
-        error: LLMError | Exception | None = None
+        error: BaseException | None = None
         key, occurrence = None, 0
         try:
             if self.cache is not None and getattr(backend, "cacheable", True):
@@ -126,17 +130,17 @@ class LLMClient:
                 with self._lock:
                     self._occurrences[key] = occurrence + 1
             return completion
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C included: the log says how each call ended
             error = exc
             retries = getattr(exc, "retries", retries)
             raise
         finally:
             self._record(role, model, messages, params, completion, error, retries, cached,
-                         time.monotonic() - started)
+                         time.monotonic() - started, backend.options.get("api_base"))
 
     def _record(self, role: str, model: str, messages: list[Message], params: dict[str, Any],
-                completion: Completion | None, error: Exception | None, retries: list[dict[str, Any]],
-                cached: bool, latency: float) -> None:
+                completion: Completion | None, error: BaseException | None, retries: list[dict[str, Any]],
+                cached: bool, latency: float, api_base: str | None = None) -> None:
         error_text = None if error is None else (str(error) if isinstance(error, LLMError)
                                                  else f"{type(error).__name__}: {error}")
         with self._lock:
@@ -151,6 +155,7 @@ class LLMClient:
                     "session": self.session,
                     "role": role,
                     "model": model,
+                    "api_base": api_base,
                     "response_model": completion.model if completion else None,
                     "messages": [m.model_dump() for m in messages],
                     "params": params,

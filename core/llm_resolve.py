@@ -16,12 +16,13 @@ def build_backend(registry, spec: str, **options: Any) -> LLM:
     """'NAME:MODEL' picks backend NAME; anything else goes to the backend that handles unprefixed models."""
     llms = registry.items["llms"]
     name, _, model = spec.partition(":")
-    if name in llms:
+    valid = ", ".join(sorted(llms)) or "(none installed)"
+    guessed = name not in llms
+    if not guessed:
         cls = registry.get("llms", name)
     else:
         fallback = sorted((cls for cls in llms.values() if cls.handles_unprefixed), key=lambda c: c.name)
         if not fallback:
-            valid = ", ".join(sorted(llms)) or "(none installed)"
             hint = " (install the litellm backend for provider/model names)" if "/" in spec else ""
             raise MlabError(f"no LLM backend for {spec!r}; use NAME:MODEL with NAME one of: {valid}{hint}")
         if len(fallback) > 1:  # picking one silently could send the run to a vendor nobody chose
@@ -32,6 +33,10 @@ def build_backend(registry, spec: str, **options: Any) -> LLM:
         return cls(model, **options)
     except MlabError:
         raise
+    except LookupError as exc:  # the backend does not know this model
+        if guessed:
+            raise MlabError(f"no LLM backend for {spec!r} ({exc}); or use NAME:MODEL with NAME one of: {valid}")
+        raise MlabError(f"LLM {spec!r}: {exc}")
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise MlabError(f"LLM {spec!r}: {exc}")
 
@@ -40,22 +45,46 @@ def build_roles(registry, main: str | None, fast: str | None, edit: str | None, 
     """Backends by role; fast and edit default to the main model (and share its backend object).
 
     Each backend gets a `roles` attribute naming the roles it serves (a replay uses it to pick its calls).
+    An `api_base` option goes to the roles whose model has the main model's provider prefix (`openai/…`) only,
+    or to every role when the main model is not served by a provider (replay:, scripted:, human).
     """
     if main is None:
         if fast or edit:
             raise MlabError("--fast-llm and --edit-llm need --llm")
         return None
-    main_backend = build_backend(registry, main, **options)
+
+    def build(spec: str) -> LLM:
+        own = dict(options)
+        main_provider = _provider(registry, main)
+        if "api_base" in own and main_provider is not None and _provider(registry, spec) != main_provider:
+            del own["api_base"]  # --llm-api-base is the main model's server, not another provider's
+        return build_backend(registry, spec, **own)
+
+    main_backend = build(main)
     roles = {
         "main": main_backend,
-        "fast": build_backend(registry, fast, **options) if fast and fast != main else main_backend,
+        "fast": build(fast) if fast and fast != main else main_backend,
         "edit": main_backend,
     }
     if edit and edit != main:
-        roles["edit"] = roles["fast"] if edit == fast else build_backend(registry, edit, **options)
+        roles["edit"] = roles["fast"] if edit == fast else build(edit)
     for backend in {id(b): b for b in roles.values()}.values():
         backend.roles = tuple(role for role, b in roles.items() if b is backend)
     return roles
+
+
+def _provider(registry, spec: str) -> str | None:
+    """The provider of a model served by the backend of provider/model names: 'openai/x' and
+    'litellm:openai/x' -> 'openai', 'gpt-4o' -> ''; None for other backends (scripted:, replay:, human)."""
+    llms = registry.items["llms"]
+    name, sep, model = spec.partition(":")
+    if sep and name in llms:
+        if not llms[name].handles_unprefixed:
+            return None
+        spec = model
+    elif name in llms and not llms[name].handles_unprefixed:
+        return None
+    return spec.split("/", 1)[0] if "/" in spec else ""
 
 
 def backend_options(config) -> dict[str, Any]:

@@ -22,10 +22,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 6  # first try included
-    max_total_s: float = 600.0  # no wait is started that would end past this, counted from the first try
+    max_attempts: int = 8  # first try included: waits of about 2, 4, 8, 16, 32, 60, 60 s ride out a short outage
+    max_total_s: float = 900.0  # no wait is started that would end past this, counted from the first try
     initial_s: float = 2.0  # first backoff; doubles each retry
-    max_wait_s: float = 60.0  # cap of one backoff (a longer Retry-After is still honoured)
+    max_wait_s: float = 60.0  # cap of one backoff before jitter (a longer Retry-After is still honoured)
     jitter: float = 0.5  # each backoff is multiplied by a random factor in [1, 1 + jitter]
 
     @classmethod

@@ -18,6 +18,8 @@ from tests.fixtures.harness import TASK_NAME
 from tests.fixtures.llm_agent import AGENT_NAME, EDITED_SCRIPT, PLAN, UNDERSTOOD, llm_registry, respond
 from tests.fixtures.llm_server import FakeLLMServer
 
+pytestmark = pytest.mark.timeout(120)  # servers, runs and terminals here are all bounded well below this
+
 QUICK_RETRY = {"initial_s": 0.05, "max_wait_s": 0.2, "max_attempts": 8, "max_total_s": 30}
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 MAIN, FAST, EDIT = "openai/gpt-4o-mini", "openai/gpt-4o", "openai/gpt-3.5-turbo"  # all priced by litellm
@@ -98,6 +100,34 @@ def test_permanent_http_errors_fail_at_once(server, tmp_path, fault, message, fl
     assert entry["attempts"] == 1 and entry["retries"] == [] and entry["error"].startswith(MAIN)
 
 
+def test_error_classification_of_other_provider_failures():
+    import email.utils
+
+    import httpx
+    from mlab_llm_litellm import _import_litellm, classify, parse_retry_after
+
+    litellm = _import_litellm()
+    overloaded = classify(litellm.APIError(529, "Overloaded", "anthropic", "claude"), "anthropic/claude")
+    unavailable = classify(litellm.ServiceUnavailableError("busy", "openai", "m"), "openai/m")
+    bad_json_request = classify(litellm.BadRequestError("Expecting value: line 1 column 1", "m", "openai"), "m")
+    too_long = classify(litellm.BadRequestError("prompt is too long: 210000 tokens > 200000 maximum", "m",
+                                                "anthropic"), "anthropic/m")
+    assert (overloaded.transient, unavailable.transient, bad_json_request.transient) == (True, True, False)
+    assert too_long.context_too_long and not too_long.transient
+    later = email.utils.format_datetime(email.utils.localtime()).replace("+0000", "GMT")
+    assert parse_retry_after(httpx.Headers({"retry-after-ms": "1500", "retry-after": "9"})) == 1.5
+    assert parse_retry_after(httpx.Headers({"retry-after": "7"})) == 7.0
+    assert 0 <= parse_retry_after(httpx.Headers({"retry-after": later})) < 2
+    assert parse_retry_after(httpx.Headers({"retry-after": "soon"})) is None
+
+
+def test_a_bad_key_ends_a_run_at_once_with_the_reason(server, tmp_path):
+    server.faults.append("401")
+    trace = run_agent(tmp_path / "run", server)
+    assert trace.status == "failed" and len(server.requests) == 1 and trace.steps == []
+    assert trace.end_reason.startswith(f"llm error: {MAIN}: authentication failed (401: Incorrect API key provided)")
+
+
 def test_a_missing_key_names_the_variable_to_set():
     registry = llm_registry()
     for model, variable in [("openai/gpt-4o", "set OPENAI_API_KEY"), ("anthropic/claude-3-5-haiku-latest",
@@ -106,6 +136,10 @@ def test_a_missing_key_names_the_variable_to_set():
         with pytest.raises(MlabError, match=variable) as info:
             build_backend(registry, model)
         assert "\n" not in str(info.value)
+    # a name litellm cannot place is refused before anything runs, not sent somewhere at the first call
+    with pytest.raises(MlabError, match=r"no LLM backend for 'gpt4o' \(litellm knows no provider for 'gpt4o'.*"
+                                        r"NAME one of: human, litellm, replay, scripted"):
+        build_backend(registry, "gpt4o")
     # a local server needs no key, and neither does ollama (its default base is localhost)
     assert build_backend(registry, "openai/local", api_base="http://127.0.0.1:9/v1").model == "openai/local"
     assert build_backend(registry, "ollama/llama3").model == "ollama/llama3"
@@ -188,6 +222,9 @@ def test_a_too_long_prompt_inside_an_action_is_an_env_error(server, tmp_path):
     assert trace.steps[1].is_error and trace.steps[1].observation.startswith(
         "EnvError: the text is too long for the model:")
     assert len(server.requests) == 7
+    # the replay fails that call the same way, so the trace is the same
+    replayed = run_agent(tmp_path / "replay", None, llm=f"replay:{tmp_path / 'run'}")
+    assert steps_of(replayed) == steps_of(trace)
 
 
 def test_budgets_end_the_run_cleanly(server, tmp_path):

@@ -18,6 +18,8 @@ from mlab_llm_replay import load_recording
 from tests.fixtures.llm_agent import respond
 from tests.fixtures.llm_server import FakeLLMServer
 
+pytestmark = pytest.mark.timeout(120)  # servers, runs and terminals here are all bounded well below this
+
 REPO = Path(__file__).resolve().parents[1]
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
 AGENT_RUN = [sys.executable, "-m", "tests.fixtures.llm_agent", "run", "--task", "fixture/counter",

@@ -155,6 +155,17 @@ def test_cost_budget_and_unknown_prices(tmp_path):
     unpriced.complete("a")
     with pytest.raises(BudgetExceeded, match="price of flaky:m is unknown"):
         unpriced.complete("b")
+    resumed = client(Flaky(cost=None), tmp_path / "u", max_cost=1)  # a resumed run remembers it from its log
+    with pytest.raises(BudgetExceeded, match="price of flaky:m is unknown"):
+        resumed.check_budget()
+
+
+def test_an_interrupted_call_is_logged_as_such(tmp_path):
+    llm = client(Flaky(failures=[KeyboardInterrupt()]), tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        llm.complete("hi")
+    (entry,) = read_call_log(tmp_path / "llm_calls.jsonl")
+    assert entry["error"] == "KeyboardInterrupt: " and entry["completion"] is None
 
 
 def test_usage_equals_the_sum_of_the_log_and_survives_a_restart(tmp_path):
@@ -243,6 +254,22 @@ def test_roles_get_exactly_the_model_they_were_given():
     assert shared["main"].roles == ("main",)
 
 
+def test_the_api_base_goes_to_the_roles_of_the_main_models_provider_only():
+    litellm_like = type("L", (Named,), {"name": "lite", "handles_unprefixed": True})
+    other = type("O", (Named,), {"name": "other"})
+    registry = _registry(litellm_like, other)
+    roles = build_roles(registry, "openai/local", "lite:openai/small", "anthropic/claude", api_base="http://h/v1")
+    assert {r: b.options.get("api_base") for r, b in roles.items()} == {
+        "main": "http://h/v1", "fast": "http://h/v1", "edit": None}
+    roles = build_roles(registry, "openai/x", "y", "lite:z", api_base="http://h/v1")
+    assert {r: b.options.get("api_base") for r, b in roles.items()} == {
+        "main": "http://h/v1", "fast": None, "edit": None}
+    # a main model with no provider (a replay, say) leaves the server to the other roles
+    roles = build_roles(registry, "other:x", "openai/y", None, api_base="http://h/v1")
+    assert {r: b.options.get("api_base") for r, b in roles.items()} == {
+        "main": "http://h/v1", "fast": "http://h/v1", "edit": "http://h/v1"}
+
+
 def test_an_unprefixed_model_never_goes_to_a_guessed_backend():
     first = type("First", (Named,), {"name": "first", "handles_unprefixed": True})
     second = type("Second", (Named,), {"name": "second", "handles_unprefixed": True})
@@ -257,4 +284,4 @@ def test_retry_policy_settings_are_checked():
     assert RetryPolicy.from_dict({"max_attempts": 3}).max_attempts == 3
     with pytest.raises(ValueError, match="unknown retry settings"):
         RetryPolicy.from_dict({"attempts": 3})
-    assert json.loads(json.dumps(RetryPolicy.from_dict({}).__dict__))["max_attempts"] == 6
+    assert json.loads(json.dumps(RetryPolicy.from_dict({}).__dict__))["max_attempts"] == 8

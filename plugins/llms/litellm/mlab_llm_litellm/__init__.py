@@ -125,9 +125,10 @@ def classify(exc: BaseException, model: str) -> LLMError:
         return error
     if isinstance(exc, litellm.Timeout) or status == 408:
         return LLMError(where + f"timed out ({message})", transient=True)
-    if "Connection error" in message or isinstance(exc, ConnectionError):
+    server_side = not isinstance(status, int) or status >= 500  # litellm reports transport failures as 500
+    if server_side and ("Connection error" in message or isinstance(exc, ConnectionError)):
         return LLMError(where + f"connection failed or dropped ({message})", transient=True)
-    if "Expecting value" in message or "JSONDecodeError" in message or "Unterminated" in message:
+    if server_side and any(word in message for word in ("Expecting value", "JSONDecodeError", "Unterminated")):
         return LLMError(where + f"malformed response from the server ({message})", transient=True)
     transient_types = (litellm.APIConnectionError, litellm.InternalServerError, litellm.ServiceUnavailableError,
                        litellm.BadGatewayError, ConnectionError, TimeoutError)
@@ -156,7 +157,13 @@ class LiteLLMBackend(LLM):
             raise ValueError("the litellm backend needs a model, e.g. litellm:openai/gpt-4o")
         self.api_base = api_base
         self.timeout = float(timeout) if timeout else DEFAULT_TIMEOUT_S
-        _import_litellm()  # now rather than in the first call, whose latency is logged
+        litellm = _import_litellm()  # now rather than in the first call, whose latency is logged
+        try:
+            litellm.get_llm_provider(model=model, api_base=api_base)
+        except Exception:
+            # LookupError: the core then says which other backends there are (a typo must not run at all)
+            raise LookupError(f"litellm knows no provider for {model!r}; write PROVIDER/MODEL, e.g. openai/gpt-4o "
+                              "or anthropic/claude-3-5-haiku-latest")
         problem = missing_key(model, api_base)
         if problem:
             raise ValueError(problem)

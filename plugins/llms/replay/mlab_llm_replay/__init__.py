@@ -119,7 +119,8 @@ class ReplayLLM(LLM):
                                f"{_first_difference(recorded, messages)}")
         self.position += 1
         if call.get("error"):
-            raise LLMError(f"replayed failure: {call['error']}", context_too_long=bool(call.get("context_too_long")))
+            # verbatim, so that an observation or end reason made from it is the recorded one
+            raise LLMError(str(call["error"]), context_too_long=bool(call.get("context_too_long")))
         text = str(call["completion"])
         prompt = "\n".join(m.content for m in messages)
         return Completion(text=text, model=f"replay:{call.get('model') or self.path}",
