@@ -223,6 +223,17 @@ def intermediate_steps(trace: Trace, limit: int = MAX_INTERMEDIATE) -> list[tupl
     return [steps[i] for i in picks]
 
 
+SHM_MAX_BYTES = 64 * 2**20
+
+
+def _scratch_root(size: int) -> str | None:
+    """Small snapshots are scored in memory: creating and deleting thousands of scratch folders on a disk
+    mounted with `discard` costs more than the scoring itself."""
+    if size <= SHM_MAX_BYTES and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return "/dev/shm"
+    return None
+
+
 class Scorer:
     """Scores snapshots in scratch folders: the snapshot's files plus links to the task's read-only files."""
 
@@ -243,7 +254,11 @@ class Scorer:
     def score(self, task: Task, run_dir: Path, snapshot: str) -> tuple[float | None, str | None]:
         store = SnapshotStore(Path(run_dir))
         public = taskdata.public_dir(task)
-        with tempfile.TemporaryDirectory(prefix="mlab-eval-") as scratch:
+        try:
+            size = sum(entry["size"] for entry in store.manifest(snapshot).values())
+        except (OSError, ValueError) as exc:
+            return None, f"snapshot {snapshot} is unreadable: {exc}"
+        with tempfile.TemporaryDirectory(prefix="mlab-eval-", dir=_scratch_root(size)) as scratch:
             target = Path(scratch)
             try:
                 store.materialize(snapshot, target)
