@@ -3,6 +3,7 @@ usage accounting. Every backend gets all of it: backends only complete messages 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -14,6 +15,8 @@ from .llm import LLM
 from .llm_cache import ResponseCache, request_key
 from .llm_retry import RetryPolicy, call_with_retries
 from .models import Completion, LLMCallFinished, Message, Usage
+
+log = logging.getLogger("mlab.llm")
 
 ROLES = ("main", "fast", "edit")
 # Parameters that would send a call to another model, server or account than the one chosen for its role.
@@ -125,7 +128,10 @@ class LLMClient:
                 completion, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
                                                         describe=f"LLM {role} call ({model})", sleep=self._sleep)
                 if key is not None:
-                    self.cache.put(key, occurrence, completion, {"model": model, "params": params})
+                    try:
+                        self.cache.put(key, occurrence, completion, {"model": model, "params": params})
+                    except OSError as exc:  # a full disk must not throw away an answer already paid for
+                        log.warning("LLM cache: could not store an answer in %s: %s", self.cache.root, exc)
             if key is not None:
                 with self._lock:
                     self._occurrences[key] = occurrence + 1

@@ -74,6 +74,40 @@ def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
         assert first_trace["end_reason"] == second_trace["end_reason"]
 
 
+def test_a_run_killed_during_a_model_call_resumes_and_then_replays(tmp_path):
+    from mlab.core.llm_client import read_call_log, usage_of_log
+    from mlab.core.runner import Runner
+    from mlab.core.trace import read_trace
+    from tests.fixtures.llm_agent import PLAN, llm_registry
+
+    run_dir = tmp_path / "run"
+    with FakeLLMServer(respond) as server:
+        server.faults.extend(["ok", "ok", "ok", "stall:20"])  # step 3's decision hangs
+        proc = subprocess.Popen([*AGENT_RUN, "--llm", "openai/gpt-4o-mini", "--fast-llm", "openai/gpt-4o",
+                                 "--llm-api-base", server.base_url, "--run-dir", str(run_dir)],
+                                cwd=REPO, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(server.requests) < 4:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert [s.index for s in read_trace(run_dir).steps] == [1, 2]
+
+        trace = Runner(run_dir, read_trace(run_dir).config, llm_registry()).resume()
+        assert trace.end_reason == "final answer" and [s.action.name for s in trace.steps] == \
+            [p["action"] for p in PLAN]
+        calls = read_call_log(run_dir / "llm_calls.jsonl")
+        assert len({c["session"] for c in calls}) == 2 and usage_of_log(calls) == trace.usage
+        sent = len(server.requests)
+
+        replayed = Runner(tmp_path / "replay", trace.config.model_copy(
+            update={"llm": f"replay:{run_dir}", "fast_llm": None, "llm_api_base": None}), llm_registry()).start()
+        assert len(server.requests) == sent
+    assert [(s.action, s.observation) for s in replayed.steps] == [(s.action, s.observation) for s in trace.steps]
+
+
 def test_a_missing_key_is_one_line_and_exit_code_2(tmp_path):
     done = mlab("--llm", "openai/gpt-4o", "--run-dir", str(tmp_path / "run"))
     assert done.returncode == 2
