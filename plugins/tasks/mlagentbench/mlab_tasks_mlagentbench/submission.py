@@ -95,3 +95,25 @@ def booleans(frame, column: str, name: str = "submission.csv"):
             raise InvalidSubmission(f"{name}: column {column} row {index + 1} is {value!r}, not True or False")
         out[index] = mapping[key]
     return out
+
+
+def class_probabilities(workspace: Path, n_rows: int, n_classes: int, index_label: str | None = None):
+    """submission.csv as [index, p_0 .. p_k-1] rows, ordered by the index 0..n-1; returns the argmax per row."""
+    import numpy as np
+
+    frame = read_csv(workspace, index_col=index_label if index_label else 0)
+    if index_label and frame.index.name != index_label:
+        raise InvalidSubmission(f"submission.csv: the first column must be {index_label}")
+    if frame.shape[1] != n_classes:
+        raise InvalidSubmission(f"submission.csv has {frame.shape[1]} probability columns after the index, "
+                                f"expected {n_classes} (one per class)")
+    if len(frame) != n_rows:
+        raise InvalidSubmission(f"submission.csv has {len(frame)} rows, expected {n_rows} (one per test example)")
+    index = [normalize_id(v) for v in frame.index.tolist()]
+    position = {value: i for i, value in enumerate(index)}
+    expected = [str(i) for i in range(n_rows)]
+    if len(position) != n_rows or any(e not in position for e in expected):
+        raise InvalidSubmission(f"submission.csv: the index column must hold each row number 0..{n_rows - 1} once")
+    frame = frame.iloc[[position[e] for e in expected]]
+    values = np.column_stack([numbers(frame, column) for column in frame.columns])
+    return values.argmax(axis=1)

@@ -1,0 +1,66 @@
+"""feedback (ELLIPSE, Kaggle feedback-prize-english-language-learning): score essays on six measures; MCRMSE.
+
+Split as the original: shuffle the competition's train.csv with pandas (random_state=42), first 98% train, the
+rest the test set; the original's wrong download folder is not reproduced.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlab.core import Metric, PrepareContext, Resources
+
+from .. import acquire
+from ..base import PACK, MLAgentBenchTask
+from ..submission import align, numbers, read_csv, require_columns
+
+COMPETITION = "feedback-prize-english-language-learning"
+DIMENSIONS = ["cohesion", "syntax", "vocabulary", "phraseology", "grammar", "conventions"]
+
+
+class Feedback(MLAgentBenchTask):
+    short = "feedback"
+    name = f"{PACK}/feedback"
+    description = "Score learners' essays on six measures (Kaggle ELLIPSE); MCRMSE, lower is better"
+    files = "feedback"
+    reference = "feedback"
+    metric = Metric(name="mcrmse", higher_is_better=False)
+    read_only_files = ["train.csv", "test.csv", "data_description.txt", "evaluation_details.txt",
+                       "sample_submission.csv"]
+    resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=10.0,
+                          extras=["kaggle (only to download; not needed with --data-dir)",
+                                  "text (optional: transformers for language models)"])
+    research_problem = (
+        "Read data_description.txt to understand the data and the machine learning task, and keep notes in "
+        "your research log. Then fill in the provided train.py script to train a language model to get a good "
+        "performance. Finally, submit the predictions of your best model for the test set as submission.csv, "
+        "as described in evaluation_details.txt.\n"
+        "Do not read the CSV files directly; work through scripts. Execute your changes to check how well they "
+        "perform.")
+
+    def prepare_data(self, ctx: PrepareContext) -> None:
+        import pandas as pd
+
+        with acquire.Scratch(ctx.public_dir.parent) as scratch:
+            folder = acquire.obtain_competition(ctx.source_dir, COMPETITION, ["train.csv"],
+                                                ["feedback", COMPETITION], scratch, ctx.log)
+            data = pd.read_csv(folder / "train.csv")
+        data = data.sample(frac=1, random_state=42).reset_index(drop=True)
+        cut = int(len(data) * 0.98)
+        train, test = data.iloc[:cut], data.iloc[cut:]
+        train.to_csv(ctx.public_dir / "train.csv", index=False)
+        test[["text_id", "full_text"]].to_csv(ctx.public_dir / "test.csv", index=False)
+        test[["text_id"] + DIMENSIONS].to_csv(ctx.hidden_dir / "answer.csv", index=False)
+        test[["text_id"]].assign(**{d: 3.0 for d in DIMENSIONS}).to_csv(ctx.public_dir / "sample_submission.csv",
+                                                                        index=False)
+        ctx.log(f"{self.name}: {len(train)} training essays, {len(test)} test essays")
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        import numpy as np
+        import pandas as pd
+
+        answer = pd.read_csv(Path(hidden_dir) / "answer.csv", dtype={"text_id": str})
+        frame = read_csv(workspace, dtype={"text_id": str})
+        require_columns(frame, ["text_id"] + DIMENSIONS)
+        frame = align(frame, "text_id", answer.text_id.tolist())
+        errors = [np.sqrt(np.mean((numbers(frame, d) - answer[d].to_numpy(dtype=float)) ** 2)) for d in DIMENSIONS]
+        return float(np.mean(errors))

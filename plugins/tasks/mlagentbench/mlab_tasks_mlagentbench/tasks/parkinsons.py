@@ -1,0 +1,98 @@
+"""parkinsons (Kaggle amp-parkinsons-disease-progression-prediction): forecast UPDRS scores; SMAPE+1.
+
+Split as the original: random.seed(42), then random.sample of 2 of the clinical data's patients (in order of
+first appearance) become the test patients, served by a local time-series API. Answers are the ratings at
+visit_month + 0/6/12/24 months (visit_month + wait <= 108) that exist.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources
+
+from .. import acquire
+from ..base import PACK, MLAgentBenchTask
+from ..submission import align, numbers, read_csv, require_columns
+
+COMPETITION = "amp-parkinsons-disease-progression-prediction"
+FILES = ["train_clinical_data.csv", "train_peptides.csv", "train_proteins.csv", "supplemental_clinical_data.csv"]
+HORIZONS = [0, 6, 12, 24]
+LAST_MONTH = 108
+
+
+def smape_plus_one(truth, predicted) -> float:
+    import numpy as np
+
+    denominator = (truth + predicted) / 2 + 1
+    return float(np.mean(np.abs(predicted - truth) / denominator) * 100)
+
+
+class Parkinsons(MLAgentBenchTask):
+    short = "parkinsons"
+    name = f"{PACK}/parkinsons"
+    description = "Forecast Parkinson's UPDRS scores (Kaggle AMP-PD); SMAPE+1, lower is better"
+    files = "parkinsons"
+    reference = "parkinsons"
+    metric = Metric(name="smape", higher_is_better=False)
+    read_only_files = FILES + ["example_test_files/*", "public_timeseries_testing_util.py",
+                               "data_description.txt", "evaluation_details.txt"]
+    resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=120.0,
+                          extras=["kaggle (only to download; not needed with --data-dir)"])
+    research_problem = (
+        "Read data_description.txt to understand the data and the machine learning task, and keep notes in "
+        "your research log. Then fill in the provided train.py script to train a model, and iterate over "
+        "different models or feature selections to get a better performance (for the SMAPE score, lower is "
+        "better). Finally, submit the predictions of your best model for the test set as submission.csv, as "
+        "described in evaluation_details.txt (through the time-series API, as train.py does).\n"
+        "Do not read the CSV files directly; work through scripts. Execute your changes to check how well they "
+        "perform.")
+
+    def prepare_data(self, ctx: PrepareContext) -> None:
+        import pandas as pd
+
+        with acquire.Scratch(ctx.public_dir.parent) as scratch:
+            folder = acquire.obtain_competition(ctx.source_dir, COMPETITION, FILES, ["parkinsons", COMPETITION],
+                                                scratch, ctx.log)
+            data = {name: pd.read_csv(folder / name) for name in FILES}
+        clinical = data["train_clinical_data.csv"]
+        rng = random.Random(42)  # the original's choice, to hold out the same two patients
+        test_patients = rng.sample(clinical["patient_id"].unique().tolist(), 2)
+        for name, frame in data.items():
+            frame[~frame["patient_id"].isin(test_patients)].to_csv(ctx.public_dir / name, index=False)
+        tests = ctx.public_dir / "example_test_files"
+        tests.mkdir()
+        for name in ("peptides", "proteins"):
+            frame = data[f"train_{name}.csv"]
+            frame[frame["patient_id"].isin(test_patients)].to_csv(tests / f"test_{name}.csv", index=False)
+        test_clinical = clinical[clinical["patient_id"].isin(test_patients)]
+        mock = pd.concat([test_clinical.assign(level=i, updrs_test=f"updrs_{i}") for i in range(1, 5)])
+        mock["row_id"] = [f"{p}_{int(m)}_updrs_{i}" for p, m, i in mock[["patient_id", "visit_month", "level"]]
+                          .itertuples(index=False)]
+        mock[["visit_id", "patient_id", "visit_month", "row_id", "updrs_test"]].to_csv(tests / "test.csv",
+                                                                                      index=False)
+        rating = {(p, int(m), i): row[f"updrs_{i}"] for _, row in test_clinical.iterrows()
+                  for p, m, i in [(row["patient_id"], row["visit_month"], i) for i in range(1, 5)]}
+        rows = []
+        for wait in HORIZONS:
+            for p, m, i in mock[["patient_id", "visit_month", "level"]].itertuples(index=False):
+                if m + wait <= LAST_MONTH:
+                    rows.append((f"{p}_{int(m)}_updrs_{i}_plus_{wait}_months",
+                                 rating.get((p, int(m) + wait, i)), int(m)))
+        answer = pd.DataFrame(rows, columns=["prediction_id", "rating", "visit_month"]).dropna(subset=["rating"])
+        answer.to_csv(ctx.hidden_dir / "answer.csv", index=False)
+        answer.assign(rating=0).to_csv(tests / "sample_submission.csv", index=False)
+        ctx.log(f"{self.name}: test patients {test_patients}, {len(answer)} ratings to forecast")
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        import pandas as pd
+
+        answer = pd.read_csv(Path(hidden_dir) / "answer.csv", dtype={"prediction_id": str})
+        frame = read_csv(workspace, dtype={"prediction_id": str})
+        require_columns(frame, ["prediction_id", "rating"])
+        frame = align(frame, "prediction_id", answer.prediction_id.tolist())
+        predicted = numbers(frame, "rating")
+        if (predicted < 0).any():
+            raise InvalidSubmission("submission.csv: ratings cannot be negative")
+        return smape_plus_one(answer.rating.to_numpy(dtype=float), predicted)
