@@ -36,6 +36,11 @@ def _parse_options(pairs: tuple[str, ...]) -> dict:
     return options
 
 
+def _run_options(**given) -> dict:
+    """Only the options given, so runs keep the core's defaults for the rest."""
+    return {key: value for key, value in given.items() if value is not None}
+
+
 class BenchView:
     """A live view of a bench on a terminal; elsewhere one line per run that ends."""
 
@@ -98,13 +103,18 @@ class BenchView:
 @click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration())
 @click.option("--sandbox", default="local", show_default=True)
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
+@click.option("--max-tokens", type=click.IntRange(1), help="Token budget of each run (prompt + completion).")
+@click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of each run in USD.")
+@click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
+@click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request.")
+@click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure.")
 @click.option("--retry-failed", is_flag=True, help="Run failed runs again (finished runs are always kept).")
 @click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run).")
 @click.option("--registry", "registry_factory", hidden=True,
               help="module:function building the plugin registry (plugins under development, tests).")
 def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_address, cpus_per_run, bench_dir,
-          max_steps, max_time_s, action_timeout_s, sandbox, agent_options, retry_failed, intermediate,
-          registry_factory) -> None:
+          max_steps, max_time_s, action_timeout_s, sandbox, agent_options, max_tokens, max_cost, llm_api_base,
+          llm_timeout_s, llm_retries, retry_failed, intermediate, registry_factory) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
@@ -114,7 +124,10 @@ def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_ad
     spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
                      max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
                      fast_llm=fast_llm, edit_llm=edit_llm, agent_options=_parse_options(agent_options),
-                     intermediate=intermediate)
+                     intermediate=intermediate, run_options=_run_options(
+                         max_tokens=max_tokens, max_cost=max_cost, llm_api_base=llm_api_base,
+                         llm_timeout_s=llm_timeout_s,
+                         llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
     if engine == "local" and (ray_address or cpus_per_run):
         raise MlabError("--ray-address and --cpus-per-run need --engine ray")
     runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,

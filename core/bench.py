@@ -49,6 +49,8 @@ class BenchSpec:
     edit_llm: str | None = None
     agent_options: dict[str, Any] = field(default_factory=dict)
     intermediate: bool = False  # also score step snapshots once a run ends
+    # passed through to each run's RunConfig (budgets, model endpoint and retries), when set
+    run_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -355,7 +357,7 @@ class Bench:
         return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
                          edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
                          action_timeout_s=s.action_timeout_s, seed=seed, sandbox=s.sandbox,
-                         agent_options=dict(s.agent_options))
+                         agent_options=dict(s.agent_options), **s.run_options)
 
     def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
         from .trace import read_trace

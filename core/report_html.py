@@ -193,7 +193,7 @@ _SCRIPT = r"""
       h += '<tr id="row-' + r.id + '" data-run="' + r.id + '"><td>' + esc(r.task) + '</td><td>' + esc(r.agent) + '</td><td>' +
         esc(r.llm || '-') + '</td><td>' + r.seed + '</td><td class="' + (r.status === 'failed' ? 'err' : '') + '">' +
         esc(r.status) + '</td><td>' + esc(r.failure || '') + '</td><td>' + fmt(r.final_score) + '</td><td>' + pct(r.improvement) +
-        '</td><td>' + fmt(r.steps, 3) + '</td><td>' + (r.tokens || 0) + '</td><td>' + fmt(r.cost_usd, 3) + '</td><td>' + fmt(r.time_s, 3) + '</td></tr>';
+        '</td><td>' + (r.steps === null ? '-' : r.steps) + '</td><td>' + (r.tokens || 0) + '</td><td>' + fmt(r.cost_usd, 3) + '</td><td>' + fmt(r.time_s, 3) + '</td></tr>';
     });
     var el = document.getElementById('runs'); el.innerHTML = h + '</tbody></table>';
     el.onclick = function (ev) {
@@ -208,7 +208,8 @@ _SCRIPT = r"""
     var W = 520, H = 160, P = 30, xs = pts.map(function (p) { return p[0]; }), ys = pts.map(function (p) { return p[1]; });
     if (run.baseline !== null && run.baseline !== undefined) ys.push(run.baseline);
     var x0 = 0, x1 = Math.max.apply(null, xs.concat([1])), y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-    if (y0 === y1) { y0 -= 1; y1 += 1; }
+    var pad = (y1 - y0) * 0.08 || Math.abs(y0) * 0.1 || 1;
+    y0 -= pad; y1 += pad;
     function X(v) { return P + (W - 2 * P) * (v - x0) / (x1 - x0); }
     function Y(v) { return H - P + (2 * P - H) * (v - y0) / (y1 - y0); }
     var svg = '<svg id="score-chart" width="' + W + '" height="' + H + '" style="border:1px solid #ddd">';
@@ -266,14 +267,18 @@ _SCRIPT = r"""
       var b = ev.target.closest('button[data-step]'); if (b) go(run.id, b.getAttribute('data-step'));
     };
   }
-  function route() {
+  function route(ev) {
+    var scroll = !!ev;  // a click or key, not the first load
     var p = params(), run = null;
     runs.forEach(function (r) { if (r.id === p.run || r.key === p.run) run = r; });
     document.querySelectorAll('tr.sel').forEach(function (tr) { tr.classList.remove('sel'); });
     if (!run) { document.getElementById('viewer').innerHTML = ''; return; }
     var row = document.getElementById('row-' + run.id); if (row) row.classList.add('sel');
     if (!run.has_trace) { document.getElementById('viewer').innerHTML = '<p class="muted">Run ' + esc(run.key) + ' has no trace.</p>'; return; }
-    load(run.id, function (data) { show(run, data, parseInt(p.step || '1', 10)); });
+    load(run.id, function (data) {
+      show(run, data, parseInt(p.step || '1', 10));
+      if (scroll) document.getElementById('viewer').scrollIntoView();
+    });
   }
   document.addEventListener('keydown', function (ev) {
     var p = params(); if (!p.run) return;

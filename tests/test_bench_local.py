@@ -102,6 +102,13 @@ def test_models_tokens_cost_and_llm_errors(tmp_path):
     assert all(r["status"] == "failed" and r["failure"] == "llm_error" for r in scripted)
     assert "ran out of completions" in scripted[0]["end_reason"]
 
+    budget = bench(tmp_path / "budget", "--agents", "fixture-llm-stepper", "--llm", "fixture-sleepy:0", "--runs", "1",
+                   "--max-tokens", "250", "--agent-option", "steps=10")
+    assert budget.returncode == 0, budget.stderr
+    (row,) = db_rows(tmp_path / "budget")
+    assert row["status"] == "finished" and row["end_reason"].startswith("budget reached")
+    assert json.loads(row["config"])["max_tokens"] == 250 and row["steps"] < 9
+
 
 def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
     out = tmp_path / "bench"
