@@ -6,13 +6,26 @@ import re
 from .errors import EnvError
 
 BLOCK_CHARS = 12_000
-_FENCE = re.compile(r"```[a-zA-Z0-9_+-]*\n(.*?)```", re.DOTALL)
+# Fences at line starts, so a ``` inside the code (a docstring, a markdown string) does not end the block.
+_FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+_LOOSE_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+_OPENING = re.compile(r"^[ \t]*```[^\n`]*\n", re.MULTILINE)
 
 
 def extract_code(text: str) -> str:
-    """The longest fenced code block of a reply, or the whole reply when it has no fence."""
-    blocks = _FENCE.findall(text)
-    return max(blocks, key=len) if blocks else text.strip("\n") + "\n"
+    """The longest fenced code block of a reply, or the whole reply when it has no fence.
+
+    A reply cut off before its closing fence gives everything after the opening fence.
+    """
+    blocks = _FENCE.findall(text) or _LOOSE_FENCE.findall(text)
+    if blocks:
+        code = max(blocks, key=len)
+    else:
+        opening = _OPENING.search(text)
+        code = text[opening.end():] if opening else text.strip("\n")
+    if not code.strip():
+        return ""
+    return code if code.endswith("\n") else code + "\n"
 
 
 def split_blocks(text: str, limit: int = BLOCK_CHARS) -> list[tuple[int, int, str]]:

@@ -1,33 +1,69 @@
 """The embedded default sandbox: a child process group with resource limits.
 
 Where the kernel allows it (root, or unprivileged user namespaces) the command also gets its own mount and
-PID namespaces: hidden paths are covered by an empty tmpfs, read-only paths are bind-mounted read-only (which
-holds even for root, unlike file modes), /proc shows only the command's own processes, and every process the
-command started dies with it.
+PID namespaces: hidden paths are covered (an empty tmpfs over folders, /dev/null over files), read-only paths
+are bind-mounted read-only, every other disk file system except the workspace, the sandbox home and /tmp is
+read-only, block devices read as empty, and the command runs with no capabilities, so even as root it cannot
+unmount or remount any of that. /proc shows only the command's own processes, and every process the command
+started dies with it.
+
+Without namespaces (fallback) the command is only a process group with rlimits; daemonized children are
+found by a token in their environment and killed.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
 
 from .sandbox import ExecSpec, Sandbox
 
-# Runs inside the new namespaces before the command: -h PATH hides, -r PATH makes read-only.
+# Runs inside the new namespaces before the command. Options, in this order:
+#   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
+#   -h PATH  hide a folder, -f PATH hide a file
+#   -r PATH  make read-only
+# then "--" and the command. Mount failures for hiding and read-only are fatal; the hardening after is best effort.
 _CONFINE_SCRIPT = r"""
+writable=" "
 while [ "$1" != "--" ]; do
   case "$1" in
+    -w) mount --bind "$2" "$2" || exit 123; writable="$writable$2 " ;;
     -h) mount -t tmpfs -o size=4k,mode=000 mlab-hidden "$2" || exit 121 ;;
+    -f) mount --bind /dev/null "$2" || exit 121 ;;
     -r) { mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" "$2"; } || exit 122 ;;
   esac
   shift 2
 done
 shift
+while read -r _ _ _ _ mp _; do
+  mp=$(printf '%b' "$mp")
+  case "$writable" in *" $mp "*) continue ;; esac
+  case "$mp" in /dev|/dev/*|/proc|/proc/*) continue ;; esac
+  mount -o remount,bind,ro "$mp" 2>/dev/null
+done < /proc/self/mountinfo
+{ mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys; } 2>/dev/null
+[ -e /proc/sysrq-trigger ] && mount --bind /dev/null /proc/sysrq-trigger 2>/dev/null
+for dev in /dev/* /dev/*/*; do
+  if [ -b "$dev" ] && [ ! -L "$dev" ]; then mount --bind /dev/null "$dev" 2>/dev/null; fi
+done
+cd "$(pwd -P)" || exit 123
+if command -v setpriv >/dev/null 2>&1; then
+  exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+fi
 exec "$@"
 """
+
+_TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
+_PR_SET_PDEATHSIG = 1
+try:  # looked up here: loading a library between fork and exec can deadlock
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,21 +85,7 @@ def namespace_prefix() -> tuple[str, ...] | None:
     return None
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """If the harness is killed, its children must not live on and keep writing to the workspace."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _apply_limits(spec: ExecSpec) -> None:
-    _die_with_parent()
     limits = spec.limits
     pairs = [
         (resource.RLIMIT_AS, limits.memory_bytes),
@@ -80,33 +102,104 @@ def _apply_limits(spec: ExecSpec) -> None:
                 pass
 
 
+def _die_with(parent: int) -> None:
+    """In the child before exec: get SIGKILL when the harness dies, so a killed run leaves no script running
+    (it would write into a workspace that resuming has just restored)."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the harness died before prctl took effect
+            os._exit(1)
+
+
+def _prepare_child(spec: ExecSpec, parent: int) -> None:
+    _apply_limits(spec)
+    _die_with(parent)
+
+
+def confine_options(spec: ExecSpec) -> list[str]:
+    """The options of the confine script for spec (writable first: later mounts must land on those binds)."""
+    writable = {os.path.realpath(spec.cwd)}
+    for path in [*spec.writable_paths, "/tmp"]:
+        if os.path.isdir(path) and not os.path.islink(path):
+            writable.add(os.path.realpath(path))
+    options: list[str] = []
+    for path in sorted(writable, key=lambda p: (p.count("/"), p)):  # parents before children
+        options += ["-w", path]
+    for path in spec.hidden_paths:
+        if os.path.isdir(path):
+            options += ["-h", os.path.realpath(path)]
+        elif os.path.exists(path):
+            options += ["-f", os.path.realpath(path)]
+    for path in spec.read_only_paths:
+        # A symlink would make mount follow it, possibly out of the workspace; the harness restores those.
+        if os.path.lexists(path) and not os.path.islink(path):
+            options += ["-r", os.path.realpath(path)]
+    return options
+
+
 class LocalSandbox(Sandbox):
     name = "local"
     description = "child process group with rlimits; mount and PID namespaces where the kernel allows"
 
+    def __init__(self, namespaces: bool = True):
+        self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)
+
     @property
     def confined(self) -> bool:
-        return namespace_prefix() is not None
+        return self.use_namespaces and namespace_prefix() is not None
 
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
         command = list(argv)
-        prefix = namespace_prefix()
+        env = dict(spec.env)
+        prefix = namespace_prefix() if self.use_namespaces else None
         if prefix is not None:
-            mounts: list[str] = []
-            for path in spec.hidden_paths:
-                if os.path.isdir(path):
-                    mounts += ["-h", str(path)]
-            for path in spec.read_only_paths:
-                if os.path.exists(path):
-                    mounts += ["-r", str(path)]
-            command = [*prefix, "/bin/sh", "-c", _CONFINE_SCRIPT, "mlab-confine", *mounts, "--", *argv]
-        return subprocess.Popen(
+            command = [*prefix, "/bin/sh", "-c", _CONFINE_SCRIPT, "mlab-confine", *confine_options(spec), "--",
+                       *argv]
+            token = None
+        else:
+            token = secrets.token_hex(16)
+            env[_TOKEN_VAR] = token
+        parent = os.getpid()
+        proc = subprocess.Popen(
             command,
             cwd=spec.cwd,
-            env=spec.env,
+            env=env,
             stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=lambda: _apply_limits(spec),
+            preexec_fn=lambda: _prepare_child(spec, parent),
         )
+        proc.mlab_token = token  # type: ignore[attr-defined]
+        return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        super().kill(proc)
+        token = getattr(proc, "mlab_token", None)
+        if token:
+            _kill_by_token(token)
+
+
+def _kill_by_token(token: str) -> None:
+    """Kill every process whose environment carries token: what escaped the process group by setsid."""
+    needle = f"{_TOKEN_VAR}={token}".encode() + b"\x00"
+    me = os.getpid()
+    for _round in range(3):  # a process may fork while we sweep
+        found = False
+        try:
+            pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return
+        for pid in pids:
+            if pid == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle not in f.read() + b"\x00":
+                        continue
+                os.kill(pid, signal.SIGKILL)
+                found = True
+            except (OSError, ValueError):
+                continue
+        if not found:
+            return

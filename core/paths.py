@@ -7,6 +7,8 @@ from pathlib import Path
 
 from .errors import EnvError
 
+MAX_PATH_CHARS = 1024
+
 
 def resolve_in_workspace(workspace: Path, given: str) -> Path:
     """The real path of `given` (symlinks resolved), refused unless it lies inside the workspace."""
@@ -14,21 +16,36 @@ def resolve_in_workspace(workspace: Path, given: str) -> Path:
         raise EnvError("a file or directory name is required")
     if "\x00" in given:
         raise EnvError("file names cannot contain NUL bytes")
+    if len(given) > MAX_PATH_CHARS:
+        raise EnvError(f"the path is {len(given)} characters long; at most {MAX_PATH_CHARS} are allowed")
     if os.path.isabs(given):
         raise EnvError(f"absolute paths are not allowed: {given!r}; use a path relative to the workspace")
-    root = workspace.resolve()
-    target = (root / given).resolve()
-    if target != root and root not in target.parents:
+    root = os.path.realpath(workspace)
+    # realpath, unlike Path.resolve, does not raise on symlink loops; such a path fails later with ELOOP.
+    target = os.path.realpath(os.path.join(root, given))
+    if target != root and not target.startswith(root.rstrip("/") + "/"):
         raise EnvError(f"path {given!r} points outside the workspace")
-    return target
+    return Path(target)
+
+
+def inside(workspace: Path, real: str) -> bool:
+    root = os.path.realpath(workspace)
+    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 def relative_name(workspace: Path, path: Path) -> str:
-    return path.relative_to(workspace.resolve()).as_posix() or "."
+    return Path(path).relative_to(os.path.realpath(workspace)).as_posix() or "."
 
 
 def is_read_only(relpath: str, patterns: list[str]) -> bool:
     """True when relpath, or a folder above it, matches one of the task's read-only glob patterns."""
     parts = relpath.split("/")
     prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(fnmatch.fnmatchcase(prefix, pattern) for pattern in patterns for prefix in prefixes)
+    return any(fnmatch.fnmatchcase(prefix, _normalize(pattern)) for pattern in patterns for prefix in prefixes)
+
+
+def _normalize(pattern: str) -> str:
+    """'./data/' and 'data' mean the same folder."""
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    return pattern.rstrip("/") or pattern

@@ -3,41 +3,70 @@ from __future__ import annotations
 
 import json
 import queue
+import secrets
 import sys
 import threading
-from pathlib import Path
+import time
 
 from .errors import EnvError
-from .sandbox import ExecSpec, Sandbox
+from .sandbox import ExecSpec, Sandbox, _CappedOutput
 
-_END = "\x00MLAB-REPL-END "
-
-# The child's loop: one JSON request a line on stdin, the captured output and an end marker on stdout.
+# The child's loop. Requests (one JSON line each) come on a private copy of stdin and the end-of-command
+# marker goes to a private copy of stdout, so code that reads stdin, or closes or writes to fd 1 directly,
+# cannot break the protocol; the command's own output goes to stdout/stderr as it is produced, so the
+# output before a timeout is not lost.
 _SERVER = r"""
-import ast, contextlib, io, json, sys, traceback
-namespace = {"__name__": "__main__"}
-out = sys.stdout
-for line in sys.stdin:
-    code = json.loads(line)["code"]
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+import ast, json, os, sys, traceback
+requests = os.fdopen(os.dup(0), "rb")
+control = os.fdopen(os.dup(1), "wb", buffering=0)
+devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(devnull, 0)
+os.close(devnull)
+sys.stdin = open(0, closefd=False)
+marker = b"\x00MLAB-REPL-END " + sys.argv[1].encode()
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+
+def read_request():
+    line = requests.readline()
+    return json.loads(line)["code"] if line else None
+
+def mend_stdio():
+    # Code that closed fd 1 or 2 must not silence every later command.
+    for fd in (1, 2):
         try:
-            tree = ast.parse(code, mode="exec")
-            last = tree.body[-1] if tree.body else None
-            if isinstance(last, ast.Expr):
-                tree.body.pop()
-                exec(compile(tree, "<repl>", "exec"), namespace)
-                value = eval(compile(ast.Expression(last.value), "<repl>", "eval"), namespace)
-                if value is not None:
-                    print(repr(value))
-            else:
-                exec(compile(tree, "<repl>", "exec"), namespace)
-        except BaseException:
-            traceback.print_exc()
-    out.write(buffer.getvalue())
-    out.write(__END__ + "\n")
-    out.flush()
-""".replace("__END__", repr(_END))
+            os.fstat(fd)
+        except OSError:
+            os.dup2(control.fileno(), fd)
+
+while True:
+    code = read_request()
+    if code is None:
+        break
+    mend_stdio()
+    try:
+        tree = ast.parse(code, "<repl>", "exec")
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr):
+            tree.body.pop()
+            exec(compile(tree, "<repl>", "exec"), namespace)
+            value = eval(compile(ast.Expression(last.value), "<repl>", "eval"), namespace)
+            if value is not None:
+                print(repr(value))
+        else:
+            exec(compile(tree, "<repl>", "exec"), namespace)
+    except SystemExit as exc:
+        print(f"SystemExit: {exc.code!r} (the REPL keeps running)", file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    control.write(marker + b"\n")
+"""
+
+_WRITE_GRACE_S = 5.0
 
 
 class Repl:
@@ -46,56 +75,108 @@ class Repl:
         self.spec = spec.model_copy(update={"stdin_pipe": True})
         self.python = python
         self.proc = None
-        self.lines: queue.Queue = queue.Queue()
+        self.chunks: queue.Queue = queue.Queue()
+        self.pending = bytearray()  # output after the last end marker (e.g. from a background thread)
+        self.marker = b""
+        self.reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def _start(self) -> None:
-        self.proc = self.sandbox.popen([self.python, "-u", "-c", _SERVER], self.spec)
-        self.lines = queue.Queue()
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        token = secrets.token_hex(8)
+        self.marker = b"\x00MLAB-REPL-END " + token.encode()
+        self.proc = self.sandbox.popen([self.python, "-u", "-c", _SERVER, token], self.spec)
+        self.chunks = queue.Queue()
+        self.pending = bytearray()
+        self.reader = threading.Thread(target=self._read, args=(self.proc.stdout, self.chunks), daemon=True)
+        self.reader.start()
 
     @staticmethod
-    def _read(proc, lines: queue.Queue) -> None:
-        for raw in iter(proc.stdout.readline, b""):
-            lines.put(raw.decode("utf-8", errors="replace"))
-        lines.put(None)
+    def _read(stream, chunks: queue.Queue) -> None:
+        try:
+            while True:
+                chunk = stream.read1(65536)
+                if not chunk:
+                    break
+                chunks.put(chunk)
+        except (OSError, ValueError):
+            pass
+        chunks.put(None)
+
+    def _send(self, code: str, deadline: float) -> None:
+        data = (json.dumps({"code": code}) + "\n").encode()
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (OSError, ValueError) as exc:
+                failed.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(timeout=max(_WRITE_GRACE_S, deadline - time.monotonic()))
+        if writer.is_alive() or failed:
+            self.close()
+            raise EnvError("the REPL process stopped taking commands and was restarted; its variables are lost")
 
     def run(self, code: str, timeout_s: float, output_cap: int) -> str:
         if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        try:
-            self.proc.stdin.write((json.dumps({"code": code}) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
             self.close()
-            raise EnvError("the REPL process is gone; the next command starts a fresh one")
-        collected: list[str] = []
-        size = 0
-        import time
+            self._start()
         deadline = time.monotonic() + timeout_s
+        self._send(code, deadline)
+        output = _CappedOutput(output_cap)
+        buffer, self.pending = self.pending, bytearray()
+        keep = len(self.marker) + 1
         while True:
+            found = buffer.find(self.marker + b"\n")
+            if found >= 0:
+                output.feed(bytes(buffer[:found]))
+                self.pending = buffer[found + keep:]
+                return output.text()
+            if len(buffer) > keep:  # all but a possible partial marker is output
+                output.feed(bytes(buffer[:-keep]))
+                del buffer[:-keep]
             try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                chunk = self.chunks.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                output.feed(bytes(buffer))
                 self.close()
                 raise EnvError(f"the REPL command ran past the time limit of {timeout_s:g} s and was killed; "
-                               "its variables are lost")
-            if line is None:
-                code_ = self.proc.wait()
-                self.proc = None
-                text = "".join(collected)
+                               f"its variables are lost. Output before that:\n{output.text()}")
+            if chunk is None:
+                output.feed(bytes(buffer))
+                code_ = self._exit_code()
+                self.close()
                 raise EnvError(f"the REPL process exited (code {code_}) and its variables are lost; "
-                               f"the next command starts a fresh one. Output:\n{text}")
-            if line.startswith(_END):
-                return "".join(collected)
-            if size < output_cap:
-                collected.append(line[: output_cap - size])
-                size += len(line)
+                               f"the next command starts a fresh one. Output:\n{output.text()}")
+            buffer += chunk
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=2)
+        except Exception:
+            return self.proc.poll()
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.sandbox.kill(self.proc)
-            try:
-                self.proc.wait(timeout=5)
-            except Exception:
-                pass
-            self.proc = None
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        self.sandbox.kill(proc)
+        try:
+            proc.wait(timeout=5)
+        except Exception:
+            pass
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        if self.reader is not None:
+            self.reader.join(timeout=1)
+            if not self.reader.is_alive() and proc.stdout is not None:  # closing under a blocked read would hang
+                proc.stdout.close()

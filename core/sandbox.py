@@ -29,6 +29,7 @@ class ExecSpec(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     hidden_paths: list[Path] = Field(default_factory=list)  # must not be visible to the command
     read_only_paths: list[Path] = Field(default_factory=list)  # visible but not writable
+    writable_paths: list[Path] = Field(default_factory=list)  # besides cwd, e.g. the sandbox home
     stdin_pipe: bool = False
 
 
@@ -112,7 +113,8 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec) -> ExecResult:
     except subprocess.TimeoutExpired:
         limit_hit = "timeout"
     finally:
-        reader.join(timeout=_DRAIN_GRACE_S)
+        if limit_hit is None:
+            reader.join(timeout=_DRAIN_GRACE_S)  # output still in the pipe; no waiting once timed out
         sandbox.kill(proc)  # also reaps daemonized children still holding the pipe
         if proc.poll() is None:
             proc.wait()
@@ -146,6 +148,8 @@ def _pump(stream, output: _CappedOutput) -> None:
 
 
 def _limit_from_outcome(code: int | None, text: str) -> str | None:
+    if code == 0:  # a script that prints "MemoryError" and succeeds hit no limit
+        return None
     if code == -signal.SIGXCPU:
         return "cpu"
     if code == -signal.SIGXFSZ or "File too large" in text[-2000:]:

@@ -1,0 +1,445 @@
+"""Scripts and the Python REPL in the local sandbox: confinement, limits, and the processes they leave."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import stat
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mlab.core.environment import EnvSettings, Environment
+from mlab.core.local_sandbox import LocalSandbox, namespace_prefix
+from mlab.core.models import Action
+from mlab.core.sandbox import ExecSpec, Limits
+from mlab.core.snapshot import SnapshotStore
+
+SECRET = "SECRET-ANSWER-42"
+TRAIN = "id,label\n1,0\n2,1\n"
+API_KEY = "sk-test-do-not-leak-123"
+
+confined = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
+
+
+def make_env(tmp_path: Path, timeout=10.0, namespaces=True, pristine=True, output_bytes=1_000_000):
+    ws = tmp_path / "ws"
+    (ws / "data").mkdir(parents=True)
+    (ws / "data" / "train.csv").write_text(TRAIN)
+    taskdata = tmp_path / "taskdata"
+    (taskdata / "hidden").mkdir(parents=True)
+    (taskdata / "hidden" / "answers.csv").write_text(SECRET + "\n")
+    shutil.copytree(ws, taskdata / "public")
+    mark = uuid.uuid4().hex
+    env = Environment(EnvSettings(
+        workspace=ws, read_only_patterns=["data/*"], sandbox=LocalSandbox(namespaces=namespaces),
+        store=SnapshotStore(tmp_path / "store"), pristine_dir=taskdata / "public" if pristine else None,
+        hidden_paths=[taskdata], sandbox_home=tmp_path / "home",
+        limits=Limits(timeout_s=timeout, output_bytes=output_bytes), extra_env={"MLAB_TEST_MARK": mark}))
+    env.mark = mark
+    return env
+
+
+@pytest.fixture
+def env(tmp_path):
+    environment = make_env(tmp_path)
+    yield environment
+    environment.close()
+
+
+def act(env, name, **args):
+    return env.execute(Action(name=name, args=args))
+
+
+def run(env, code: str, name="script.py"):
+    (env.workspace / name).write_text(code)
+    return act(env, "Execute Script", script_name=name)
+
+
+def alive(pid: int) -> bool:
+    """A killed process may stay a zombie until init reaps it: that counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone(pid: int, seconds=3.0) -> bool:
+    """A SIGKILLed process takes a moment to become a zombie (its environment is empty before that)."""
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Host pids of live processes started for this environment (they carry its mark in their environment)."""
+    found = []
+    for entry in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(entry, "rb") as f:
+                if f"MLAB_TEST_MARK={mark}".encode() in f.read():
+                    pid = int(entry.split("/")[2])
+                    if alive(pid):
+                        found.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def wait_gone(mark: str, seconds=3.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+# ---- running scripts ----------------------------------------------------------------------------
+
+def test_execute_script_output_exit_code_cwd_and_home(env, tmp_path):
+    obs, err = run(env, "import os, sys\nprint('cwd', os.getcwd())\nprint('home', os.environ['HOME'])\n"
+                        "print('to stderr', file=sys.stderr)\nsys.exit(3)\n")
+    assert not err
+    assert obs.startswith("The script ran. Output:\n")
+    assert f"cwd {env.workspace}" in obs and f"home {tmp_path / 'home'}" in obs and "to stderr" in obs
+    assert obs.endswith("[exit code 3]")
+    (env.workspace / "pkg").mkdir()
+    (env.workspace / "pkg" / "helper.py").write_text("print('in a subfolder')\n")
+    assert act(env, "Execute Script", script_name="pkg/helper.py") == \
+        ("The script ran. Output:\nin a subfolder\n", False)
+
+
+def test_scripts_can_write_workspace_home_and_tmp(env, tmp_path):
+    obs, err = run(env, "import os, tempfile\nopen('out.csv', 'w').write('ok')\n"
+                        "open(os.path.expanduser('~/cache.txt'), 'w').write('ok')\n"
+                        "with tempfile.NamedTemporaryFile() as f: f.write(b'x')\n"
+                        "with open('/tmp/mlab-sandbox-test-' + str(os.getpid()), 'w') as f: f.write('x')\n"
+                        "os.remove('/tmp/mlab-sandbox-test-' + str(os.getpid()))\nprint('wrote')\n")
+    assert not err and "wrote" in obs, obs
+    assert (env.workspace / "out.csv").read_text() == "ok"
+    assert (tmp_path / "home" / "cache.txt").read_text() == "ok"
+
+
+def test_memory_error_text_is_not_a_limit(env):
+    assert run(env, "print('caught a MemoryError earlier; File too large')\n") == \
+        ("The script ran. Output:\ncaught a MemoryError earlier; File too large\n", False)
+
+
+def test_huge_output_is_capped_with_a_marker(tmp_path):
+    env = make_env(tmp_path, output_bytes=100_000)
+    obs, err = run(env, "import sys\nprint('FIRST')\nfor i in range(50_000): print('y' * 99)\nprint('LAST')\n")
+    assert not err
+    assert "FIRST" in obs and obs.rstrip().endswith("LAST")
+    assert "bytes of output left out ...]" in obs
+    assert len(obs) < 110_000
+
+
+def test_non_utf8_output(env):
+    obs, err = run(env, "import sys\nsys.stdout.buffer.write(b'caf\\xe9 \\xff\\xfe\\x80 end\\n')\n"
+                        "sys.stdout.buffer.write('ok \u00e9'.encode('utf-8')[:-1])\n")
+    assert not err and "caf\ufffd" in obs and "end" in obs
+    obs.encode("utf-8")
+
+
+# ---- confinement --------------------------------------------------------------------------------
+
+@confined
+def test_script_cannot_modify_read_only_files(env):
+    obs, err = run(env, "import os\n"
+                        "for how in ('data/train.csv', os.path.abspath('data/train.csv')):\n"
+                        "    try:\n        open(how, 'w').write('hacked')\n        print('WROTE', how)\n"
+                        "    except OSError as e:\n        print('refused', e.strerror)\n"
+                        "try:\n    os.remove('data/train.csv')\n    print('REMOVED')\n"
+                        "except OSError as e:\n    print('refused', e.strerror)\n"
+                        "import subprocess\n"
+                        "for cmd in (['mount', '-o', 'remount,bind,rw', 'data/train.csv'], ['umount', 'data/train.csv']):\n"
+                        "    print('mount rc', subprocess.run(cmd, capture_output=True).returncode)\n"
+                        "try:\n    open('data/train.csv', 'w').write('hacked')\n    print('WROTE after mount')\n"
+                        "except OSError as e:\n    print('refused', e.strerror)\n")
+    assert not err
+    assert "WROTE" not in obs and "REMOVED" not in obs
+    assert obs.count("refused Read-only file system") == 3 and obs.count("refused") == 4, obs
+    assert "mount rc 0" not in obs
+    assert "read-only files were changed" not in obs
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+
+
+@confined
+def test_folder_swap_around_read_only_files_is_undone(env):
+    obs, err = run(env, "import os\nos.rename('data', 'data_old')\nos.mkdir('data')\n"
+                        "open('data/train.csv', 'w').write('hacked')\nprint('swapped')\n")
+    assert not err and "swapped" in obs
+    assert "[read-only files were changed and have been restored: data/train.csv]" in obs
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+
+
+@pytest.mark.parametrize("namespaces,pattern", [(True, "data/*"), (False, "data/*"), (False, "data")])
+def test_read_only_folder_swapped_for_a_symlink_out_is_restored_safely(tmp_path, namespaces, pattern):
+    if namespaces and namespace_prefix() is None:
+        pytest.skip("needs namespaces")
+    env = make_env(tmp_path, namespaces=namespaces)
+    env.s.read_only_patterns = [pattern]
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "train.csv").write_text("victim\n")
+    obs, err = run(env, f"import os\nos.rename('data', 'd2')\nos.symlink({str(tmp_path / 'victim')!r}, 'data')\n"
+                        "print('linked')\n")
+    assert not err and "linked" in obs and "have been restored" in obs, obs
+    assert (tmp_path / "victim" / "train.csv").read_text() == "victim\n"  # not deleted through the link
+    assert not os.path.islink(env.workspace / "data")
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+
+
+def test_fallback_without_namespaces_restores_and_reports(tmp_path):
+    env = make_env(tmp_path / "a", namespaces=False)
+    obs, err = run(env, "open('data/train.csv', 'w').write('hacked')\nopen('data/extra.csv', 'w').write('x')\n")
+    assert not err
+    assert "[read-only files were changed and have been restored: data/extra.csv, data/train.csv]" in obs
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+    assert not (env.workspace / "data" / "extra.csv").exists()
+    # The REPL is checked the same way.
+    obs, err = act(env, "Python REPL", command="open('data/train.csv', 'a').write('more')")
+    assert not err and "have been restored: data/train.csv" in obs
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+    env.close()
+    # With nothing to restore from, the change is still reported.
+    env = make_env(tmp_path / "b", namespaces=False, pristine=False)
+    obs, err = run(env, "open('data/train.csv', 'w').write('hacked')\n")
+    assert not err and "[read-only files were changed and could not be restored: data/train.csv]" in obs
+
+
+@confined
+def test_script_cannot_read_hidden_answers(env, tmp_path):
+    answers = tmp_path / "taskdata" / "hidden" / "answers.csv"
+    # Raw disks would give the answers away too (e.g. debugfs on the block device).
+    disks = [p for p in glob.glob("/dev/*") if stat.S_ISBLK(os.stat(p).st_mode)][:5]
+    obs, err = run(env, "import os, subprocess\n"
+                        f"for p in ({str(answers)!r}, {str(answers.parent)!r}):\n"
+                        "    try:\n        print('GOT', open(p).read() if os.path.isfile(p) else os.listdir(p))\n"
+                        "    except OSError as e:\n        print('refused', e.strerror)\n"
+                        f"print('umount rc', subprocess.run(['umount', {str(tmp_path / 'taskdata')!r}],"
+                        " capture_output=True).returncode)\n"
+                        f"print('exists after', os.path.exists({str(answers)!r}))\n"
+                        f"for dev in {disks!r}:\n"
+                        "    try:\n        print('disk', dev, len(open(dev, 'rb').read(4096)))\n"
+                        "    except OSError as e:\n        print('disk', dev, 0, e.strerror)\n")
+    assert not err
+    assert SECRET not in obs and "GOT" not in obs
+    assert "refused Permission denied" in obs and "umount rc 0" not in obs
+    assert "exists after False" in obs
+    assert obs.count("disk /dev/") == len(disks)
+    assert all(line.split()[2] == "0" for line in obs.splitlines() if line.startswith("disk ")), obs
+
+
+@confined
+def test_disk_outside_the_workspace_is_read_only(env):
+    probe = f"/var/tmp/mlab-sandbox-probe-{uuid.uuid4().hex}"
+    in_venv = os.path.join(os.path.dirname(sys.executable), f"mlab-probe-{uuid.uuid4().hex}")
+    try:
+        obs, err = run(env, "import os, sys\n"
+                            f"for p in ({probe!r}, {in_venv!r}):\n"
+                            "    try:\n        open(p, 'w').write('x')\n        print('WROTE', p)\n"
+                            "    except OSError as e:\n        print('refused', e.strerror)\n"
+                            "try:\n    os.rename(os.getcwd(), os.getcwd() + '_moved')\n    print('MOVED')\n"
+                            "except OSError as e:\n    print('refused', e.strerror)\n"
+                            "try:\n    open('/proc/sys/vm/swappiness', 'w').write('1')\n    print('SYSCTL')\n"
+                            "except OSError as e:\n    print('refused', e.strerror)\n")
+        assert not err
+        assert "WROTE" not in obs and "MOVED" not in obs and "SYSCTL" not in obs
+        assert obs.count("refused") == 4, obs
+    finally:
+        for path in (probe, in_venv):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def test_api_keys_do_not_reach_scripts(env, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    obs, err = run(env, "import os\n"
+                        "print('env keys', sorted(k for k in os.environ if 'KEY' in k))\n"
+                        "print('in env', any('sk-test' in v for v in os.environ.values()))\n"
+                        f"for pid in {{os.getppid(), 1, {os.getpid()}}}:\n"
+                        "    try:\n        data = open(f'/proc/{pid}/environ', 'rb').read()\n"
+                        "        print('pid', pid, 'readable', b'sk-test' in data)\n"
+                        "    except OSError as e:\n        print('pid', pid, 'unreadable')\n")
+    assert not err
+    assert API_KEY not in obs and "sk-test-do" not in obs
+    assert "env keys []" in obs and "in env False" in obs
+    assert "readable True" not in obs
+    assert "pid 1 " in obs  # the check of /proc/1/environ ran
+
+
+# ---- timeouts and leftover processes ------------------------------------------------------------
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("namespaces", [True, False])
+def test_endless_script_is_killed_at_the_timeout(tmp_path, namespaces):
+    if namespaces and namespace_prefix() is None:
+        pytest.skip("needs namespaces")
+    env = make_env(tmp_path, timeout=1.0, namespaces=namespaces)
+    started = time.monotonic()
+    obs, err = run(env, "import os\nopen('pid.txt', 'w').write(str(os.getpid()))\nprint('looping', flush=True)\n"
+                        "while True:\n    pass\n")
+    took = time.monotonic() - started
+    assert err and obs.startswith("EnvError: the script ran past the time limit of 1 s and was killed.")
+    assert "looping" in obs
+    assert 0.9 < took < 5
+    assert (env.workspace / "pid.txt").exists()
+    assert wait_gone(env.mark) == []
+    if not namespaces:  # host pids: check the one the script wrote directly
+        assert gone(int((env.workspace / "pid.txt").read_text()))
+
+
+DAEMON = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        {stdio}
+        open('daemon.pid', 'w').write(str(os.getpid()))
+        time.sleep(60)
+        open('daemon_survived.txt', 'w').write('yes')
+        os._exit(0)
+    os._exit(0)
+time.sleep(0.3)
+print('parent done')
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("namespaces", [True, False])
+@pytest.mark.parametrize("keeps_stdout", [True, False])
+def test_daemonized_child_is_killed(tmp_path, namespaces, keeps_stdout):
+    if namespaces and namespace_prefix() is None:
+        pytest.skip("needs namespaces")
+    env = make_env(tmp_path, timeout=10, namespaces=namespaces)
+    stdio = "pass" if keeps_stdout else "fd = os.open(os.devnull, os.O_RDWR); [os.dup2(fd, i) for i in (0, 1, 2)]"
+    started = time.monotonic()
+    obs, err = run(env, DAEMON.format(stdio=stdio))
+    assert not err and "parent done" in obs, obs
+    assert time.monotonic() - started < 5  # neither the timeout nor the daemon's sleep
+    assert (env.workspace / "daemon.pid").exists()
+    assert wait_gone(env.mark) == []
+    if not namespaces:
+        assert gone(int((env.workspace / "daemon.pid").read_text()))
+
+
+@pytest.mark.timeout(30)
+def test_script_that_closes_stdout_and_sleeps_is_bounded(tmp_path):
+    env = make_env(tmp_path, timeout=1.0)
+    started = time.monotonic()
+    obs, err = run(env, "import os, time\nprint('bye', flush=True)\nos.close(1)\nos.close(2)\ntime.sleep(60)\n")
+    assert err and "time limit of 1 s" in obs and "bye" in obs
+    assert time.monotonic() - started < 6
+    assert wait_gone(env.mark) == []
+
+
+def test_sandbox_run_directly_reports_limits(tmp_path):
+    sandbox = LocalSandbox()
+    spec = ExecSpec(cwd=tmp_path, limits=Limits(timeout_s=1.0), env={"PATH": os.environ["PATH"]})
+    result = sandbox.run(["sleep", "30"], spec)
+    assert result.limit_hit == "timeout" and result.duration_s < 5
+    result = sandbox.run(["sh", "-c", "echo hi; exit 4"], spec)
+    assert (result.exit_code, result.output, result.limit_hit) == (4, "hi\n", None)
+
+
+# ---- the Python REPL ----------------------------------------------------------------------------
+
+def test_repl_keeps_state_and_runs_in_a_child(env):
+    assert act(env, "Python REPL", command="import os\nx = 41") == ("", False)
+    assert act(env, "Python REPL", command="x + 1") == ("42\n", False)
+    obs, err = act(env, "Python REPL", command="print(os.getpid(), os.getcwd())")
+    assert not err
+    pid, cwd = obs.split()
+    assert int(pid) != os.getpid() and cwd == str(env.workspace)
+    assert env._repl.pid != os.getpid()
+    obs, err = act(env, "Python REPL", command="1/0")
+    assert not err and "ZeroDivisionError" in obs
+    assert act(env, "Python REPL", command="x") == ("41\n", False)  # an exception keeps the state
+
+
+def test_repl_survives_exit_and_protocol_abuse(env):
+    act(env, "Python REPL", command="x = 1")
+    obs, err = act(env, "Python REPL", command="print('before', flush=True)\nimport os\nos._exit(3)")
+    assert err and obs.startswith("EnvError: the REPL process exited (code 3) and its variables are lost")
+    assert "before" in obs
+    obs, err = act(env, "Python REPL", command="x")
+    assert not err and "NameError" in obs  # a fresh interpreter
+    assert act(env, "Python REPL", command="import sys\nsys.exit(5)\n'still here'")[0].startswith("SystemExit: 5")
+    assert act(env, "Python REPL", command="'alive'") == ("'alive'\n", False)
+    obs, err = act(env, "Python REPL", command="input()")
+    assert not err and "EOFError" in obs  # stdin is not the command channel
+    obs, err = act(env, "Python REPL", command="import os\nos.write(1, b'raw\\n')\nos.close(1)")
+    assert not err and "raw" in obs
+    assert act(env, "Python REPL", command="1 + 1") == ("2\n", False)
+
+
+@pytest.mark.timeout(30)
+def test_repl_timeout_kills_and_restarts(tmp_path):
+    env = make_env(tmp_path, timeout=1.0)
+    act(env, "Python REPL", command="y = 7")
+    started = time.monotonic()
+    obs, err = act(env, "Python REPL", command="print('spinning', flush=True)\nwhile True: pass")
+    assert err and obs.startswith("EnvError: the REPL command ran past the time limit of 1 s and was killed")
+    assert "spinning" in obs
+    assert time.monotonic() - started < 6
+    assert wait_gone(env.mark) == []
+    obs, err = act(env, "Python REPL", command="y")
+    assert not err and "NameError" in obs
+    env.close()
+    assert wait_gone(env.mark) == []
+
+
+def test_repl_confinement_and_output_cap(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    env = make_env(tmp_path, output_bytes=50_000)
+    obs, err = act(env, "Python REPL", command="import os\n[k for k in os.environ if 'KEY' in k]")
+    assert (obs, err) == ("[]\n", False)
+    obs, err = act(env, "Python REPL", command="print('z' * 2_000_000, end='')")
+    assert not err and "bytes of output left out" in obs and len(obs) < 60_000
+    if namespace_prefix() is not None:
+        answers = tmp_path / "taskdata" / "hidden" / "answers.csv"
+        obs, err = act(env, "Python REPL", command=f"open({str(answers)!r}).read()")
+        assert not err and SECRET not in obs and "Error" in obs
+        obs, err = act(env, "Python REPL", command="open('data/train.csv', 'w').write('hacked')")
+        assert not err and "Read-only file system" in obs
+        assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+    env.close()
+
+
+HARNESS = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_sandbox import make_env, run
+env = make_env(Path({tmp!r}), timeout=60, namespaces={namespaces})
+env.s.extra_env["MLAB_TEST_MARK"] = {mark!r}
+run(env, "import time\\nopen('started.txt', 'w').write('1')\\ntime.sleep(30)\\nopen('after.txt', 'w').write('1')\\n")
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("namespaces", [True, False])
+def test_script_dies_with_a_killed_harness(tmp_path, namespaces):
+    """A SIGKILLed run must not leave its script running: it would write into the workspace a resume restores."""
+    if namespaces and namespace_prefix() is None:
+        pytest.skip("needs namespaces")
+    import signal
+    import subprocess
+    mark = uuid.uuid4().hex
+    code = HARNESS.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), namespaces=namespaces, mark=mark)
+    harness = subprocess.Popen([sys.executable, "-c", code])
+    started = tmp_path / "ws" / "started.txt"
+    deadline = time.monotonic() + 15
+    while not started.exists() and time.monotonic() < deadline and harness.poll() is None:
+        time.sleep(0.05)
+    assert started.exists()
+    assert marked_processes(mark)
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    assert wait_gone(mark) == []
+    assert not (tmp_path / "ws" / "after.txt").exists()
