@@ -1,10 +1,10 @@
 """Benches: every (task, agent, model, seed) run in its own run directory, many at once, results in SQLite.
 
-The driver (this process) plans the runs, hands each to an engine, and is the only writer of the database.
-An engine executes jobs elsewhere: `local` starts one worker process per run (a fresh interpreter, so a crash or
-a leak stays in its run); `ray` submits each run as a Ray task. Workers report progress through small files
-in BENCH/.progress and return a summary of their run. Rerunning a bench skips finished runs, resumes
-interrupted ones from their last step, and retries failed ones only when asked.
+The driver (this process) plans the runs, hands each to an engine (core/bench_engines.py), and is the only writer
+of the database. `local` forks one worker process per run from a pre-loaded helper process; `ray` submits each run
+as a Ray task. Workers report progress through small files in BENCH/.progress and return a summary of their
+run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries failed
+ones only when asked.
 """
 from __future__ import annotations
 
@@ -12,20 +12,15 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from . import taskdata
-from .atomic import write_atomic
 from .errors import MlabError
 from .models import RunConfig
-from .results import ResultsDB, Scorer, intermediate_steps, registry_from, summarize
+from .results import ResultsDB, registry_from
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -75,213 +70,6 @@ def _slug(text: str) -> str:
 
 def run_name(task: str, agent: str, llm: str | None, seed: int) -> str:
     return f"{_slug(task.replace('/', '__'))}--{_slug(agent)}--{_slug(llm) if llm else 'nollm'}--s{seed}"
-
-
-# ---- the work a worker does ------------------------------------------------------------------------
-def execute_job(job: dict) -> dict:
-    """Run (or resume, or just read) one run and summarize it; called in a worker process or a Ray task."""
-    for key, value in job.get("env", {}).items():
-        os.environ[key] = value
-    registry = registry_from(job.get("registry_factory"), job.get("sys_path"))
-    run_dir = Path(job["run_dir"])
-    progress = Path(job["progress"])
-    started = time.time()
-
-    def on_step(step) -> None:
-        write_atomic(progress, json.dumps({
-            "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
-            "action": step.action.name, "started": started}).encode())
-
-    from .runner import Runner
-    from .trace import append_error, read_trace
-
-    try:
-        if job["mode"] == "collect":
-            trace = read_trace(run_dir)
-        else:
-            config = read_trace(run_dir).config if job["mode"] == "resume" else RunConfig(**job["config"])
-            runner = Runner(run_dir, config, registry, on_step=on_step)
-            trace = runner.resume() if job["mode"] == "resume" else runner.start()
-        task = registry.get("tasks", trace.config.task)
-        result = summarize(trace, task)
-        result["plugin_versions"] = trace.plugin_versions
-        result["step_scores"] = []
-        if job.get("intermediate"):
-            scorer = Scorer(registry)
-            result["step_scores"] = [(i, snap, *scorer.score(task, run_dir, snap))
-                                     for i, snap in intermediate_steps(trace)]
-        return result
-    except Exception as exc:
-        text = traceback.format_exc()
-        if run_dir.is_dir():
-            append_error(run_dir, f"[bench] {text}")
-        return {"status": "failed", "failure": "harness_error",
-                "end_reason": f"harness error: {type(exc).__name__}: {exc}", "traceback": text}
-
-
-def worker_main() -> None:
-    """Entry of a local worker process: `python -c '...worker_main()' JOB.json` writes JOB.result.json."""
-    job_path = Path(sys.argv[1])
-    job = json.loads(job_path.read_text())
-    try:
-        result = execute_job(job)
-    except KeyboardInterrupt:
-        sys.exit(130)  # the run stays resumable: its trace still says "running"
-    write_atomic(Path(job["result"]), json.dumps(result).encode())
-
-
-# ---- engines ---------------------------------------------------------------------------------------
-class LocalEngine:
-    """One worker process per run, in its own session so a Ctrl-C reaches only the driver."""
-
-    name = "local"
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.procs: dict[str, tuple[subprocess.Popen, dict]] = {}
-
-    def capacity(self) -> int:
-        return self.workers - len(self.procs)
-
-    def submit(self, job: dict) -> None:
-        job_path = Path(job["job_file"])
-        write_atomic(job_path, json.dumps(job).encode())
-        log = open(job["log"], "ab")
-        code = "from mlab.core.bench import worker_main; worker_main()"
-        proc = subprocess.Popen([sys.executable, "-c", code, str(job_path)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_stop_with_driver)
-        log.close()
-        self.procs[job["key"]] = (proc, job)
-
-    def poll(self) -> list[tuple[dict, dict | None]]:
-        done = []
-        for key, (proc, job) in list(self.procs.items()):
-            code = proc.poll()
-            if code is None:
-                continue
-            del self.procs[key]
-            done.append((job, _read_result(job, code)))
-        return done
-
-    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
-        """Ask every worker to stop (SIGINT: the run ends at once, resumable), then kill stragglers."""
-        for proc, _job in self.procs.values():
-            _signal(proc, signal.SIGINT)
-        deadline = time.monotonic() + grace_s
-        try:
-            for proc, _job in self.procs.values():
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    _signal(proc, signal.SIGKILL)
-                    proc.wait()
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
-            for proc, _job in self.procs.values():
-                _signal(proc, signal.SIGKILL)
-                proc.wait()
-        done = [(job, _read_result(job, proc.returncode, interrupted=True)) for proc, job in self.procs.values()]
-        self.procs.clear()
-        return done
-
-    def close(self) -> None:
-        pass
-
-
-def _stop_with_driver() -> None:
-    """A worker whose driver died gets SIGINT: its run stops at once and stays resumable."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # not inherited as ignored: the worker must be stoppable
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _signal(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _read_result(job: dict, code: int | None, interrupted: bool = False) -> dict | None:
-    """The worker's result; None when it was interrupted; a harness error when it died without one."""
-    path = Path(job["result"])
-    if path.is_file():
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            pass
-    if interrupted or code == 130:
-        return None
-    why = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-    return {"status": "failed", "failure": "harness_error",
-            "end_reason": f"harness error: worker process died ({why}); see {job['log']}"}
-
-
-class RayEngine:
-    """Each run is a Ray task on a cluster (--ray-address) or on a local Ray this command starts and stops."""
-
-    name = "ray"
-
-    def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None):
-        try:
-            import ray
-        except ImportError:
-            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'")
-        self.ray = ray
-        self.started_here = False
-        if not ray.is_initialized():
-            options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-            try:
-                ray.init(address=address, **options) if address else ray.init(**options)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise MlabError(f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}")
-            self.started_here = not address
-        cpus = ray.cluster_resources().get("CPU", 1.0)
-        self.workers = workers
-        # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
-        self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
-        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(execute_job)
-        self.refs: dict[Any, dict] = {}
-
-    def capacity(self) -> int:
-        return self.workers - len(self.refs)
-
-    def submit(self, job: dict) -> None:
-        self.refs[self.remote.remote(job)] = job
-
-    def poll(self) -> list[tuple[dict, dict | None]]:
-        if not self.refs:
-            return []
-        ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
-        return [self._collect(ref) for ref in ready]
-
-    def _collect(self, ref, interrupted: bool = False) -> tuple[dict, dict | None]:
-        job = self.refs.pop(ref)
-        try:
-            return job, self.ray.get(ref)
-        except self.ray.exceptions.TaskCancelledError:
-            return job, None
-        except self.ray.exceptions.RayError as exc:
-            if interrupted:
-                return job, None
-            return job, {"status": "failed", "failure": "harness_error",
-                         "end_reason": f"harness error: Ray task failed: {str(exc).splitlines()[0]}"}
-
-    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
-        for ref in self.refs:
-            self.ray.cancel(ref)  # KeyboardInterrupt inside the task: the run stops and stays resumable
-        refs = list(self.refs)
-        ready, rest = self.ray.wait(refs, num_returns=len(refs), timeout=grace_s)
-        for ref in rest:
-            self.ray.cancel(ref, force=True)
-        return [self._collect(ref, interrupted=True) for ref in refs]
-
-    def close(self) -> None:
-        if self.started_here:
-            self.ray.shutdown()
 
 
 # ---- the driver ------------------------------------------------------------------------------------
@@ -395,16 +183,19 @@ class Bench:
         status.pending = len(jobs)
         return jobs, status
 
-    def _job_dict(self, job: Job) -> dict:
+    def _settings(self) -> dict:
+        """What a worker needs to build the same registry in the same environment as this driver."""
         env = {k: os.environ[k] for k in ("MLAB_HOME", "MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR") if k in os.environ}
-        return {"key": job.key, "mode": job.mode, "config": job.config.model_dump(),
+        return {"registry_factory": self.registry_factory, "sys_path": [os.getcwd()], "env": env}
+
+    def _job_dict(self, job: Job) -> dict:
+        return {**self._settings(), "key": job.key, "mode": job.mode, "config": job.config.model_dump(),
                 "run_dir": str(self.dir / RUNS_DIR / job.name),
                 "progress": str(self.dir / PROGRESS_DIR / f"{job.name}.json"),
                 "job_file": str(self.dir / JOBS_DIR / f"{job.name}.json"),
                 "result": str(self.dir / JOBS_DIR / f"{job.name}.result.json"),
                 "log": str(self.dir / LOGS_DIR / f"{job.name}.log"),
-                "intermediate": self.spec.intermediate, "registry_factory": self.registry_factory,
-                "sys_path": [os.getcwd()], "env": env}
+                "intermediate": self.spec.intermediate}
 
     def _prepare_tasks(self, db: ResultsDB) -> None:
         """Prepare each task once, here: workers preparing the same task at once would race."""
@@ -417,9 +208,11 @@ class Bench:
             db.set_baseline(task.name, recorded, "recorded" if recorded is not None else "missing")
 
     def _engine(self):
+        from .bench_engines import LocalEngine, RayEngine
+
         if self.engine_name == "ray":
             return RayEngine(self.workers, self.ray_address, self.cpus_per_run)
-        return LocalEngine(self.workers)
+        return LocalEngine(self.workers, self._settings(), self.dir / LOGS_DIR / "workers.log")
 
     # running
     def run(self, on_update: Callable[[BenchStatus], None] | None = None, tick_s: float = 0.2) -> BenchStatus:

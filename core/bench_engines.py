@@ -1,0 +1,350 @@
+"""Where a bench's runs execute: local worker processes, or Ray tasks. Both run `execute_job`.
+
+The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
+every run is then a process forked from it, in its own session, so a run costs no interpreter start-up and no
+plugin imports, a crash or leak stays in its run, and a Ctrl-C on the terminal reaches only the driver.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_atomic
+from .errors import MlabError
+from .models import RunConfig
+from .results import Scorer, intermediate_steps, registry_from, summarize
+
+
+# ---- the work of one run -----------------------------------------------------------------------------
+def execute_job(job: dict, registry=None) -> dict:
+    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task."""
+    for key, value in job.get("env", {}).items():
+        os.environ[key] = value
+    registry = registry or registry_from(job.get("registry_factory"), job.get("sys_path"))
+    run_dir = Path(job["run_dir"])
+    progress = Path(job["progress"])
+    started = time.time()
+
+    def on_step(step) -> None:
+        write_atomic(progress, json.dumps({
+            "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
+            "action": step.action.name, "started": started}).encode())
+
+    from .runner import Runner
+    from .trace import append_error, read_trace
+
+    try:
+        if job["mode"] == "collect":
+            trace = read_trace(run_dir)
+        else:
+            config = read_trace(run_dir).config if job["mode"] == "resume" else RunConfig(**job["config"])
+            runner = Runner(run_dir, config, registry, on_step=on_step)
+            trace = runner.resume() if job["mode"] == "resume" else runner.start()
+        task = registry.get("tasks", trace.config.task)
+        result = summarize(trace, task)
+        result["plugin_versions"] = trace.plugin_versions
+        result["step_scores"] = []
+        if job.get("intermediate"):
+            scorer = Scorer(registry)
+            result["step_scores"] = [(i, snap, *scorer.score(task, run_dir, snap))
+                                     for i, snap in intermediate_steps(trace)]
+        return result
+    except Exception as exc:
+        text = traceback.format_exc()
+        if run_dir.is_dir():
+            append_error(run_dir, f"[bench] {text}")
+        return {"status": "failed", "failure": "harness_error",
+                "end_reason": f"harness error: {type(exc).__name__}: {exc}", "traceback": text}
+
+
+def read_result(job: dict, code: int | None, interrupted: bool = False) -> dict | None:
+    """The worker's result; None when it was interrupted; a harness error when it died without one."""
+    path = Path(job["result"])
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            pass
+    if interrupted or code == 130:
+        return None
+    why = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return {"status": "failed", "failure": "harness_error",
+            "end_reason": f"harness error: worker process died ({why}); see {job['log']}"}
+
+
+def _die_with_parent(sig: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# ---- the zygote: forks one worker per run -------------------------------------------------------------
+def _run_child(job_path: str, registry) -> int:
+    """In the forked worker: the run's own session and log; SIGINT (from the driver, or when the zygote dies)
+    stops the run at once, leaving it resumable."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent(signal.SIGINT)
+    job = json.loads(Path(job_path).read_text())
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    try:
+        result = execute_job(job, registry)
+    except KeyboardInterrupt:
+        return 130  # the trace still says "running"
+    write_atomic(Path(job["result"]), json.dumps(result).encode())
+    return 0
+
+
+def zygote_main() -> None:
+    """`python -c '...zygote_main()' SETTINGS`: reads job file paths on stdin, one per line; writes JSON lines
+    {"ready"}, {"started", "pid"} and {"exited", "pid", "code"} on stdout."""
+    settings = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides what stops
+    _die_with_parent(signal.SIGTERM)
+    for key, value in settings.get("env", {}).items():
+        os.environ[key] = value
+    registry = registry_from(settings.get("registry_factory"), settings.get("sys_path"))
+    from . import runner  # noqa: F401  (imported once here, not in every worker)
+
+    out = sys.stdout
+
+    def say(**message) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    say(ready=True)
+    children: set[int] = set()
+    stdin_open, pending = True, b""
+    while stdin_open or children:
+        # the raw descriptor, not sys.stdin: a buffered reader could hold a job line that select() cannot see
+        if stdin_open and select.select([0], [], [], 0.02)[0]:
+            data = os.read(0, 65536)
+            stdin_open = bool(data)
+            pending += data
+        elif not stdin_open:
+            time.sleep(0.02)
+        *lines, pending = pending.split(b"\n")
+        for line in filter(None, (raw.decode().strip() for raw in lines)):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = _run_child(line, registry)
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            children.add(pid)
+            say(started=line, pid=pid)
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                children.clear()
+                break
+            if pid == 0:
+                break
+            children.discard(pid)
+            say(exited=pid, code=os.waitstatus_to_exitcode(status))
+
+
+class LocalEngine:
+    """Runs as processes forked from one zygote, at most `workers` at a time."""
+
+    name = "local"
+
+    def __init__(self, workers: int, settings: dict, log_path: Path):
+        self.workers = workers
+        self.running: dict[str, dict] = {}  # job file -> job
+        self.pids: dict[str, int] = {}  # job file -> pid
+        self.by_pid: dict[int, str] = {}
+        self.messages: queue.Queue = queue.Queue()
+        code = "from mlab.core.bench_engines import zygote_main; zygote_main()"
+        with open(log_path, "ab") as log:
+            self.zygote = subprocess.Popen(
+                [sys.executable, "-c", code, json.dumps(settings)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, text=True, bufsize=1, start_new_session=True, preexec_fn=_reset_sigint)
+        threading.Thread(target=self._read, daemon=True).start()
+        ready = self._next(timeout=120)
+        if not ready or not ready.get("ready"):
+            self.zygote.kill()
+            raise MlabError(f"the local worker pool did not start; see {log_path}")
+
+    def _read(self) -> None:
+        for line in self.zygote.stdout:
+            try:
+                self.messages.put(json.loads(line))
+            except ValueError:
+                continue
+        self.messages.put(None)  # the zygote is gone
+
+    def _next(self, timeout: float) -> dict | None:
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            return {}
+
+    def capacity(self) -> int:
+        return self.workers - len(self.running)
+
+    def submit(self, job: dict) -> None:
+        write_atomic(Path(job["job_file"]), json.dumps(job).encode())
+        self.running[job["job_file"]] = job
+        try:
+            self.zygote.stdin.write(job["job_file"] + "\n")
+            self.zygote.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # noticed in poll(): the zygote has died
+
+    def _handle(self, message: dict | None, done: list, interrupted: bool = False) -> None:
+        if message is None:
+            for name in list(self.running):  # the pool died: its runs are resumable, not failed
+                done.append((self.running.pop(name), None))
+            raise MlabError("the local worker pool died; finished runs are kept, rerun to resume the others")
+        if "started" in message:
+            self.pids[message["started"]] = message["pid"]
+            self.by_pid[message["pid"]] = message["started"]
+        elif "exited" in message:
+            name = self.by_pid.pop(message["exited"], None)
+            if name in self.running:
+                self.pids.pop(name, None)
+                job = self.running.pop(name)
+                done.append((job, read_result(job, message["code"], interrupted)))
+
+    def poll(self) -> list[tuple[dict, dict | None]]:
+        done: list = []
+        while True:
+            try:
+                message = self.messages.get_nowait()
+            except queue.Empty:
+                return done
+            self._handle(message, done)
+
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+        """Ask every worker to stop (SIGINT: the run ends at once, resumable), then kill stragglers."""
+        done: list = []
+        deadline = time.monotonic() + grace_s
+        signalled: set[int] = set()
+        try:
+            while self.running and time.monotonic() < deadline:
+                for pid in set(self.pids.values()) - signalled:
+                    _kill(pid, signal.SIGINT)
+                    signalled.add(pid)
+                message = self._next(timeout=0.1)
+                if message != {}:
+                    self._handle(message, done, interrupted=True)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            pass
+        for pid in self.pids.values():
+            _kill(pid, signal.SIGKILL)
+        done.extend((job, None) for job in self.running.values())
+        self.running.clear()
+        return done
+
+    def close(self) -> None:
+        try:
+            self.zygote.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.zygote.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+
+
+def _reset_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _die_with_parent(signal.SIGTERM)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# ---- Ray ---------------------------------------------------------------------------------------------
+class RayEngine:
+    """Each run is a Ray task on a cluster (--ray-address) or on a local Ray this command starts and stops."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'")
+        self.ray = ray
+        self.started_here = False
+        if not ray.is_initialized():
+            options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            try:
+                ray.init(address=address, **options) if address else ray.init(**options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise MlabError(f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}")
+            self.started_here = not address
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        self.workers = workers
+        # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
+        self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
+        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(execute_job)
+        self.refs: dict[Any, dict] = {}
+
+    def capacity(self) -> int:
+        return self.workers - len(self.refs)
+
+    def submit(self, job: dict) -> None:
+        self.refs[self.remote.remote(job)] = job
+
+    def poll(self) -> list[tuple[dict, dict | None]]:
+        if not self.refs:
+            return []
+        ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        return [self._collect(ref) for ref in ready]
+
+    def _collect(self, ref, interrupted: bool = False) -> tuple[dict, dict | None]:
+        job = self.refs.pop(ref)
+        try:
+            return job, self.ray.get(ref)
+        except self.ray.exceptions.TaskCancelledError:
+            return job, None
+        except self.ray.exceptions.RayError as exc:
+            if interrupted:
+                return job, None
+            return job, {"status": "failed", "failure": "harness_error",
+                         "end_reason": f"harness error: Ray task failed: {str(exc).splitlines()[0]}"}
+
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+        for ref in self.refs:
+            self.ray.cancel(ref)  # KeyboardInterrupt inside the task: the run stops and stays resumable
+        refs = list(self.refs)
+        ready, rest = self.ray.wait(refs, num_returns=len(refs), timeout=grace_s)
+        for ref in rest:
+            self.ray.cancel(ref, force=True)
+        return [self._collect(ref, interrupted=True) for ref in refs]
+
+    def close(self) -> None:
+        if self.started_here:
+            self.ray.shutdown()
