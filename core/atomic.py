@@ -1,13 +1,25 @@
-"""Crash-safe file writes: a reader sees the old content or the new, never a mix."""
+"""Crash-safe file writes: a reader sees the old content or the new, never a mix.
+
+On a full disk (or any other failure) the old file is left as it was and the half-written temporary file is
+removed, so a failed write costs nothing but the error.
+"""
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 from pathlib import Path
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -20,3 +32,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable (best effort: not every file system allows fsync on a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

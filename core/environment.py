@@ -433,8 +433,16 @@ class Environment:
         try:
             result = self.s.sandbox.run([self.s.python, "-u", "./" + rel if rel.startswith("-") else rel], spec)
         finally:
+            self._ensure_workspace()
             changed = self._restore_read_only(before)
         return result, changed
+
+    def _ensure_workspace(self) -> None:
+        """A confined script cannot remove the workspace folder (a mount point), an unconfined one can."""
+        if not os.path.isdir(self.workspace) or os.path.islink(self.workspace):
+            if os.path.lexists(self.workspace):
+                os.unlink(self.workspace)
+            self.workspace.mkdir(parents=True)
 
     def execute_script(self, script_name: str) -> str:
         result, changed = self.run_script(script_name)
@@ -442,20 +450,32 @@ class Environment:
         if result.limit_hit == "timeout":
             raise EnvError(f"the script ran past the time limit of {self.s.limits.timeout_s:g} s and was "
                            f"killed. Output before that:\n{result.output}{note}")
-        if result.limit_hit in ("memory", "cpu", "file_size"):
-            raise EnvError(f"the script hit the {result.limit_hit} limit (exit code {result.exit_code}). "
-                           f"Output:\n{result.output}{note}")
+        if result.limit_hit in LIMIT_MESSAGES:
+            raise EnvError(f"the script {LIMIT_MESSAGES[result.limit_hit].format(**self._limit_values())} "
+                           f"(exit code {result.exit_code}). Output:\n{result.output}{note}")
         status = "" if result.exit_code == 0 else f"\n[exit code {result.exit_code}]"
         return f"The script ran. Output:\n{result.output}{status}{note}"
+
+    def _limit_values(self) -> dict[str, str]:
+        limits = self.s.limits
+        return {"processes": str(limits.max_processes), "memory": _size(limits.memory_bytes),
+                "disk": ", ".join(filter(None, [
+                    f"at most {_size(limits.disk_bytes)} more per command" if limits.disk_bytes else "",
+                    f"at least {_size(limits.min_free_disk_bytes)} must stay free"
+                    if limits.min_free_disk_bytes else ""])),
+                "file_size": _size(limits.file_size_bytes), "cpu": f"{limits.cpu_seconds} s"}
 
     def python_repl(self, command: str) -> str:
         before = self._read_only_state()
         try:
             if self._repl is None:
                 self._repl = Repl(self.s.sandbox, self.exec_spec(), self.s.python)
-            output = self._repl.run(command, self.s.limits.timeout_s, self.s.limits.output_bytes)
+            output = self._repl.run(command, self.s.limits.timeout_s, self.s.limits.output_bytes,
+                                    {k: v.format(**self._limit_values()) for k, v in LIMIT_MESSAGES.items()})
         except EnvError as exc:
+            self._ensure_workspace()
             raise EnvError(f"{exc}{self._restore_note(self._restore_read_only(before))}")
+        self._ensure_workspace()
         return output + self._restore_note(self._restore_read_only(before))
 
     def _restore_note(self, changed: list[str]) -> str:
@@ -599,6 +619,27 @@ class Environment:
         if self._repl is not None:
             self._repl.close()
             self._repl = None
+
+
+# How a broken limit is told to the agent, after "the script " or "the REPL command ".
+LIMIT_MESSAGES = {
+    "memory": "hit the memory limit ({memory}) and was stopped",
+    "cpu": "used up its CPU time ({cpu}) and was stopped",
+    "file_size": "tried to write a file larger than the limit of {file_size} and was stopped",
+    "processes": "started more processes or threads than the limit of {processes} allows, so it was killed with "
+                 "everything it started",
+    "disk": "used too much disk space ({disk}) and was killed with everything it started; delete files you do "
+            "not need",
+}
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "no limit"
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value} bytes"
 
 
 def is_final(action: Action) -> bool:

@@ -1,4 +1,5 @@
-"""The embedded default sandbox: a child process group with resource limits.
+"""The embedded default sandbox: a child process group with resource limits (and a cgroup of its own where
+one can be made, bounding the processes and memory of the whole tree).
 
 Where the kernel allows it (root, or unprivileged user namespaces) the command also gets its own mount and
 PID namespaces: hidden paths are covered (an empty tmpfs over folders, /dev/null over files), read-only paths
@@ -12,16 +13,14 @@ found by a token in their environment and killed.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import resource
 import secrets
 import shutil
 import signal
 import subprocess
 
-from .sandbox import ExecSpec, Sandbox
+from .sandbox import ExecSpec, Sandbox, cgroup_parents
 
 # Runs inside the new namespaces before the command. Options, in this order:
 #   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
@@ -59,11 +58,6 @@ exec "$@"
 """
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
-_PR_SET_PDEATHSIG = 1
-try:  # looked up here: loading a library between fork and exec can deadlock
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,37 +77,6 @@ def namespace_prefix() -> tuple[str, ...] | None:
         if probe.returncode == 0:
             return tuple(prefix)
     return None
-
-
-def _apply_limits(spec: ExecSpec) -> None:
-    limits = spec.limits
-    pairs = [
-        (resource.RLIMIT_AS, limits.memory_bytes),
-        (resource.RLIMIT_CPU, limits.cpu_seconds),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_NPROC, limits.max_processes),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for which, value in pairs:
-        if value is not None:
-            try:
-                resource.setrlimit(which, (value, value))
-            except (ValueError, OSError):
-                pass
-
-
-def _die_with(parent: int) -> None:
-    """In the child before exec: get SIGKILL when the harness dies, so a killed run leaves no script running
-    (it would write into a workspace that resuming has just restored)."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the harness died before prctl took effect
-            os._exit(1)
-
-
-def _prepare_child(spec: ExecSpec, parent: int) -> None:
-    _apply_limits(spec)
-    _die_with(parent)
 
 
 def confine_options(spec: ExecSpec) -> list[str]:
@@ -148,6 +111,18 @@ class LocalSandbox(Sandbox):
     def confined(self) -> bool:
         return self.use_namespaces and namespace_prefix() is not None
 
+    def limitations(self) -> list[str]:
+        notes = []
+        if not self.confined:
+            who = "root" if os.geteuid() == 0 else "the harness's user"
+            notes.append(f"the local sandbox cannot use mount and PID namespaces here (unshare failed), so agent "
+                         f"code runs as {who} without them: it can read the task's hidden answers and other files "
+                         f"the harness can read; use --sandbox bwrap (or docker) for a real benchmark")
+        if os.geteuid() == 0 and "pids" not in cgroup_parents():
+            notes.append("no cgroup for process counts can be made here, and root ignores RLIMIT_NPROC: the number "
+                         "of processes an agent's code starts is not bounded")
+        return notes
+
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
         command = list(argv)
         env = dict(spec.env)
@@ -159,17 +134,7 @@ class LocalSandbox(Sandbox):
         else:
             token = secrets.token_hex(16)
             env[_TOKEN_VAR] = token
-        parent = os.getpid()
-        proc = subprocess.Popen(
-            command,
-            cwd=spec.cwd,
-            env=env,
-            stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: _prepare_child(spec, parent),
-        )
+        proc = self.spawn(command, spec, env=env)
         proc.mlab_token = token  # type: ignore[attr-defined]
         return proc
 

@@ -67,6 +67,7 @@ while True:
 """
 
 _WRITE_GRACE_S = 5.0
+_POLL_S = 0.2  # how often a running command's limits are looked at
 
 
 class Repl:
@@ -123,7 +124,7 @@ class Repl:
             self.close()
             raise EnvError("the REPL process stopped taking commands and was restarted; its variables are lost")
 
-    def run(self, code: str, timeout_s: float, output_cap: int) -> str:
+    def run(self, code: str, timeout_s: float, output_cap: int, limit_messages: dict[str, str] | None = None) -> str:
         if self.proc is None or self.proc.poll() is not None:
             self.close()
             self._start()
@@ -142,8 +143,17 @@ class Repl:
                 output.feed(bytes(buffer[:-keep]))
                 del buffer[:-keep]
             try:
-                chunk = self.chunks.get(timeout=max(0.0, deadline - time.monotonic()))
+                chunk = self.chunks.get(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
             except queue.Empty:
+                if time.monotonic() < deadline:
+                    hit = self.sandbox.check(self.proc, self.spec)
+                    if not hit:
+                        continue
+                    output.feed(bytes(buffer))
+                    self.close()
+                    told = (limit_messages or {}).get(hit, f"hit the {hit} limit and was killed")
+                    raise EnvError(f"the REPL command {told}; its variables are lost. Output before that:\n"
+                                   f"{output.text()}")
                 output.feed(bytes(buffer))
                 self.close()
                 raise EnvError(f"the REPL command ran past the time limit of {timeout_s:g} s and was killed; "
@@ -151,8 +161,10 @@ class Repl:
             if chunk is None:
                 output.feed(bytes(buffer))
                 code_ = self._exit_code()
+                hit = self.sandbox.check(self.proc, self.spec)  # e.g. killed by the kernel for its memory
                 self.close()
-                raise EnvError(f"the REPL process exited (code {code_}) and its variables are lost; "
+                why = f" after it {(limit_messages or {}).get(hit, f'hit the {hit} limit')}" if hit else ""
+                raise EnvError(f"the REPL process exited (code {code_}){why} and its variables are lost; "
                                f"the next command starts a fresh one. Output:\n{output.text()}")
             buffer += chunk
 
@@ -171,6 +183,7 @@ class Repl:
             proc.wait(timeout=5)
         except Exception:
             pass
+        self.sandbox.release(proc)
         try:
             if proc.stdin is not None:
                 proc.stdin.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -20,10 +21,11 @@ from .llm_resolve import backend_options, build_roles, client_options
 from .models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
 from .paths import is_read_only
 from .registry import Registry, load_registry
-from .sandbox import Limits
+from .atomic import is_disk_full, write_atomic
+from .sandbox import Limits, resolve_sandbox
 from .snapshot import SnapshotStore
 from .task import Task
-from .trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, read_trace, write_config, write_trace)
+from .trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, json_safe, read_trace, write_config, write_trace)
 
 INITIAL_SNAPSHOT = "step_0000"
 
@@ -51,20 +53,24 @@ def new_run_dir(config: RunConfig, base: Path | None = None) -> Path:
     return run_dir
 
 
+class DiskFull(MlabError):
+    """The run directory's disk is full: the run stops with its trace intact, to be resumed later."""
+
+
 class Runner:
     def __init__(self, run_dir: Path, config: RunConfig, registry: Registry | None = None,
-                 on_step: Callable[[Step], None] | None = None, ask_human: Callable[[str], str] | None = None):
+                 on_step: Callable[[Step], None] | None = None, ask_human: Callable[[str], str] | None = None,
+                 limits: Limits | None = None, warn: Callable[[str], None] | None = None):
         self.registry = registry or load_registry()
         self.run_dir = Path(run_dir).resolve()
         self.config = config
         self.on_step = on_step
         self.ask_human = ask_human
+        self.limits = limits  # for agent code; the timeout always comes from config.action_timeout_s
+        self.warn = warn or (lambda text: print(f"mlab: warning: {text}", file=sys.stderr))
         self.task: Task = self.registry.get("tasks", config.task)
         self.agent_cls = self.registry.get("agents", config.agent)
-        self.sandbox_cls = self.registry.get("sandboxes", config.sandbox)
-        ok, why = self.sandbox_cls.available()
-        if not ok:
-            raise MlabError(f"sandbox {config.sandbox!r} is not available here: {why}")
+        self.sandbox_cls = resolve_sandbox(self.registry, config.sandbox)  # `auto` picks the strongest here
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
         backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm,
@@ -100,10 +106,12 @@ class Runner:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
                                  on_call=lambda event: self._notify("llm_call_finished", event),
                                  **client_options(self.config))
-        limits = Limits(timeout_s=self.config.action_timeout_s)
+        limits = (self.limits or Limits()).model_copy(update={"timeout_s": self.config.action_timeout_s})
+        sandbox = self.sandbox_cls()
+        self.warnings = [f"sandbox {sandbox.name}: {note}" for note in sandbox.limitations()]
         self.env = Environment(EnvSettings(
             workspace=self.workspace, read_only_patterns=list(self.task.read_only_files),
-            sandbox=self.sandbox_cls(), store=self.store, pristine_dir=taskdata.public_dir(self.task),
+            sandbox=sandbox, store=self.store, pristine_dir=taskdata.public_dir(self.task),
             hidden_paths=[taskdata.data_root()], sandbox_home=self.run_dir / "home", limits=limits,
             llm=self.llm, interactive=self.config.interactive, ask_human=self.ask_human))
         self.agent = self.agent_cls(AgentContext(
@@ -135,14 +143,18 @@ class Runner:
             self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins})
+            self._record_warnings(trace)
             write_trace(self.run_dir, trace)
-        except BaseException:
+        except BaseException as exc:
             # A run that never started leaves nothing a later `run --run-dir` would trip over.
             self._release_lock()
             if existed:
                 _empty_folder(self.run_dir)
             else:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+            if is_disk_full(exc):
+                raise DiskFull(f"cannot start run {str(self.run_dir)!r}: the disk is full "
+                               f"({exc.strerror or exc})") from exc
             raise
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
         return self._loop(trace)
@@ -159,9 +171,18 @@ class Runner:
             self.env.load_state_dict(last.env_state)
             if self.llm is not None:
                 self.llm.load_state_dict(last.llm_state)
+        self._record_warnings(trace)
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
                                                resumed_from_step=len(trace.steps)))
         return self._loop(trace)
+
+    def _record_warnings(self, trace: Trace) -> None:
+        """What the sandbox cannot enforce here: said on stderr, and kept in the trace and the error log."""
+        for text in self.warnings:
+            self.warn(text)
+            if text not in trace.errors:
+                trace.errors.append(text)
+                append_error(self.run_dir, f"warning: {text}")
 
     # ---- the loop -------------------------------------------------------------------------------
     def _loop(self, trace: Trace) -> Trace:
@@ -190,17 +211,21 @@ class Runner:
                 if not isinstance(decision, Action):
                     raise TypeError(f"agent returned {type(decision).__name__}, not an Action")
                 observation, is_error = self.env.execute(decision)
-                step = Step(index=index, action=decision, observation=observation, is_error=is_error,
-                            started_at=started, duration_s=time.time() - started,
+                observation += self._snapshot(step_snapshot_name(index), trace)
+                step = Step(index=index, action=stored_action(decision), observation=observation,
+                            is_error=is_error, started_at=started, duration_s=time.time() - started,
                             snapshot=step_snapshot_name(index), agent_state=self.agent.state_dict(),
                             env_state=self.env.state_dict(),
                             llm_state=self.llm.state_dict() if self.llm else {},
                             usage=self.llm.usage.model_copy() if self.llm else trace.usage)
-                self.store.take(self.workspace, step.snapshot, skip=self._skip_read_only)
                 trace.steps.append(step)
                 trace.usage = step.usage
                 trace.total_time_s = time_before + time.monotonic() - clock_start
-                write_trace(self.run_dir, trace)
+                try:
+                    write_trace(self.run_dir, trace)
+                except BaseException:
+                    trace.steps.pop()  # not on disk: a resume redoes this step
+                    raise
                 self._notify("step_finished", StepFinished(run_dir=str(self.run_dir), step=step))
                 if self.on_step:
                     self.on_step(step)
@@ -208,6 +233,12 @@ class Runner:
                     reason = "final answer"
         except BudgetExceeded as exc:
             reason = f"budget reached: {exc}"
+        except OSError as exc:
+            if not is_disk_full(exc):
+                reason, status = f"harness error: {type(exc).__name__}: {exc}", "failed"
+                append_error(self.run_dir, traceback.format_exc())
+            else:
+                self._stop_disk_full(trace, exc)
         except LLMError as exc:
             reason, status = f"llm error: {exc}", "failed"
             append_error(self.run_dir, traceback.format_exc())
@@ -218,21 +249,68 @@ class Runner:
             self.env.close()
         return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
 
+    def _snapshot(self, name: str, trace: Trace) -> str:
+        """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
+        to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
+        try:
+            self.store.take(self.workspace, name, skip=self._skip_read_only)
+            return ""
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            first = exc
+        previous = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
+        append_error(self.run_dir, f"disk full while storing snapshot {name} ({first}); the workspace goes back "
+                                   f"to {previous}")
+        self.store.restore(previous, self.workspace, skip=self._skip_read_only)
+        self.store.take(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
+        return ("\n[The disk is full, so the files this step produced could not be kept: the workspace was put "
+                "back as it was before this step. Write smaller files or delete ones you do not need.]")
+
+    def _stop_disk_full(self, trace: Trace, exc: OSError) -> None:
+        """Stop without touching the trace on disk (the last complete step's): it can be resumed later."""
+        self._release_lock()
+        done = len(trace.steps)
+        message = (f"the disk of run {str(self.run_dir)!r} is full ({exc.strerror or exc}); the run stopped "
+                   f"after step {done}, whose trace and snapshot are intact. Free some space and continue it "
+                   f"with --resume")
+        append_error(self.run_dir, message)
+        raise DiskFull(message) from exc
+
     def _finish(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
+        try:
+            return self._finish_writing(trace, status, reason, total)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._stop_disk_full(trace, exc)
+            raise  # not reached
+
+    def _finish_writing(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
-        trace.final_snapshot = "final"
         manifest = (self.run_dir / "snapshots" / f"{last}.json").read_bytes()
-        from .atomic import write_atomic
         write_atomic(self.run_dir / "snapshots" / "final.json", manifest)
-        trace.final_score, trace.final_score_error = evaluate_snapshot(self.task, self.run_dir, "final")
-        trace.status, trace.end_reason, trace.total_time_s = status, reason, total
+        final = trace.model_copy(deep=True)  # the trace in memory changes only once it is on disk
+        final.final_snapshot = "final"
+        final.final_score, final.final_score_error = evaluate_snapshot(self.task, self.run_dir, "final")
+        final.status, final.end_reason, final.total_time_s = status, reason, total
         if self.llm is not None:
-            trace.usage = self.llm.usage
-        write_trace(self.run_dir, trace)
+            final.usage = self.llm.usage
+        write_trace(self.run_dir, final)
+        trace = final
         self._notify("run_finished", RunFinished(
             run_dir=str(self.run_dir), status=status, end_reason=reason, steps=len(trace.steps),
             final_score=trace.final_score, usage=trace.usage, total_time_s=total))
         return trace
+
+
+def stored_action(action: Action) -> Action:
+    """The action as the trace keeps it: what the agent sent may hold anything (lone surrogates, objects,
+    megabytes of text), the trace needs valid, bounded JSON."""
+    return Action(name=json_safe(action.name if isinstance(action.name, str) else repr(action.name)),
+                  args=json_safe(action.args if isinstance(action.args, dict) else {"(input)": action.args}),
+                  entries=json_safe(action.entries if isinstance(action.entries, dict) else {}),
+                  raw_response=json_safe(action.raw_response) if action.raw_response is not None else None)
 
 
 def _empty_folder(folder: Path) -> None:

@@ -1,23 +1,47 @@
-"""Content-addressed snapshots of a workspace: each step stores a manifest; a file's bytes are stored once."""
+"""Content-addressed snapshots of a workspace: each step stores a manifest; a file's bytes are stored once.
+
+A manifest maps each path to {sha256, size, mode} for a regular file, or to {link, sha256, size, mode} for a
+symbolic link (stored as a link, its target text as the object: never followed). Other kinds of files (FIFOs,
+sockets, devices) are not recorded. Objects are private copies, so a script that later changes a workspace file
+in place cannot change an earlier snapshot.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import stat
 from pathlib import Path
 
 from .atomic import write_atomic
 
 _BLOCK = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block the harness
 
 
 def file_digest(path: str) -> str:
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return _digest_fd(fd)[0]
+    finally:
+        os.close(fd)
+
+
+def _digest_fd(fd: int) -> tuple[str, int]:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_BLOCK):
-            h.update(chunk)
-    return h.hexdigest()
+    size = 0
+    while chunk := os.read(fd, _BLOCK):
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def is_link(entry: dict) -> bool:
+    return "link" in entry
 
 
 class SnapshotStore:
@@ -36,31 +60,80 @@ class SnapshotStore:
         return self.objects / digest[:2] / digest
 
     def take(self, workspace: Path, name: str, skip: "callable[[str], bool]" = lambda _rel: False) -> dict:
-        """Record the workspace under `name`; returns the manifest {relpath: {sha256, size, mode}}."""
+        """Record the workspace under `name`; returns the manifest."""
         manifest: dict[str, dict] = {}
         for rel, full, st in _walk(workspace, skip):
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(full)
+                except OSError:  # gone since the walk
+                    continue
+                data = os.fsencode(target)
+                manifest[rel] = {"link": target, "sha256": self.store_bytes(data), "size": len(data),
+                                 "mode": 0o777}
+                continue
             key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
             cached = self._stat_cache.get(rel)
             if cached and cached[0] == key:
-                digest = cached[1]
+                digest, size = cached[1], st.st_size
             else:
-                digest = self._store(full)
+                stored = self._store(full)
+                if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
+                    continue
+                digest, size, key = stored
                 self._stat_cache[rel] = (key, digest)
-            manifest[rel] = {"sha256": digest, "size": st.st_size, "mode": st.st_mode & 0o777}
+            manifest[rel] = {"sha256": digest, "size": size, "mode": st.st_mode & 0o777}
         write_atomic(self.manifests / f"{name}.json", json.dumps(manifest, sort_keys=True).encode())
         return manifest
 
-    def _store(self, full: str) -> str:
-        digest = file_digest(full)
-        target = self._object_path(digest)
-        if not target.exists():
+    def _store(self, full: str) -> tuple[str, int, tuple[int, int, int, int]] | None:
+        """Store a regular file's bytes; (digest, size, stat key), or None when it is not a regular file.
+        Read through one descriptor, never following a link, so what is hashed is what is stored."""
+        try:
+            fd = os.open(full, _OPEN_FLAGS)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            os.set_blocking(fd, True)
+            digest, size = _digest_fd(fd)
+            if not self._object_path(digest).exists():
+                os.lseek(fd, 0, os.SEEK_SET)
+                digest, size = self._copy_in(fd, digest)
+            return digest, size, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        finally:
+            os.close(fd)
+
+    def _copy_in(self, fd: int, digest: str) -> tuple[str, int]:
+        """Copy fd into the store; returns the digest and size of what was copied (the file may have changed
+        since it was hashed)."""
+        tmp_dir = self.objects / digest[:2]
+        tmp_dir.mkdir(exist_ok=True)
+        tmp = tmp_dir / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with open(tmp, "wb") as out:
+                while chunk := os.read(fd, _BLOCK):
+                    h.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            copied = h.hexdigest()
+            target = self._object_path(copied)
             target.parent.mkdir(exist_ok=True)
-            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-            shutil.copyfile(full, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
+            os.chmod(tmp, 0o444)  # objects are never changed in place
             os.replace(tmp, target)
-        return digest
+            return copied, size
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def store_bytes(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
@@ -83,35 +156,94 @@ class SnapshotStore:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
         manifest = self.manifest(name)
         workspace.mkdir(parents=True, exist_ok=True)
-        for rel, full, _st in list(_walk(workspace, skip)):
-            if rel not in manifest:
-                os.remove(full)
-        for rel, entry in manifest.items():
+        for rel, full, st in list(_walk(workspace, skip, every_kind=True)):
+            entry = manifest.get(rel)
+            if entry is None or is_link(entry) != stat.S_ISLNK(st.st_mode):
+                _remove(full)
+        for rel, entry in sorted(manifest.items()):
             target = workspace / rel
-            if target.is_file() and not target.is_symlink() and file_digest(str(target)) == entry["sha256"]:
+            _clear_path(workspace, rel)
+            if is_link(entry):
+                if os.path.islink(target) and os.readlink(target) == entry["link"]:
+                    continue
+                _remove(str(target))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(entry["link"], target)
                 continue
-            if target.is_symlink() or target.exists():
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                else:
-                    target.unlink()
+            if _same_file(target, entry):
+                if stat.S_IMODE(os.lstat(target).st_mode) != entry["mode"]:
+                    os.chmod(target, entry["mode"])
+                continue
+            _remove(str(target))
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self._object_path(entry["sha256"]), target)
+            shutil.copyfile(self._object_path(entry["sha256"]), target, follow_symlinks=False)
             os.chmod(target, entry["mode"])
         _remove_empty_dirs(workspace)
         self._stat_cache.clear()
 
     def materialize(self, name: str, target: Path) -> None:
-        """Write snapshot `name` into an empty folder."""
-        for rel, entry in self.manifest(name).items():
+        """Write snapshot `name` into an empty folder. Links that would lead out of it are left out: the
+        result is read by the harness itself (scoring), which must never follow the agent's links out."""
+        manifest = self.manifest(name)
+        links = []
+        for rel, entry in manifest.items():
             path = target / rel
             path.parent.mkdir(parents=True, exist_ok=True)
+            if is_link(entry):
+                links.append(path)
+                os.symlink(entry["link"], path)
+                continue
             shutil.copyfile(self._object_path(entry["sha256"]), path)
             os.chmod(path, entry["mode"] | 0o200)
+        root = os.path.realpath(target)
+        for path in links:
+            real = os.path.realpath(path)
+            if not (real == root or real.startswith(root + os.sep)) or not os.path.exists(path):
+                os.unlink(path)
 
 
-def _walk(workspace: Path, skip):
-    """(relpath, fullpath, stat) of every regular file below workspace; symlinks are not followed."""
+def _same_file(target: Path, entry: dict) -> bool:
+    try:
+        st = os.lstat(target)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"]:
+        return False
+    try:
+        return file_digest(str(target)) == entry["sha256"]
+    except OSError:
+        return False
+
+
+def _remove(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _clear_path(workspace: Path, rel: str) -> None:
+    """Make every folder above rel a real folder: a file or a link in the way (maybe out of the workspace)
+    is removed, never followed."""
+    current = str(workspace)
+    for part in rel.split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(current)
+            return
+
+
+def _walk(workspace: Path, skip, every_kind: bool = False):
+    """(relpath, fullpath, lstat) of every regular file and symlink below workspace (with every_kind, of
+    every non-folder entry: FIFOs, sockets...); symlinks are never followed."""
     root = str(workspace)
     stack = [("", root)]
     while stack:
@@ -124,10 +256,14 @@ def _walk(workspace: Path, skip):
             rel = prefix + entry.name
             if skip(rel):
                 continue
-            if entry.is_dir(follow_symlinks=False):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
                 stack.append((rel + "/", entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                yield rel, entry.path, entry.stat(follow_symlinks=False)
+            elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or every_kind:
+                yield rel, entry.path, st
 
 
 def _remove_empty_dirs(workspace: Path) -> None:

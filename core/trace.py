@@ -1,7 +1,10 @@
 """Reading and writing a run directory's trace and config."""
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
 from .atomic import write_atomic
 from .errors import MlabError
@@ -13,9 +16,38 @@ LLM_LOG_FILE = "llm_calls.jsonl"
 ERRORS_FILE = "errors.log"
 WORKSPACE_DIR = "workspace"
 
+MAX_STORED_CHARS = 200_000  # longer strings an agent sent are shortened in the trace (it is rewritten each step)
+
 
 def write_trace(run_dir: Path, trace: Trace) -> None:
-    write_atomic(run_dir / TRACE_FILE, trace.model_dump_json(indent=1).encode())
+    """Replace the trace atomically; on failure (a full disk) the previous trace stays as it was."""
+    try:
+        data = trace.model_dump_json(indent=1)
+    except ValueError:  # something unserializable got in (a lone surrogate, an odd object): store it as text
+        data = json.dumps(json_safe(trace.model_dump(), limit=None), indent=1)
+    write_atomic(Path(run_dir) / TRACE_FILE, data.encode())
+
+
+def json_safe(value: Any, limit: int | None = MAX_STORED_CHARS, depth: int = 0) -> Any:
+    """value as plain JSON data: valid UTF-8 strings (shortened past limit), finite numbers, str keys;
+    anything else becomes its repr."""
+    if isinstance(value, str):
+        text = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        if limit is not None and len(text) > limit:
+            text = text[:limit] + f"[... {len(text) - limit} characters left out of the trace]"
+        return text
+    if value is None or isinstance(value, bool) or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if depth > 50:
+        return "[... nested too deeply]"
+    if isinstance(value, dict):
+        return {json_safe(k if isinstance(k, str) else repr(k), limit): json_safe(v, limit, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, limit, depth + 1) for v in value]
+    return json_safe(repr(value)[:1000], limit)
 
 
 def read_trace(run_dir: Path) -> Trace:
@@ -32,6 +64,11 @@ def write_config(run_dir: Path, config: RunConfig) -> None:
     write_atomic(run_dir / CONFIG_FILE, config.model_dump_json(indent=1).encode())
 
 
-def append_error(run_dir: Path, text: str) -> None:
-    with open(run_dir / ERRORS_FILE, "a", encoding="utf-8") as f:
-        f.write(text.rstrip("\n") + "\n")
+def append_error(run_dir: Path, text: str) -> bool:
+    """Add to the run's error log; best effort (False when it cannot be written, e.g. on a full disk)."""
+    try:
+        with open(Path(run_dir) / ERRORS_FILE, "a", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text.rstrip("\n") + "\n")
+        return True
+    except OSError:
+        return False
