@@ -14,26 +14,12 @@ from rich.text import Text
 from mlab.core.errors import MlabError
 
 from .durations import Duration
+from .run_cmds import parse_agent_options
 
 
 def _names(values: tuple[str, ...]) -> list[str]:
     """Repeatable options that also take comma lists: --tasks a,b --tasks c."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
-
-
-def _parse_options(pairs: tuple[str, ...]) -> dict:
-    import json
-
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise MlabError(f"--agent-option takes KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
 
 
 def _run_options(**given) -> dict:
@@ -123,7 +109,7 @@ def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_ad
 
     spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
                      max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
-                     fast_llm=fast_llm, edit_llm=edit_llm, agent_options=_parse_options(agent_options),
+                     fast_llm=fast_llm, edit_llm=edit_llm, agent_options=parse_agent_options(agent_options),
                      intermediate=intermediate, run_options=_run_options(
                          max_tokens=max_tokens, max_cost=max_cost, llm_api_base=llm_api_base,
                          llm_timeout_s=llm_timeout_s,

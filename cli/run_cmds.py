@@ -96,7 +96,7 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
         config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
                            max_time_s=max_time_s, action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
-                           agent_options=_parse_options(agent_options), interactive=interactive,
+                           agent_options=parse_agent_options(agent_options), interactive=interactive,
                            llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s, max_tokens=max_tokens,
                            max_cost=max_cost, llm_cache=_cache_dir(llm_cache),
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1})
@@ -133,7 +133,7 @@ def _cache_dir(value: str | None) -> str | None:
     return str(path.resolve())
 
 
-def _parse_options(pairs: tuple[str, ...]) -> dict:
+def parse_agent_options(pairs: tuple[str, ...]) -> dict:
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -154,37 +154,27 @@ def _ask_human(request: str) -> str:
 @click.command("eval")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
-def eval_runs(run_dirs: tuple[str, ...], as_json: bool) -> None:
-    """Score each run from its final snapshot."""
-    from mlab.core.runner import evaluate_snapshot
-    from mlab.core.trace import read_trace
+@click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run, evenly spaced).")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Processes scoring at once (default: CPU count).")
+def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, workers: int | None) -> None:
+    """Score each run (or every run of a bench folder, updating its results.db) from its final snapshot."""
+    from mlab.core.results import eval_rows
 
-    registry = load_registry()
-    rows = []
-    for run_dir in run_dirs:
-        path = Path(run_dir)
-        trace = read_trace(path)
-        task = registry.get("tasks", trace.config.task)
-        snapshot = trace.final_snapshot or (trace.steps[-1].snapshot if trace.steps else "step_0000")
-        score, error = evaluate_snapshot(task, path, snapshot)
-        base = taskdata.recorded_baseline(task)
-        improvement = task.improvement(score, base) if score is not None and base not in (None, 0) else None
-        rows.append({"run_dir": str(path), "task": task.name, "agent": trace.config.agent, "status": trace.status,
-                     "steps": len(trace.steps), "metric": task.metric.name,
-                     "higher_is_better": task.metric.higher_is_better, "score": score, "error": error,
-                     "baseline": base, "improvement": improvement,
-                     "success": improvement is not None and improvement > 0.10,
-                     "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2)})
+    rows = eval_rows([Path(p) for p in run_dirs], intermediate=intermediate, workers=workers,
+                     registry=load_registry())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="mlab results")
-    for column in ("run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement"):
+    columns = ["run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement"]
+    for column in columns + (["best step"] if intermediate else []):
         table.add_column(column)
     for r in rows:
         score = f"{r['score']:.6g}" if r["score"] is not None else f"[red]{r['error']}[/red]"
         base = f"{r['baseline']:.6g}" if r["baseline"] is not None else "not measured"
         imp = f"{r['improvement']:+.1%}" if r["improvement"] is not None else "-"
+        best = [] if not intermediate else [
+            "-" if r["best_step"] is None else f"{r['best_score']:.6g} at step {r['best_step']}"]
         table.add_row(Path(r["run_dir"]).name, r["task"], r["agent"], r["status"], str(r["steps"]),
-                      r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp)
+                      r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp, *best)
     Console(soft_wrap=True).print(table)
