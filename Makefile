@@ -40,6 +40,9 @@ browser:
 bench: setup
 	$(PY) benchmarks/list_plugins_time.py
 	$(PY) benchmarks/step_overhead.py
+	$(PY) benchmarks/agent_prompt_tokens.py
+	$(PY) benchmarks/bench_parallel.py
+	$(PY) benchmarks/bench_eval.py
 
 clean:
 	rm -rf $(VENV) runs
