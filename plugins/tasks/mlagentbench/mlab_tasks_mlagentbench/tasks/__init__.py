@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 from .cifar10 import Cifar10
+from .contrails import IdentifyContrails, IdentifyContrailsCpu
+from .fathomnet import Fathomnet, FathomnetCpu
 from .feedback import Feedback
+from .imdb import Imdb, ImdbCpu
 from .ogbn_arxiv import OgbnArxiv
 from .parkinsons import Parkinsons
 from .tabular import HousePrice, SpaceshipTitanic
 from .vectorization import Vectorization
 
-TASK_CLASSES = [Cifar10, Feedback, HousePrice, OgbnArxiv, Parkinsons, SpaceshipTitanic, Vectorization]
+TASK_CLASSES = [Cifar10, Fathomnet, FathomnetCpu, Feedback, HousePrice, IdentifyContrails, IdentifyContrailsCpu, Imdb, ImdbCpu, OgbnArxiv, Parkinsons, SpaceshipTitanic, Vectorization]
 
 
 def all_tasks():
