@@ -6,13 +6,14 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from mlab.core.errors import MlabError
 
+from .console import make_console
 from .durations import Duration
 from .run_cmds import parse_agent_options
 
@@ -31,7 +32,7 @@ class BenchView:
     """A live view of a bench on a terminal; elsewhere one line per run that ends."""
 
     def __init__(self, title: str):
-        self.console = Console(soft_wrap=True)
+        self.console = make_console()
         self.title = title
         self.printed = 0
         self.live = Live(console=self.console, refresh_per_second=4, transient=False) \
@@ -118,7 +119,7 @@ def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_ad
         raise MlabError("--ray-address and --cpus-per-run need --engine ray")
     runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,
                    registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run)
-    console = Console(soft_wrap=True)
+    console = make_console()
     started = time.monotonic()
     with BenchView(f"bench {bench_dir}") as view:
         try:
@@ -152,7 +153,7 @@ def report(bench_dir, out_dir, compare, no_plots, no_html, as_json) -> None:
     data = rep.load(Path(bench_dir), tuple(compare) if compare else None)
     if not data.rows:
         raise MlabError(f"bench {bench_dir!r} has no runs yet")
-    console = Console(soft_wrap=True, stderr=as_json)
+    console = make_console(stderr=as_json)
     target = Path(out_dir) if out_dir else Path(bench_dir) / "report"
     written = rep.write(data, target, plots=not no_plots, html=not no_html,
                         log=lambda msg: console.print(msg, highlight=False))

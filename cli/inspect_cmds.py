@@ -5,14 +5,13 @@ import json
 from dataclasses import asdict
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from mlab.core.registry import load_registry
 
+from .console import make_console
 
-def _console() -> Console:
-    return Console(soft_wrap=True)
+
 
 
 @click.command("list-plugins")
@@ -32,7 +31,7 @@ def list_plugins(as_json: bool) -> None:
                               for kind in ("tasks", "agents", "llms", "sandboxes") if getattr(p, kind))
         table.add_row(p.name, p.distribution, p.version, registers, ", ".join(p.hooks),
                       f"[red]{p.error}[/red]" if p.error else "")
-    console = _console()
+    console = make_console()
     console.print(table)
     for conflict in registry.conflicts:
         console.print(f"[red]conflict: {conflict}[/red]")
@@ -61,7 +60,7 @@ def tasks(as_json: bool) -> None:
     for r in rows:
         table.add_row(r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
                       "yes" if r["prepared"] else "no", r["description"])
-    _console().print(table)
+    make_console().print(table)
     for conflict in registry.conflicts:
         click.echo(f"conflict: {conflict}", err=True)
 
@@ -81,4 +80,4 @@ def agents(as_json: bool) -> None:
         table.add_column(column)
     for r in rows:
         table.add_row(r["name"], "yes" if r["needs_llm"] else "no", r["provider"], r["description"])
-    _console().print(table)
+    make_console().print(table)

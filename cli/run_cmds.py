@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from mlab.core import taskdata
@@ -17,6 +16,7 @@ from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.registry import load_registry
 
+from .console import make_console
 from .durations import Duration
 
 
@@ -108,7 +108,7 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
     with view:
         runner.on_step = view.add
         trace = runner.resume() if resume_dir else runner.start()
-    console = Console()
+    console = make_console()
     score = "none" if trace.final_score is None else f"{trace.final_score:.6g}"
     console.print(f"run {trace.status}: {trace.end_reason}; {len(trace.steps)} steps, "
                   f"{trace.total_time_s:.1f} s", highlight=False)
@@ -177,4 +177,4 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
             "-" if r["best_step"] is None else f"{r['best_score']:.6g} at step {r['best_step']}"]
         table.add_row(Path(r["run_dir"]).name, r["task"], r["agent"], r["status"], str(r["steps"]),
                       r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp, *best)
-    Console(soft_wrap=True).print(table)
+    make_console().print(table)

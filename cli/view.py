@@ -1,11 +1,12 @@
 """Showing a run's steps as they happen: a live table on a terminal, one line a step otherwise."""
 from __future__ import annotations
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from mlab.core.models import Step
+
+from .console import make_console
 
 
 def _short(text: str, width: int) -> str:
@@ -15,7 +16,7 @@ def _short(text: str, width: int) -> str:
 
 class StepView:
     def __init__(self, title: str, max_steps: int):
-        self.console = Console(soft_wrap=True)
+        self.console = make_console()
         self.title = title
         self.max_steps = max_steps
         self.rows: list[tuple[str, ...]] = []

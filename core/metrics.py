@@ -81,7 +81,7 @@ def improvement(score: float | None, baseline: float | None, higher_is_better: b
     if not is_valid(score) or baseline is None or baseline == 0:
         return None
     change = (score - baseline) / abs(baseline)
-    return change if higher_is_better else -change
+    return change if higher_is_better else 0.0 - change  # 0.0 - x: no negative zero in reports
 
 
 @dataclass

@@ -76,7 +76,8 @@ class Task(ABC):
     def offline_ready(self) -> bool:
         return not self.resources.network_for_prepare
 
-    def improvement(self, score: float, baseline: float) -> float:
+    def improvement(self, score: float, baseline: float) -> float | None:
         """Relative improvement over the baseline, positive when better, whatever the metric's direction."""
-        change = (score - baseline) / abs(baseline)
-        return change if self.metric.higher_is_better else 0.0 - change  # 0.0 - x avoids printing -0.0
+        from .metrics import improvement
+
+        return improvement(score, baseline, self.metric.higher_is_better)
