@@ -7,7 +7,7 @@ PLUGINS := $(sort $(dir $(wildcard plugins/*/*/pyproject.toml)))
 LITE_TASKS := lite/digits lite/diabetes lite/wine
 DEMO_DIR ?= runs/demo
 
-.PHONY: setup run test test-shared bench clean browser
+.PHONY: setup run test test-shared bench clean browser sandbox-tools
 
 setup: $(VENV)/.installed
 
@@ -27,7 +27,7 @@ run: setup
 	done
 	$(MLAB) eval $(DEMO_DIR)/*
 
-test: setup browser
+test: setup browser sandbox-tools
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Headless Chromium for the HTML report test; without it (not root, no apt) that test skips with a reason.
@@ -36,6 +36,13 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
 		echo "chromium not installed: the HTML report browser test will be skipped"
+
+# bubblewrap for the bwrap sandbox; without it (not root, no apt) its tests skip with a reason.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "bubblewrap not installed: the bwrap sandbox tests will be skipped"
 
 bench: setup
 	$(PY) benchmarks/list_plugins_time.py

@@ -20,7 +20,7 @@ import shutil
 import signal
 import subprocess
 
-from .sandbox import ExecSpec, Sandbox, cgroup_parents
+from .sandbox import ExecSpec, Sandbox
 
 # Runs inside the new namespaces before the command. Options, in this order:
 #   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
@@ -47,6 +47,7 @@ while read -r _ _ _ _ mp _; do
 done < /proc/self/mountinfo
 { mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys; } 2>/dev/null
 [ -e /proc/sysrq-trigger ] && mount --bind /dev/null /proc/sysrq-trigger 2>/dev/null
+mount -o remount,bind,ro /proc 2>/dev/null  # uid 0 without capabilities still owns e.g. /proc/irq/*
 for dev in /dev/* /dev/*/*; do
   if [ -b "$dev" ] && [ ! -L "$dev" ]; then mount --bind /dev/null "$dev" 2>/dev/null; fi
 done
@@ -118,10 +119,7 @@ class LocalSandbox(Sandbox):
             notes.append(f"the local sandbox cannot use mount and PID namespaces here (unshare failed), so agent "
                          f"code runs as {who} without them: it can read the task's hidden answers and other files "
                          f"the harness can read; use --sandbox bwrap (or docker) for a real benchmark")
-        if os.geteuid() == 0 and "pids" not in cgroup_parents():
-            notes.append("no cgroup for process counts can be made here, and root ignores RLIMIT_NPROC: the number "
-                         "of processes an agent's code starts is not bounded")
-        return notes
+        return notes + super().limitations()
 
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
         command = list(argv)

@@ -73,6 +73,9 @@ class Sandbox(ABC):
 
     def limitations(self) -> list[str]:
         """What this sandbox cannot enforce here; the runner shows and records each as a warning."""
+        if os.geteuid() == 0 and "pids" not in cgroup_parents():
+            return ["no cgroup for process counts can be made here, and root ignores RLIMIT_NPROC: the number of "
+                    "processes an agent's code starts is not bounded (a fork bomb is stopped only by the timeout)"]
         return []
 
     @abstractmethod
