@@ -23,17 +23,23 @@ import subprocess
 from .sandbox import ExecSpec, Sandbox
 
 # Runs inside the new namespaces before the command. Options, in this order:
+#   -T SIZE  start a private /tmp (a tmpfs of SIZE bytes, put together on /dev/shm first),
+#   -k PATH  in which this writable folder below /tmp stays reachable, -M  then move it onto /tmp
 #   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
-#   -h PATH  hide a folder, -f PATH hide a file
+#   -h PATH  hide a folder, -f PATH hide a file (already gone when it was below /tmp)
 #   -r PATH  make read-only
-# then "--" and the command. Mount failures for hiding and read-only are fatal; the hardening after is best effort.
+# then "--" and the command. Mount failures for /tmp, hiding and read-only are fatal; the hardening after is
+# best effort.
 _CONFINE_SCRIPT = r"""
 writable=" "
 while [ "$1" != "--" ]; do
   case "$1" in
+    -T) mount -t tmpfs -o "mode=1777,size=$2" mlab-tmp /dev/shm || exit 124 ;;
+    -k) { mkdir -p "/dev/shm/${2#/tmp/}" && mount --bind "$2" "/dev/shm/${2#/tmp/}"; } || exit 124 ;;
+    -M) mount --move /dev/shm /tmp || exit 124; writable="$writable/tmp "; shift; continue ;;
     -w) mount --bind "$2" "$2" || exit 123; writable="$writable$2 " ;;
-    -h) mount -t tmpfs -o size=4k,mode=000 mlab-hidden "$2" || exit 121 ;;
-    -f) mount --bind /dev/null "$2" || exit 121 ;;
+    -h) if [ -e "$2" ]; then mount -t tmpfs -o size=4k,mode=000 mlab-hidden "$2" || exit 121; fi ;;
+    -f) if [ -e "$2" ]; then mount --bind /dev/null "$2" || exit 121; fi ;;
     -r) { mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" "$2"; } || exit 122 ;;
   esac
   shift 2
@@ -52,10 +58,13 @@ for dev in /dev/* /dev/*/*; do
   if [ -b "$dev" ] && [ ! -L "$dev" ]; then mount --bind /dev/null "$dev" 2>/dev/null; fi
 done
 cd "$(pwd -P)" || exit 123
+# No exec: this shell stays the namespace's init (which ignores signals it has no handler for, e.g. SIGXCPU)
+# and reaps orphans while it waits; the command's death by signal N comes out as status 128+N.
 if command -v setpriv >/dev/null 2>&1; then
-  exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+  setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+else
+  "$@"
 fi
-exec "$@"
 """
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
@@ -80,14 +89,29 @@ def namespace_prefix() -> tuple[str, ...] | None:
     return None
 
 
+PRIVATE_TMP_BYTES = 1 << 30  # memory-backed: also within the command's memory limit
+
+
 def confine_options(spec: ExecSpec) -> list[str]:
     """The options of the confine script for spec (writable first: later mounts must land on those binds)."""
     writable = {os.path.realpath(spec.cwd)}
-    for path in [*spec.writable_paths, "/tmp"]:
+    for path in spec.writable_paths:
         if os.path.isdir(path) and not os.path.islink(path):
             writable.add(os.path.realpath(path))
+    ordered = sorted(writable, key=lambda p: (p.count("/"), p))  # parents before children
     options: list[str] = []
-    for path in sorted(writable, key=lambda p: (p.count("/"), p)):  # parents before children
+    tmp = os.path.realpath("/tmp")
+    if tmp == "/tmp" and os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
+        # Scripts get a /tmp of their own: other runs' files (and anything else) in the host's /tmp are
+        # neither readable nor writable; the workspace and home stay where they are even when below /tmp.
+        options += ["-T", str(PRIVATE_TMP_BYTES)]
+        for path in ordered:
+            if path.startswith("/tmp/"):
+                options += ["-k", path]
+        options += ["-M"]
+    elif os.path.isdir(tmp):
+        ordered = sorted({*ordered, tmp}, key=lambda p: (p.count("/"), p))
+    for path in ordered:
         options += ["-w", path]
     for path in spec.hidden_paths:
         if os.path.isdir(path):
@@ -135,6 +159,10 @@ class LocalSandbox(Sandbox):
         proc = self.spawn(command, spec, env=env)
         proc.mlab_token = token  # type: ignore[attr-defined]
         return proc
+
+    @property
+    def signal_exit_codes(self) -> bool:  # the namespace's init shell tells a death by signal N as 128+N
+        return self.confined
 
     def kill(self, proc: subprocess.Popen) -> None:
         super().kill(proc)

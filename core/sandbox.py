@@ -65,6 +65,9 @@ class Sandbox(ABC):
 
     name: str = ""
     description: str = ""
+    # True when the command runs under an init of its own that exits with 128+N when the command dies of
+    # signal N: such codes are reported as -N, the way Popen does.
+    signal_exit_codes: bool = False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -218,6 +221,8 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
         sandbox.release(proc)
     text = output.text()
     code = proc.returncode
+    if sandbox.signal_exit_codes and code is not None and 128 < code <= 128 + 64:
+        code = 128 - code
     if limit_hit is None:
         limit_hit = after or _limit_from_outcome(code, text)
     if output.dropped and limit_hit is None:
@@ -307,8 +312,10 @@ def _apply_limits(limits: Limits, nproc: int | None) -> None:
     ]
     for which, value in pairs:
         if value is not None:
+            # CPU: SIGXCPU at the soft limit tells what happened; at the hard one the kernel sends SIGKILL.
+            hard = value + 1 if which == resource.RLIMIT_CPU else value
             try:
-                resource.setrlimit(which, (value, value))
+                resource.setrlimit(which, (value, hard))
             except (ValueError, OSError):
                 pass
 

@@ -113,14 +113,9 @@ class SnapshotStore:
         tmp_dir.mkdir(exist_ok=True)
         tmp = tmp_dir / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
         h = hashlib.sha256()
-        size = 0
         try:
             with open(tmp, "wb") as out:
-                while chunk := os.read(fd, _BLOCK):
-                    h.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
-                out.flush()
+                size = _copy_sparse(fd, out.fileno(), h)
                 os.fsync(out.fileno())
             copied = h.hexdigest()
             target = self._object_path(copied)
@@ -176,7 +171,7 @@ class SnapshotStore:
                 continue
             _remove(str(target))
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self._object_path(entry["sha256"]), target, follow_symlinks=False)
+            _copy_object(self._object_path(entry["sha256"]), target)
             os.chmod(target, entry["mode"])
         _remove_empty_dirs(workspace)
         self._stat_cache.clear()
@@ -193,13 +188,50 @@ class SnapshotStore:
                 links.append(path)
                 os.symlink(entry["link"], path)
                 continue
-            shutil.copyfile(self._object_path(entry["sha256"]), path)
+            _copy_object(self._object_path(entry["sha256"]), path)
             os.chmod(path, entry["mode"] | 0o200)
         root = os.path.realpath(target)
         for path in links:
             real = os.path.realpath(path)
             if not (real == root or real.startswith(root + os.sep)) or not os.path.exists(path):
                 os.unlink(path)
+
+
+_ZEROS = bytes(_BLOCK)
+
+
+def _copy_sparse(src: int, dst: int, h=None) -> int:
+    """Copy from fd src to fd dst leaving blocks of zeros as holes (a 1 GB sparse file stays small);
+    returns the bytes copied, feeding them to the hash h."""
+    size = 0
+    while chunk := os.read(src, _BLOCK):
+        if h is not None:
+            h.update(chunk)
+        if len(chunk) == _BLOCK and chunk == _ZEROS:
+            os.lseek(dst, _BLOCK, os.SEEK_CUR)
+        else:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view):]
+        size += len(chunk)
+    os.ftruncate(dst, size)  # a hole at the end still counts
+    return size
+
+
+def _copy_object(source: Path, target: Path) -> None:
+    st = os.stat(source)
+    if st.st_blocks * 512 >= st.st_size:  # not sparse: the kernel copies fastest
+        shutil.copyfile(source, target, follow_symlinks=False)
+        return
+    src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            _copy_sparse(src, dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
 
 
 def _same_file(target: Path, entry: dict) -> bool:

@@ -122,7 +122,9 @@ def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list
                 cmd += ["--tmpfs", real, "--remount-ro", real]
             elif os.path.exists(real):
                 cmd += ["--ro-bind", "/dev/null", real]
-    cmd += ["--chdir", workspace, "--"]
+    # The root bwrap builds the rest on is a tmpfs: read-only, so nothing can be stored (or stashed) outside
+    # the workspace, the home and /tmp.
+    cmd += ["--remount-ro", "/", "--chdir", workspace, "--"]
     return cmd + list(argv)
 
 
@@ -130,6 +132,7 @@ class BwrapSandbox(Sandbox):
     name = "bwrap"
     description = ("bubblewrap: only the workspace (read-write), the Python environment and system libraries "
                    "(read-only); no network; own PID namespace")
+    signal_exit_codes = True  # bwrap's init exits with 128+N when the command dies of signal N
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

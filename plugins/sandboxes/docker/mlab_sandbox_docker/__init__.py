@@ -111,6 +111,7 @@ def command_for(argv: list[str], spec: ExecSpec, name: str) -> list[str]:
 class DockerSandbox(Sandbox):
     name = "docker"
     description = "a Docker container: the workspace read-write, the Python environment read-only, no network"
+    signal_exit_codes = True  # `docker run` exits with 128+N when the command dies of signal N
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
