@@ -1,0 +1,110 @@
+"""babylm: train a language model from scratch on the BabyLM 10M-word corpus; perplexity on held-out text.
+
+As the original, the data is babylm_data.zip (10M-word training split and the dev split; the 100M split is not
+used); unlike the original, the test split is held out of the agent's workspace. The GPT-2 tokenizer files are
+fetched at prepare so runs need no network. Evaluation loads output/ (Hugging Face format) in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
+
+from .. import acquire
+from ..base import PACK, MLAgentBenchTask
+
+BABYLM = acquire.Source(url="https://github.com/babylm/babylm.github.io/raw/main/babylm_data.zip",
+                        filename="babylm_data.zip")  # the publisher gives no checksum
+GPT2_FILES = [acquire.Source(url=f"https://huggingface.co/openai-community/gpt2/resolve/main/{name}",
+                             filename=f"gpt2-{name}") for name in ("vocab.json", "merges.txt")]
+
+
+class Babylm(MLAgentBenchTask):
+    short = "babylm"
+    name = f"{PACK}/babylm"
+    description = "Train a language model from scratch on BabyLM 10M words; test perplexity, lower is better"
+    files = "babylm"
+    reference = "babylm"
+    needs = {"torch": "text", "transformers": "text"}
+    cpu_variant = f"{PACK}/babylm-cpu"
+    max_eval_tokens: int = 0  # 0: the whole test split
+    eval_timeout_s: float = 4 * 3600.0
+    metric = Metric(name="perplexity", higher_is_better=False)
+    read_only_files = ["babylm_data/*", "gpt2/*"]
+    resources = Resources(gpu="required", ram_gb=16.0, network_for_prepare=True, baseline_seconds=3 * 3600.0,
+                          extras=["text (torch, transformers)"])
+    research_problem = (
+        "Improve the baseline model performance on the babyLM Benchmark.\n\n"
+        "Summary: this shared task challenges community members to train a language model **from scratch** on "
+        "the same amount of linguistic data available to a child. Submissions should be implemented in Hugging "
+        "Face's Transformers library.\n\n"
+        "To run the baseline model, execute train.py. It trains a standard gpt2 model on the babyLM data and "
+        "saves the final model to the output/ folder.\n\n"
+        "When you submit your final answer, you will be evaluated on the checkpoint saved in output/ (a model "
+        "and tokenizer loadable with AutoModelForCausalLM and AutoTokenizer): its perplexity on a held-out "
+        "test set.")
+
+    def prepare_data(self, ctx: PrepareContext) -> None:
+        with acquire.Scratch(ctx.public_dir.parent) as scratch:
+            root = acquire.obtain_archive(ctx.source_dir, BABYLM, scratch, ctx.log, "babylm_data")
+            data = root / "babylm_data"
+            for split in ("babylm_10M", "babylm_dev", "babylm_test"):
+                if not (data / split).is_dir():
+                    raise MlabError(f"{data} has no {split} folder")
+            shutil.copytree(data / "babylm_10M", ctx.public_dir / "babylm_data" / "babylm_10M")
+            shutil.copytree(data / "babylm_dev", ctx.public_dir / "babylm_data" / "babylm_dev")
+            shutil.copytree(data / "babylm_test", ctx.hidden_dir / "babylm_test")
+        self._tokenizer(ctx)
+
+    def _tokenizer(self, ctx: PrepareContext) -> None:
+        target = ctx.public_dir / "gpt2"
+        target.mkdir()
+        local = acquire.find_folder_with(ctx.source_dir, ["vocab.json", "merges.txt"], ["gpt2"]) \
+            if ctx.source_dir else None
+        for source in GPT2_FILES:
+            name = source.filename.removeprefix("gpt2-")
+            path = local / name if local else acquire.download(source, ctx.log)
+            shutil.copyfile(path, target / name)
+        (target / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024, "bos_token": "<|endoftext|>",
+             "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "add_prefix_space": False}))
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        model = Path(workspace) / "output"
+        if not model.is_dir() or not any(model.iterdir()):
+            raise InvalidSubmission("no model in output/ (train.py saves it there)")
+        self.check_extras()
+        command = [sys.executable, "-m", "mlab_tasks_mlagentbench.lm_eval", str(model),
+                   str(Path(hidden_dir) / "babylm_test")]
+        if self.max_eval_tokens:
+            command += ["--max-tokens", str(self.max_eval_tokens)]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=self.eval_timeout_s,
+                                  env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        except subprocess.TimeoutExpired:
+            raise MlabError(f"evaluating output/ took longer than {self.eval_timeout_s:g} s") from None
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        result = json.loads(lines[-1]) if lines else {}
+        if "perplexity" in result:
+            return float(result["perplexity"])
+        if "error" in result and proc.returncode == 3:
+            raise InvalidSubmission(result["error"])
+        raise MlabError(f"perplexity evaluation failed: {result.get('error') or proc.stderr.strip()[-500:]}")
+
+
+class BabylmCpu(Babylm):
+    name = f"{PACK}/babylm-cpu"
+    description = "babylm scaled for a CPU: a small gpt2 on 2M tokens, perplexity on 100k test tokens"
+    files = "babylm-cpu"
+    cpu_variant = None
+    max_eval_tokens = 100_000
+    resources = Resources(gpu="optional", ram_gb=8.0, network_for_prepare=True, baseline_seconds=1800.0,
+                          extras=["text (torch, transformers)"])
+    research_problem = Babylm.research_problem.replace(
+        "It trains a standard gpt2 model", "It trains a small gpt2 model (scaled for a CPU: 4 layers, 2M tokens)") \
+        + "\nThis machine has no GPU: keep each training run under about an hour. The test perplexity is " \
+          "measured on the first 100,000 tokens of the test split."

@@ -1,0 +1,131 @@
+"""The two tool-building tasks: an LLM-based BibTeX generator and an LLM-based literature-review tool.
+
+The original gave no evaluation and an Anthropic key file; ours runs with any LLM (llm_tool.py talks to an
+OpenAI-compatible or Anthropic endpoint configured at prepare: MLAB_TOOL_LLM=provider:model, optional
+MLAB_TOOL_LLM_BASE_URL and MLAB_TOOL_LLM_KEY_FILE), uses free search APIs (arXiv, Crossref) instead of a paid
+Google Scholar API, and ships an automatic check of the outputs' format and structure (toolcheck.py).
+The reference solution for `mlab check-task` is a set of known-good outputs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from mlab.core import BaselineContext, InvalidSubmission, Metric, PrepareContext, Resources
+
+from ..base import FILES_DIR, PACK, MLAgentBenchTask, copy_files
+from ..toolcheck import check_bibtex, check_review, read
+
+LLM_ENV, BASE_URL_ENV, KEY_FILE_ENV = "MLAB_TOOL_LLM", "MLAB_TOOL_LLM_BASE_URL", "MLAB_TOOL_LLM_KEY_FILE"
+
+
+def llm_config() -> dict:
+    """provider:model from MLAB_TOOL_LLM (e.g. openai:gpt-4o-mini, anthropic:claude-3-5-haiku-latest)."""
+    spec = os.environ.get(LLM_ENV, "")
+    if not spec:
+        return {"provider": None, "note": f"set {LLM_ENV}=provider:model when preparing, or edit this file"}
+    provider, _, model = spec.partition(":")
+    config = {"provider": provider, "model": model}
+    if os.environ.get(BASE_URL_ENV):
+        config["base_url"] = os.environ[BASE_URL_ENV]
+    if os.environ.get(KEY_FILE_ENV):
+        config["api_key_file"] = str(Path(os.environ[KEY_FILE_ENV]).expanduser().resolve())
+    return config
+
+
+class ToolTask(MLAgentBenchTask):
+    metric = Metric(name="check_score", higher_is_better=True)
+    worst_score = 0.0  # nothing is built yet: the worst value, like the original's rule
+    reference_script = "reference_outputs.py"
+    resources = Resources(gpu="none", ram_gb=1.0, network_for_prepare=False, baseline_seconds=1.0,
+                          extras=["none (an LLM endpoint and internet access at run time)"])
+
+    def prepare_data(self, ctx: PrepareContext) -> None:
+        copy_files(FILES_DIR / "tools-common", ctx.public_dir)
+        (ctx.public_dir / "llm_config.json").write_text(json.dumps(llm_config(), indent=2))
+
+    def baseline(self, ctx: BaselineContext) -> float:
+        """There is no starter script to run: the tool does not exist yet."""
+        return float(self.worst_score)
+
+    def reference_solution(self, workspace: Path) -> str | None:
+        super().reference_solution(workspace)
+        golden = sorted((workspace / "golden").iterdir())
+        (workspace / "reference_outputs.py").write_text(
+            "# Reference (ours): known-good outputs, to show the automatic check accepts them.\n"
+            "import shutil\nshutil.copytree('golden', 'outputs', dirs_exist_ok=True)\n"
+            f"print('copied', {len(golden)}, 'files')\n")
+        return "reference_outputs.py"
+
+
+class BibtexGeneration(ToolTask):
+    short = "bibtex-generation"
+    name = f"{PACK}/bibtex-generation"
+    description = "Build an LLM tool that adds citations and BibTeX to a paragraph; structure check, higher is better"
+    files = "bibtex-generation"
+    reference = "bibtex-generation"
+    starter_script = "bibtex_generation.py"
+    read_only_files = ["llm_tool.py", "search_api_reference.txt", "examples/*"]
+    research_problem = (
+        "Create a bibtex_generation.py file that contains an LLM-based AI system for the task of BibTeX "
+        "generation. The LLM is available through llm_tool.py: call llm_tool.complete(prompt) (run "
+        "`python llm_tool.py` to try it).\n"
+        "Given ANY paragraph, e.g. \"We use the method proposed in PromptTuning to train the Transformer "
+        "model...\", the system should\n"
+        "  - use the LLM to find all phrases and claims in the paragraph that need citations, e.g. PromptTuning "
+        "and Transformer;\n"
+        "  - use a paper search API (see search_api_reference.txt) with suitable queries to find the right "
+        "references and get BibTeX entries for them;\n"
+        "  - finally, use the LLM to write the original paragraph with citations, e.g. \"We use the method "
+        "proposed in \\cite{lester-etal-2021-power} to train the Transformer \\cite{...} model...\", together "
+        "with the BibTeX entries of the cited papers.\n"
+        "Usage: python bibtex_generation.py INPUT.txt OUTPUT_PREFIX writes OUTPUT_PREFIX.tex (the paragraph "
+        "with \\cite commands) and OUTPUT_PREFIX.bib (an entry for every cited key). Run it on every "
+        "examples/paragraph_N.txt, writing outputs/paragraph_N.tex and outputs/paragraph_N.bib: those outputs "
+        "are checked automatically (citations present, every key has a well-formed entry with title, author "
+        "and year, the paragraph's text kept).")
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        workspace = Path(workspace)
+        examples = sorted((FILES_DIR / self.files / "examples").glob("paragraph_*.txt"))
+        outputs = workspace / "outputs"
+        if not outputs.is_dir() or not any(outputs.glob("paragraph_*.tex")):
+            raise InvalidSubmission("no outputs/paragraph_N.tex: run bibtex_generation.py on the examples")
+        results = [check_bibtex(example.read_text(), read(outputs / f"{example.stem}.tex"),
+                                read(outputs / f"{example.stem}.bib")) for example in examples]
+        return sum(sum(r.values()) / len(r) for r in results) / len(results)
+
+
+class LiteratureReviewTool(ToolTask):
+    short = "literature-review-tool"
+    name = f"{PACK}/literature-review-tool"
+    description = "Build an LLM tool that writes a literature review from arXiv; structure check, higher is better"
+    files = "literature-review-tool"
+    reference = "literature-review-tool"
+    starter_script = "literature_review.py"
+    read_only_files = ["llm_tool.py", "arxiv_api_reference.txt", "examples/*"]
+    research_problem = (
+        "Create a literature_review.py file that builds a large language model (LLM) based AI system for the "
+        "task of literature review. The LLM is available through llm_tool.py: call llm_tool.complete(prompt) "
+        "(run `python llm_tool.py` to try it).\n"
+        "Given ANY query on a research topic, e.g. Language model hallucination detection, the system should\n"
+        "  - call the arXiv API (see arxiv_api_reference.txt) with suitable queries to get a list of related "
+        "papers;\n"
+        "  - use the LLM to summarize these papers and generate a report. The report should include 1) the list "
+        "of papers; 2) the summary of each paper; 3) the conclusion of the literature review.\n"
+        "Usage: python literature_review.py \"QUERY\" OUTPUT.md writes the report in Markdown: a section per "
+        "paper summary whose heading or text gives the paper's arXiv link or id, and a section headed "
+        "Conclusion. Run it for each line N of examples/queries.txt, writing outputs/review_N.md: those "
+        "reports are checked automatically (at least 3 arXiv papers, a summary per paper, a conclusion, on "
+        "topic).")
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        workspace = Path(workspace)
+        queries = [q.strip() for q in (FILES_DIR / self.files / "examples" / "queries.txt").read_text().splitlines()
+                   if q.strip()]
+        outputs = workspace / "outputs"
+        if not outputs.is_dir() or not any(outputs.glob("review_*.md")):
+            raise InvalidSubmission("no outputs/review_N.md: run literature_review.py on the example queries")
+        results = [check_review(query, read(outputs / f"review_{n}.md")) for n, query in enumerate(queries, 1)]
+        return sum(sum(r.values()) / len(r) for r in results) / len(results)

@@ -1,0 +1,232 @@
+"""MLAgentBench pack: babylm, llama-inference, clrs and the two tool-building tasks on small generated data.
+
+babylm and llama-inference need the pack's 'text' / 'llama' extras (transformers); those tests skip without.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlab.core import InvalidSubmission
+from mlab.core import taskdata
+from mlab.core.checktask import check_task
+from mlab.core.local_sandbox import LocalSandbox
+from mlab.core.registry import load_registry
+from mlab.core.sandbox import ExecSpec, Limits
+from tests.fixtures.mlagentbench import text
+
+QUIET = {"log": lambda _m: None}
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder scripts in the sandbox can read: the sandbox gives them a private /tmp (pytest's tmp_path)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="mlab-test-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def get_task(name: str):
+    return load_registry().get("tasks", f"mlagentbench/{name}")
+
+
+def needs(*modules):
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} (the pack's text/llama extras)")
+
+
+def run_in_workspace(workspace: Path, script: str, timeout: float = 300) -> str:
+    result = LocalSandbox().run([sys.executable, script], ExecSpec(
+        cwd=workspace, env={"PATH": os.environ["PATH"], "HOME": str(workspace)}, limits=Limits(timeout_s=timeout),
+        hidden_paths=[taskdata.data_root()]))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+# ---- babylm --------------------------------------------------------------------------------------
+def test_babylm_prepare_hides_the_test_split(tmp_path):
+    task = get_task("babylm-cpu")
+    taskdata.prepare(task, text.babylm(tmp_path / "src"), **QUIET)
+    public, hidden = taskdata.public_dir(task), taskdata.hidden_dir(task)
+    assert sorted(p.name for p in (public / "babylm_data").iterdir()) == ["babylm_10M", "babylm_dev"]
+    assert len(list((hidden / "babylm_test").glob("*.test"))) == 10
+    assert {"vocab.json", "merges.txt", "tokenizer_config.json"} <= {p.name for p in (public / "gpt2").iterdir()}
+    assert not (public / "__MACOSX").exists()
+    empty = tmp_path / "ws"
+    empty.mkdir()
+    with pytest.raises(InvalidSubmission, match="output/"):
+        task.evaluate(empty, hidden)
+
+
+@needs("transformers")
+def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path):
+    task = get_task("babylm-cpu")
+    report = check_task(task, data_dir=text.babylm(tmp_path / "src", lines_per_file=30), home=tmp_path / "home")
+    assert report.status == "passed", report
+    assert 1 < report.reference < report.baseline
+    taskdata_home = tmp_path / "home"
+    os.environ["MLAB_HOME"] = str(taskdata_home)
+    broken = tmp_path / "broken"
+    (broken / "output").mkdir(parents=True)
+    (broken / "output" / "config.json").write_text("{not json")
+    with pytest.raises(InvalidSubmission, match="no loadable model"):
+        task.evaluate(broken, taskdata.hidden_dir(task))
+
+
+# ---- llama-inference -----------------------------------------------------------------------------
+@needs("transformers", "accelerate")
+def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch, outside_tmp):
+    monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
+    task = get_task("llama-inference")
+    source = text.llama_and_wikitext(outside_tmp / "src")  # the model is referenced where it is
+    report = check_task(task, data_dir=source, home=tmp_path / "home")
+    # Both scripts run and record a time; with a tiny model on a shared CPU, which one is faster is noise.
+    assert report.steps == {"prepare": "ok", "invalid submission": "ok", "baseline": "ok", "reference": "ok"}, report
+    assert report.baseline > 0 and report.reference > 0
+    assert "Average per token generation time" in report.output_tail["baseline"]
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home2"))
+    taskdata.prepare(task, source, **QUIET)
+    config = json.loads((taskdata.public_dir(task) / "inference_config.json").read_text())
+    assert Path(config["model_dir"]) == (source / "llama").resolve()  # referenced, not copied
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "submission.csv").write_text("0.5\n0.25\n")
+    assert task.evaluate(ws, taskdata.hidden_dir(task)) == 0.25
+
+
+# ---- clrs ----------------------------------------------------------------------------------------
+def test_clrs_generator_is_floyd_warshall():
+    from mlab_tasks_mlagentbench.tasks.clrs import clrs_data
+
+    data = clrs_data()
+    rng = np.random.default_rng(1)
+    for n in (5, 9):
+        s = data.sample(n, rng)
+        dist = np.where(s["adj"] > 0, s["A"], np.inf)
+        np.fill_diagonal(dist, 0)
+        for k in range(n):
+            dist = np.minimum(dist, dist[:, k:k + 1] + dist[k:k + 1, :])
+        for i in range(n):
+            for j in range(n):
+                p = s["pi"][i, j]
+                if i != j and np.isfinite(dist[i, j]):
+                    assert dist[i, p] + s["A"][p, j] == pytest.approx(dist[i, j], abs=1e-5)
+                else:
+                    assert p == i
+        assert (s["hints"][-1] == s["pi"]).all()
+
+
+def test_clrs_short_training_is_evaluated_in_the_sandbox(tmp_path):
+    task = get_task("clrs")
+    taskdata.prepare(task, **QUIET)
+    hidden = taskdata.hidden_dir(task)
+    with np.load(hidden / "test.npz") as test:
+        assert test["pi"].shape == (32, 64, 64)
+    ws = tmp_path / "ws"
+    shutil.copytree(taskdata.public_dir(task), ws)
+    with pytest.raises(InvalidSubmission, match="checkpoints"):
+        task.evaluate(ws, hidden)
+    script = (ws / "train.py").read_text().replace("TRAIN_STEPS = 500", "TRAIN_STEPS = 10")
+    script = script.replace("hidden_size=128, nb_triplet_fts=8", "hidden_size=16, nb_triplet_fts=4")  # quick
+    (ws / "short_train.py").write_text(script.replace("EVAL_EVERY = 50", "EVAL_EVERY = 5"))
+    assert "checkpoint saved" in run_in_workspace(ws, "short_train.py")
+    score = task.evaluate(ws, hidden)
+    assert 0.0 <= score <= 1.0
+    (ws / "model.py").write_text("raise ImportError('broken on purpose')\n")
+    with pytest.raises(InvalidSubmission, match="cannot be loaded"):
+        task.evaluate(ws, hidden)
+
+
+# ---- the tool-building tasks ---------------------------------------------------------------------
+class FakeLLM(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible and Anthropic-compatible endpoint that answers every prompt the same way."""
+
+    seen: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FakeLLM.seen.append((self.path, self.headers.get("Authorization") or self.headers.get("x-api-key"), body))
+        if self.path.endswith("/messages"):
+            reply = {"content": [{"type": "text", "text": "Dogs have 18 toes."}]}
+        else:
+            reply = {"choices": [{"message": {"role": "assistant", "content": "Dogs have 18 toes."}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_tool_tasks_reach_the_configured_llm(tmp_path, monkeypatch, provider, outside_tmp):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = outside_tmp / "key.txt"
+    key.write_text("secret-123\n")
+    monkeypatch.setenv("MLAB_TOOL_LLM", f"{provider}:some-model")
+    monkeypatch.setenv("MLAB_TOOL_LLM_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
+    monkeypatch.setenv("MLAB_TOOL_LLM_KEY_FILE", str(key))
+    try:
+        task = get_task("bibtex-generation")
+        taskdata.prepare(task, **QUIET)
+        ws = tmp_path / "ws"
+        shutil.copytree(taskdata.public_dir(task), ws)
+        FakeLLM.seen.clear()
+        assert "18 toes" in run_in_workspace(ws, "llm_tool.py", timeout=60)
+        path, auth, body = FakeLLM.seen[-1]
+        assert path == ("/v1/messages" if provider == "anthropic" else "/v1/chat/completions")
+        assert "secret-123" in auth and body["model"] == "some-model"
+    finally:
+        server.shutdown()
+
+
+def test_tool_checks_score_structure(tmp_path):
+    from mlab_tasks_mlagentbench.base import REFERENCE_DIR
+
+    bib, review = get_task("bibtex-generation"), get_task("literature-review-tool")
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for task in (bib, review):
+        empty = tmp_path / f"empty-{task.short}"
+        empty.mkdir()
+        with pytest.raises(InvalidSubmission):
+            task.evaluate(empty, hidden)
+        good = tmp_path / f"good-{task.short}"
+        shutil.copytree(REFERENCE_DIR / task.short / "golden", good / "outputs")
+        assert task.evaluate(good, hidden) == 1.0
+    bad = tmp_path / "bad-bib" / "outputs"
+    bad.mkdir(parents=True)
+    (bad / "paragraph_1.tex").write_text("We use PromptTuning \\cite{lester2021} to adapt a frozen Transformer "
+                                         "language model to new tasks, and we compare it with fine-tuning BERT "
+                                         "on the GLUE benchmark.")
+    (bad / "paragraph_1.bib").write_text("@article{other, title={x}, author={y}, year={2020}}")
+    score = bib.evaluate(bad.parent, hidden)
+    assert 0.2 < score < 0.5  # one of two paragraphs, and its key has no entry
+    poor = tmp_path / "poor-review" / "outputs"
+    poor.mkdir(parents=True)
+    (poor / "review_1.md").write_text("# Hallucination\nSome papers exist: arXiv:2303.08896.\n")
+    assert 0 < review.evaluate(poor.parent, hidden) < 0.5
+
+
+def test_tool_tasks_check_task_and_worst_baseline():
+    for name in ("bibtex-generation", "literature-review-tool"):
+        report = check_task(get_task(name))
+        assert report.status == "passed", report
+        assert (report.baseline, report.reference) == (0.0, 1.0)
