@@ -140,9 +140,10 @@ class LocalSandbox(Sandbox):
         notes = []
         if not self.confined:
             who = "root" if os.geteuid() == 0 else "the harness's user"
-            notes.append(f"the local sandbox cannot use mount and PID namespaces here (unshare failed), so agent "
-                         f"code runs as {who} without them: it can read the task's hidden answers and other files "
-                         f"the harness can read; use --sandbox bwrap (or docker) for a real benchmark")
+            why = "turned off" if self.use_namespaces is False and namespace_prefix() else "unshare failed"
+            notes.append(f"the local sandbox cannot use mount and PID namespaces here ({why}), so agent code runs "
+                         f"as {who} without them: it can read the task's hidden answers and other files the "
+                         f"harness can read; use --sandbox bwrap (or docker) for a real benchmark")
         return notes + super().limitations()
 
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:

@@ -285,6 +285,8 @@ class Runner:
                 raise
             self._stop_disk_full(trace, exc)
             raise  # not reached
+        finally:
+            self._release_lock()  # the run is over: the folder may be opened again (eval, a later resume)
 
     def _finish_writing(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT

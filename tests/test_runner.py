@@ -134,3 +134,166 @@ def test_run_that_fails_to_start_leaves_no_half_made_folder(tmp_path, mlab_home)
     good = RunConfig(task=TASK_NAME, agent=AGENT_NAME, agent_options={"steps": 2})
     trace = Runner(run_dir, good, registry).start()
     assert trace.status == "finished" and len(trace.steps) == 2
+
+
+# ---- sandboxes: auto, warnings ------------------------------------------------------------------
+
+def test_sandbox_auto_prefers_bwrap_and_falls_back_to_local():
+    from mlab.core import MlabError
+    from mlab.core.local_sandbox import LocalSandbox
+    from mlab.core.registry import Registry
+    from mlab.core.sandbox import Sandbox, resolve_sandbox
+
+    class Unusable(Sandbox):
+        name = "bwrap"
+
+        @classmethod
+        def available(cls):
+            return False, "no bubblewrap here"
+
+        def popen(self, argv, spec):
+            raise AssertionError("never started")
+
+    registry = Registry(plugins=[])
+    registry.items["sandboxes"].update({"local": LocalSandbox, "bwrap": Unusable})
+    assert resolve_sandbox(registry, "auto") is LocalSandbox
+    with pytest.raises(MlabError, match="sandbox 'bwrap' is not available here: no bubblewrap here"):
+        resolve_sandbox(registry, "bwrap")
+    del registry.items["sandboxes"]["local"]
+    with pytest.raises(MlabError, match="no sandbox is available here .*bwrap: no bubblewrap here"):
+        resolve_sandbox(registry, "auto")
+    installed = load_registry_with_fixtures().items["sandboxes"].get("bwrap")
+    if installed is not None and installed.available()[0]:
+        assert resolve_sandbox(load_registry_with_fixtures(), "auto") is installed
+
+
+def load_registry_with_fixtures():
+    from tests.fixtures.harness import fixture_registry
+    return fixture_registry()
+
+
+def test_run_with_sandbox_auto(tmp_path, mlab_home):
+    from mlab.core import RunConfig
+    from mlab.core.runner import Runner
+    from tests.fixtures.harness import AGENT_NAME, TASK_NAME
+
+    registry = load_registry_with_fixtures()
+    config = RunConfig(task=TASK_NAME, agent=AGENT_NAME, sandbox="auto", agent_options={"steps": 3})
+    runner = Runner(tmp_path / "run", config, registry)
+    bwrap = registry.items["sandboxes"].get("bwrap")
+    expected = "bwrap" if bwrap is not None and bwrap.available()[0] else "local"
+    assert runner.sandbox_cls.name == expected
+    trace = runner.start()
+    assert trace.status == "finished" and trace.steps[1].observation.startswith("The script ran")
+    assert trace.config.sandbox == "auto"
+
+
+def test_unconfined_local_sandbox_warns_and_records_it(tmp_path, mlab_home):
+    """Without namespaces a script can read the hidden answers: the run says so, on stderr and in the trace."""
+    from mlab.core import RunConfig
+    from mlab.core.local_sandbox import LocalSandbox
+    from mlab.core.runner import Runner
+    from tests.fixtures.harness import AGENT_NAME, TASK_NAME
+
+    class Unconfined(LocalSandbox):
+        name = "fixture-unconfined"
+
+        def __init__(self):
+            super().__init__(namespaces=False)
+
+    registry = load_registry_with_fixtures()
+    registry.items["sandboxes"]["fixture-unconfined"] = Unconfined
+    config = RunConfig(task=TASK_NAME, agent=AGENT_NAME, sandbox="fixture-unconfined", agent_options={"steps": 2})
+    said: list[str] = []
+    trace = Runner(tmp_path / "run", config, registry, warn=said.append).start()
+    assert trace.status == "finished"
+    assert len(said) >= 1 and "can read the task's hidden answers" in said[0] and "--sandbox bwrap" in said[0]
+    stored = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert stored["errors"][0] == said[0]
+    assert said[0] in (tmp_path / "run" / "errors.log").read_text()
+    # A resume says it again, without recording it twice.
+    registry.items["sandboxes"]["fixture-unconfined"] = Unconfined
+    said.clear()
+    stored["status"] = "running"
+    (tmp_path / "run" / "trace.json").write_text(json.dumps(stored))
+    Runner(tmp_path / "run", config, registry, warn=said.append).resume()
+    assert said and json.loads((tmp_path / "run" / "trace.json").read_text())["errors"].count(said[0]) == 1
+
+
+def test_warning_reaches_stderr_of_the_cli_process(tmp_path, mlab_home):
+    code = ("import sys\nfrom pathlib import Path\nfrom mlab.core import RunConfig\n"
+            "from mlab.core.local_sandbox import LocalSandbox\nfrom mlab.core.runner import Runner\n"
+            "from tests.fixtures.harness import AGENT_NAME, TASK_NAME, fixture_registry\n"
+            "class U(LocalSandbox):\n    name = 'u'\n    def __init__(self):\n        super().__init__(namespaces=False)\n"
+            "r = fixture_registry()\nr.items['sandboxes']['u'] = U\n"
+            f"Runner(Path({str(tmp_path / 'run')!r}), RunConfig(task=TASK_NAME, agent=AGENT_NAME, sandbox='u',"
+            " agent_options={'steps': 1}), r).start()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("mlab: warning: sandbox u: the local sandbox cannot use mount and PID")
+
+
+# ---- snapshots: links, odd files ------------------------------------------------------------------
+
+def test_snapshots_keep_symlinks_and_restore_removes_strays(tmp_path):
+    from mlab.core.snapshot import SnapshotStore
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "model.txt").write_text("v1\n")
+    os.symlink("model.txt", ws / "latest")
+    os.symlink("../model.txt", ws / "sub" / "up")
+    os.symlink("/etc/passwd", ws / "outside")
+    os.symlink("missing", ws / "dangling")
+    store = SnapshotStore(tmp_path / "store")
+    manifest = store.take(ws, "s1")
+    assert {k: v.get("link") for k, v in manifest.items()} == {
+        "model.txt": None, "latest": "model.txt", "sub/up": "../model.txt", "outside": "/etc/passwd",
+        "dangling": "missing"}
+    # The agent removes links, turns one into a file, plants new ones, a FIFO and a folder-link out.
+    os.remove(ws / "latest")
+    os.remove(ws / "sub" / "up")
+    (ws / "sub" / "up").write_text("not a link\n")
+    os.symlink("/tmp", ws / "stray")
+    os.mkfifo(ws / "pipe")
+    os.remove(ws / "outside")
+    os.symlink(tmp_path, ws / "outside")
+    store.take(ws, "s2")  # a FIFO does not block a snapshot
+    store.restore("s1", ws)
+    assert os.readlink(ws / "latest") == "model.txt" and os.readlink(ws / "sub" / "up") == "../model.txt"
+    assert os.readlink(ws / "outside") == "/etc/passwd" and os.readlink(ws / "dangling") == "missing"
+    assert not os.path.lexists(ws / "stray") and not os.path.lexists(ws / "pipe")
+    assert (ws / "model.txt").read_text() == "v1\n"
+    # Materialized for scoring, a link out of the folder is left out; links inside stay.
+    out = tmp_path / "scratch"
+    out.mkdir()
+    store.materialize("s1", out)
+    assert os.readlink(out / "latest") == "model.txt" and (out / "sub" / "up").read_text() == "v1\n"
+    assert not os.path.lexists(out / "outside") and not os.path.lexists(out / "dangling")
+
+
+def test_lone_surrogates_and_odd_objects_in_an_action_reach_the_trace(tmp_path, mlab_home):
+    from mlab.core import Action, RunConfig
+    from mlab.core.runner import Runner
+    from tests.fixtures.harness import TASK_NAME, StepperAgent
+
+    class Odd(StepperAgent):
+        name = "fixture-odd"
+
+        def step(self, state):
+            if state.step_index == 1:
+                return Action(name="Write File", args={"file_name": "x\udcff.txt", "content": float("inf"),
+                                                      "extra": {1: object()}},
+                              entries={"thought": "bad \ud800"}, raw_response="raw \udfff")
+            return Action(name="Final Answer", args={"final_answer": "done"})
+
+    registry = load_registry_with_fixtures()
+    registry.items["agents"]["fixture-odd"] = Odd
+    trace = Runner(tmp_path / "run", RunConfig(task=TASK_NAME, agent="fixture-odd"), registry).start()
+    assert trace.status == "finished" and len(trace.steps) == 2
+    stored = json.loads((tmp_path / "run" / "trace.json").read_text())["steps"][0]
+    assert stored["is_error"] and stored["observation"].startswith("EnvError: wrong arguments for Write File")
+    assert stored["action"]["args"] == {"file_name": "x\\udcff.txt", "content": "inf", "extra": {"1": stored[
+        "action"]["args"]["extra"]["1"]}}
+    assert stored["action"]["args"]["extra"]["1"].startswith("<object object at")
+    assert stored["action"]["entries"] == {"thought": "bad \\ud800"} and stored["action"]["raw_response"] == "raw \\udfff"
