@@ -725,3 +725,82 @@ def test_repl_that_calls_os_exit(tmp_path, sandbox):
     assert "NameError" in run.step(3)[0]
     assert run.step(4)[0].startswith("SystemExit: 4 (the REPL keeps running)")
     assert run.step(5) == ("'alive'\n", False)
+
+
+# ---- the harness process and the Python environment -----------------------------------------------
+
+@parametrize
+def test_reaching_the_harness_process(tmp_path, sandbox):
+    harness = os.getpid()
+    with open("/proc/self/cmdline", "rb") as f:
+        harness_cmdline = f.read()
+    code = ("import os\n"
+            "seen = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+            "harness = []\n"
+            "for pid in seen:\n"
+            "    try:\n        cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+            "    except OSError:\n        continue\n"
+            f"    if cmd == {harness_cmdline!r}:\n        harness.append(pid)\n"
+            "print('harness visible', harness)\n"
+            f"for pid in ({harness}, 1):\n"
+            "    for what in ('mem', 'environ', 'root/etc/hostname'):\n"
+            "        try:\n            open(f'/proc/{pid}/{what}', 'rb').read(16)\n"
+            "            print('READ', pid, what)\n"
+            "        except OSError as e:\n            print('refused', pid, what)\n"
+            "print('processes', len(seen))\n")
+    run = run_case(tmp_path, sandbox, [*script(code)])
+    obs = run.step(2)[0]
+    assert "harness visible []" in obs, obs  # its own PID namespace: the script sees only itself
+    assert f"READ {harness} " not in obs and "READ 1 mem" not in obs, obs
+    assert int(obs.split("processes ")[1].split()[0]) <= 3, obs
+
+
+@parametrize
+def test_no_privileges_to_regain(tmp_path, sandbox):
+    code = ("status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)\n"
+            "print('CapEff', status['CapEff'].strip(), 'NoNewPrivs', status['NoNewPrivs'].strip())\n"
+            "import os\n"
+            "for fn in (lambda: os.setuid(0), lambda: os.chroot('/'), lambda: os.mknod('dev', 0o600 | 0o060000, os.makedev(8, 0))):\n"
+            "    try:\n        fn()\n        print('ALLOWED')\n"
+            "    except OSError as e:\n        print('refused', e.strerror)\n")
+    run = run_case(tmp_path, sandbox, [*script(code)])
+    obs = run.step(2)[0]
+    assert "CapEff 0000000000000000 NoNewPrivs 1" in obs, obs
+    assert obs.count("refused") >= 2 and "refused Operation not permitted" in obs, obs  # chroot, mknod
+    assert not (run.ws / "dev").exists()
+
+
+@parametrize
+def test_planting_code_in_the_python_environment(tmp_path, sandbox):
+    """The harness imports from its environment (scoring runs task code in-process): a script that could
+    write there would run code in the harness."""
+    import site
+    import sys
+    targets = [os.path.join(site.getsitepackages()[0], "mlab_evil.pth"),
+               os.path.join(os.path.dirname(os.__file__), "sitecustomize.py"),
+               os.path.join(os.path.dirname(sys.executable), "mlab-evil")]
+    code = ("import os\n"
+            f"for target in {targets!r}:\n"
+            "    try:\n        open(target, 'w').write('import os; os.system(\"touch /tmp/pwned\")')\n"
+            "        print('PLANTED', target)\n"
+            "    except OSError as e:\n        print('refused', e.strerror)\n")
+    try:
+        run = run_case(tmp_path, sandbox, [*script(code)])
+        obs = run.step(2)[0]
+        assert "PLANTED" not in obs and obs.count("refused") == 3, obs
+    finally:
+        for target in targets:
+            if os.path.exists(target):
+                os.remove(target)
+
+
+@parametrize
+def test_a_flood_of_files(tmp_path, sandbox):
+    code = ("import os\nos.mkdir('many')\n"
+            "for i in range(20_000):\n    open(f'many/f{i:05d}', 'w').close()\nprint('made')\n")
+    run = run_case(tmp_path, sandbox, [*script(code), act("List Files", dir_path="many"),
+                                       *script("import shutil\nshutil.rmtree('many')\n", "clean.py")])
+    assert "made" in run.step(2)[0]
+    obs, err = run.step(3)
+    assert not err and obs.endswith("[... and 19000 more entries]")
+    assert run.steps[1]["duration_s"] < 10  # the snapshot of 20,000 files included
