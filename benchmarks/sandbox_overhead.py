@@ -1,0 +1,96 @@
+"""Cost of each sandbox per Execute Script: the whole action (checks, sandbox start, Python start, output,
+read-only check), for a script that only prints.
+
+Sandboxes: fallback (the local sandbox without namespaces: a bare child process, the floor), local (mount and
+PID namespaces), bwrap and docker where usable. Target: bwrap adds <= 50 ms per Execute Script against local.
+Rounds alternate between sandboxes so that machine load affects them alike.
+
+    python benchmarks/sandbox_overhead.py [--rounds N]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mlab.core.environment import EnvSettings, Environment
+from mlab.core.local_sandbox import LocalSandbox, namespace_prefix
+from mlab.core.models import Action
+from mlab.core.registry import load_registry
+from mlab.core.sandbox import Limits
+from mlab.core.snapshot import SnapshotStore
+
+TARGET_MS = 50.0
+
+
+def sandboxes() -> dict[str, object]:
+    found: dict[str, object] = {"fallback": LocalSandbox(namespaces=False)}
+    if namespace_prefix() is not None:
+        found["local"] = LocalSandbox()
+    for name in ("bwrap", "docker"):
+        cls = load_registry().items["sandboxes"].get(name)
+        if cls is None:
+            print(f"{name}: not installed")
+            continue
+        ok, why = cls.available()
+        if not ok:
+            print(f"{name}: skipped ({why})")
+            continue
+        found[name] = cls()
+    return found
+
+
+def environment(root: Path, sandbox) -> Environment:
+    ws = root / "ws"
+    (ws / "data").mkdir(parents=True)
+    (ws / "data" / "train.csv").write_text("id,label\n1,0\n")
+    (ws / "hello.py").write_text("print('hello')\n")
+    (root / "hidden").mkdir()
+    return Environment(EnvSettings(
+        workspace=ws, read_only_patterns=["data/*"], sandbox=sandbox, store=SnapshotStore(root / "store"),
+        hidden_paths=[root / "hidden"], sandbox_home=root / "home", limits=Limits(timeout_s=30)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=40)
+    args = parser.parse_args()
+    boxes = sandboxes()
+    scratch = Path(tempfile.mkdtemp(prefix="mlab-sandbox-bench-"))
+    try:
+        envs = {name: environment(scratch / name, box) for name, box in boxes.items()}
+        action = Action(name="Execute Script", args={"script_name": "hello.py"})
+        for env in envs.values():  # warm up: caches, page cache, the probes of namespaces and cgroups
+            obs, err = env.execute(action)
+            assert not err and "hello" in obs, obs
+        times: dict[str, list[float]] = {name: [] for name in envs}
+        for _round in range(args.rounds):
+            for name, env in envs.items():
+                started = time.perf_counter()
+                obs, err = env.execute(action)
+                times[name].append((time.perf_counter() - started) * 1000)
+                assert not err and "hello" in obs, obs
+        print(f"Execute Script of a one-line script, {args.rounds} rounds (ms):")
+        print(f"{'sandbox':<10}{'median':>9}{'mean':>9}{'p90':>9}{'min':>9}")
+        medians = {}
+        for name, values in times.items():
+            values.sort()
+            medians[name] = statistics.median(values)
+            print(f"{name:<10}{medians[name]:9.1f}{statistics.mean(values):9.1f}"
+                  f"{values[int(len(values) * 0.9) - 1]:9.1f}{values[0]:9.1f}")
+        if "bwrap" in medians and "local" in medians:
+            extra = medians["bwrap"] - medians["local"]
+            verdict = "OK" if extra <= TARGET_MS else "OVER TARGET"
+            print(f"bwrap overhead against local: {extra:+.1f} ms per Execute Script (target <= {TARGET_MS:g} ms): "
+                  f"{verdict}")
+        if "bwrap" in medians:
+            print(f"bwrap against a bare child process (fallback): {medians['bwrap'] - medians['fallback']:+.1f} ms")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
