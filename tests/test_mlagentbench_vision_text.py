@@ -115,7 +115,7 @@ def test_fathomnet_prepare_split_and_map_at_20(tmp_path, no_gpu_check):
 
 @needs_pillow
 def test_fathomnet_cpu_check_task(tmp_path):
-    report = check_task(get_task("fathomnet-cpu"), data_dir=images.fathomnet(tmp_path / "src", n_images=200))
+    report = check_task(get_task("fathomnet-cpu"), data_dir=images.fathomnet(tmp_path / "src", n_images=120))
     assert report.status == "passed", report
 
 
@@ -156,6 +156,6 @@ def test_contrails_prepare_moves_validation_to_test_and_scores_dice(tmp_path, no
 
 def test_contrails_cpu_check_task(tmp_path):
     report = check_task(get_task("identify-contrails-cpu"),
-                        data_dir=images.contrails(tmp_path / "src", n_train=6, n_valid=3, times=5))
+                        data_dir=images.contrails(tmp_path / "src", n_train=4, n_valid=2, times=5))
     assert report.status == "passed", report
     assert report.reference > 0.8

@@ -66,8 +66,6 @@ class MLAgentBenchTask(Task):
     cpu_variant: str | None = None  # the CPU-scaled variant to suggest when no GPU is found
     reference: str | None = None  # folder under reference/ holding a solution that should beat the baseline
     reference_script: str | None = None  # script to run for the reference (default: the starter script)
-    reference_timeout_s: float = 4 * 3600.0
-    original_deviations: list[str] = []  # documented in README.md; listed here for `mlab check-task`
 
     # ---- checks ------------------------------------------------------------------------------------
     def check_extras(self) -> None:

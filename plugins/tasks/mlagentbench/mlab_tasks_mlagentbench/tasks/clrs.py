@@ -38,6 +38,8 @@ class Clrs(MLAgentBenchTask):
     reference = "clrs"
     needs = {"torch": "torch"}
     eval_timeout_s = 3600.0
+    test_graphs = TEST_GRAPHS  # smaller in tests only
+    test_length: int | None = None  # None: clrs_data.TEST_LENGTH (64)
     metric = Metric(name="pi_accuracy", higher_is_better=True)
     read_only_files = ["clrs_data.py", "data_description.txt", "baseline_model_description.txt"]
     resources = Resources(gpu="optional", ram_gb=4.0, network_for_prepare=False, baseline_seconds=600.0,
@@ -56,7 +58,7 @@ class Clrs(MLAgentBenchTask):
         import numpy as np
 
         data = clrs_data()
-        test = data.batch(data.TEST_LENGTH, TEST_GRAPHS, np.random.default_rng(TEST_SEED))
+        test = data.batch(self.test_length or data.TEST_LENGTH, self.test_graphs, np.random.default_rng(TEST_SEED))
         np.savez_compressed(ctx.hidden_dir / "test.npz", pos=test["pos"], A=test["A"], adj=test["adj"],
                             pi=test["pi"])
 

@@ -7,7 +7,6 @@ visit_month + 0/6/12/24 months (visit_month + wait <= 108) that exist.
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources

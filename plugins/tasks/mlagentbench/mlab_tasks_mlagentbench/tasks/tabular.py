@@ -10,7 +10,7 @@ import csv
 import shutil
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
+from mlab.core import Metric, MlabError, PrepareContext, Resources
 
 from .. import acquire
 from ..base import FILES_DIR, PACK, MLAgentBenchTask
