@@ -636,7 +636,7 @@ LIMIT_MESSAGES = {
 def _size(value: int | None) -> str:
     if value is None:
         return "no limit"
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= size:
             return f"{value / size:g} {unit}"
     return f"{value} bytes"

@@ -19,6 +19,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 
 from .sandbox import ExecSpec, Sandbox
 
@@ -92,7 +93,27 @@ def namespace_prefix() -> tuple[str, ...] | None:
 PRIVATE_TMP_BYTES = 1 << 30  # memory-backed: also within the command's memory limit
 
 
-def confine_options(spec: ExecSpec) -> list[str]:
+def python_dirs(python: str) -> set[str]:
+    """The folders an interpreter needs: its environment (a venv), the installation it comes from, and the
+    harness's own."""
+    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    if os.path.isabs(python):
+        for exe in (python, os.path.realpath(python)):
+            home = os.path.dirname(os.path.dirname(exe))  # .../bin/python -> ...
+            dirs.add(os.path.realpath(home))
+            cfg = os.path.join(home, "pyvenv.cfg")
+            try:
+                with open(cfg, encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        key, _, value = line.partition("=")
+                        if key.strip() == "home" and value.strip():
+                            dirs.add(os.path.dirname(os.path.realpath(value.strip())))
+            except OSError:
+                pass
+    return {d for d in dirs if d != "/" and os.path.isdir(d)}
+
+
+def confine_options(spec: ExecSpec, argv: list[str] | None = None) -> list[str]:
     """The options of the confine script for spec (writable first: later mounts must land on those binds)."""
     writable = {os.path.realpath(spec.cwd)}
     for path in spec.writable_paths:
@@ -105,8 +126,10 @@ def confine_options(spec: ExecSpec) -> list[str]:
         # Scripts get a /tmp of their own: other runs' files (and anything else) in the host's /tmp are
         # neither readable nor writable; the workspace and home stay where they are even when below /tmp.
         options += ["-T", str(PRIVATE_TMP_BYTES)]
-        for path in ordered:
-            if path.startswith("/tmp/"):
+        # An interpreter below /tmp (a test's venv) stays reachable too; read-only, like the rest of the disk.
+        kept = set(ordered) | (python_dirs(argv[0]) if argv else set())
+        for path in sorted(kept, key=lambda p: (p.count("/"), p)):
+            if path.startswith("/tmp/") and not any(path.startswith(k + "/") for k in kept if k != path):
                 options += ["-k", path]
         options += ["-M"]
     elif os.path.isdir(tmp):
@@ -151,8 +174,8 @@ class LocalSandbox(Sandbox):
         env = dict(spec.env)
         prefix = namespace_prefix() if self.use_namespaces else None
         if prefix is not None:
-            command = [*prefix, "/bin/sh", "-c", _CONFINE_SCRIPT, "mlab-confine", *confine_options(spec), "--",
-                       *argv]
+            command = [*prefix, "/bin/sh", "-c", _CONFINE_SCRIPT, "mlab-confine", *confine_options(spec, argv),
+                       "--", *argv]
             token = None
         else:
             token = secrets.token_hex(16)

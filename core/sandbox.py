@@ -34,7 +34,7 @@ class Limits(BaseModel):
     max_processes: int | None = 4096
     output_bytes: int = 1_000_000
     disk_bytes: int | None = None  # how much the command may add to the used space of the workspace's disk
-    min_free_disk_bytes: int | None = 100_000_000  # the command is stopped when it leaves less free than this
+    min_free_disk_bytes: int | None = 100 * 2**20  # the command is stopped when it leaves less free than this
 
 
 class ExecSpec(BaseModel):

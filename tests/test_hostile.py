@@ -394,10 +394,12 @@ def test_reading_harness_environment_variables(tmp_path, sandbox, monkeypatch):
 
 @parametrize
 def test_fork_bomb(tmp_path, sandbox):
-    bomb = "import os\nprint('bomb', flush=True)\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    bomb = ("import os\nprint('bomb', flush=True)\n"
+            "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     run = run_case(tmp_path, sandbox, [
         *script(bomb), *script("import subprocess\nsubprocess.run(['bash', '-c', ':(){ :|:& };:'])\n", "shell.py"),
-        act("Python REPL", command="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
+        act("Python REPL",
+            command="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
         act("List Files", dir_path="."),
     ])
     for i in (2, 4, 5):
@@ -424,7 +426,7 @@ def test_memory_bomb(tmp_path, sandbox):
                                        act("Python REPL", command="x = bytearray(4_000_000_000)")])
     for i in (2, 4):
         obs, err = run.step(i)
-        assert err and env_error(obs, "hit the memory limit"), obs
+        assert err and env_error(obs, "hit the memory limit (768 MiB)"), obs
     obs, err = run.step(5)
     assert "MemoryError" in obs
 
@@ -512,7 +514,8 @@ def test_binary_and_non_utf8_output_and_files(tmp_path, sandbox):
             "open(b'name-\\xff.txt', 'wb').write(b'odd name\\n')\n")
     run = run_case(tmp_path, sandbox, [
         *script(code), act("Read File", file_name="blob.bin"), act("Read File", file_name="latin1.txt"),
-        act("List Files", dir_path="."), act("Python REPL", command="import sys\nsys.stdout.buffer.write(b'\\xff\\xfe')"),
+        act("List Files", dir_path="."),
+        act("Python REPL", command="import sys\nsys.stdout.buffer.write(b'\\xff\\xfe')"),
         act("Inspect Script Lines", script_name="blob.bin", start_line_number=1, end_line_number=3)])
     assert not run.step(2)[1] and "caf\ufffd" in run.step(2)[0]
     assert env_error(run.step(3)[0], "binary file")
@@ -568,7 +571,8 @@ def test_filling_the_disk_quota(tmp_path, sandbox):
     run = run_case(tmp_path, sandbox, [*script(code), *script("import shutil\nshutil.rmtree('fill')\n", "clean.py"),
                                        write("after.txt", "the disk has room again\n")], disk_bytes=32 * 2**20)
     obs, err = run.step(2)
-    assert err and env_error(obs, "used too much disk space (at most 33.5544 MB more per command"), obs
+    assert err and env_error(obs, "used too much disk space (at most 32 MiB more per command, at least 100 MiB "
+                                  "must stay free)"), obs
     assert "WROTE ALL" not in obs
     assert not run.step(5)[1]
 
@@ -580,7 +584,8 @@ def test_snapshot_meets_fifos_sockets_and_loops(tmp_path, sandbox):
             "d = 'deep'\nfor i in range(150):\n    d = os.path.join(d, 'd')\nos.makedirs(d)\n"
             "open(os.path.join(d, 'bottom.txt'), 'w').write('bottom')\nprint('made')\n")
     run = run_case(tmp_path, sandbox, [*script(code), act("Read File", file_name="pipe"),
-                                       act("Read File", file_name="loop_a"), act("Copy File", source="sock", destination="s")])
+                                       act("Read File", file_name="loop_a"),
+                                       act("Copy File", source="sock", destination="s")])
     assert "made" in run.step(2)[0]
     for i in (3, 4, 5):
         assert run.step(i)[1] and run.step(i)[0].startswith("EnvError:"), run.step(i)
@@ -650,10 +655,11 @@ def test_network(tmp_path, sandbox):
 
 @parametrize
 def test_file_size_limit(tmp_path, sandbox):
-    code = "block = bytes(1_000_000)\nwith open('big.bin', 'wb') as f:\n    for i in range(100):\n        f.write(block)\n"
+    code = ("block = bytes(1_000_000)\n"
+            "with open('big.bin', 'wb') as f:\n    for i in range(100):\n        f.write(block)\n")
     run = run_case(tmp_path, sandbox, [*script(code), *script("import os\nos.remove('big.bin')\n", "clean.py")])
     obs, err = run.step(2)
-    assert err and env_error(obs, "tried to write a file larger than the limit of 67.1089 MB"), obs
+    assert err and env_error(obs, "tried to write a file larger than the limit of 64 MiB"), obs
 
 
 # ---- malformed agent input ------------------------------------------------------------------------
@@ -696,7 +702,8 @@ def test_unknown_actions(tmp_path, sandbox):
 @parametrize
 def test_wrong_argument_types(tmp_path, sandbox):
     run = run_case(tmp_path, sandbox, [
-        act("Read File", file_name=123), act("Read File", file_name=None), act("Write File", file_name=["a"], content="x"),
+        act("Read File", file_name=123), act("Read File", file_name=None),
+        act("Write File", file_name=["a"], content="x"),
         act("Write File", file_name="a.txt", content={"nested": [1, 2]}),
         act("Inspect Script Lines", script_name="train.py", start_line_number="abc", end_line_number=2),
         act("Inspect Script Lines", script_name="train.py", start_line_number=1.5, end_line_number=2),
@@ -760,7 +767,8 @@ def test_no_privileges_to_regain(tmp_path, sandbox):
     code = ("status = dict(line.split(':', 1) for line in open('/proc/self/status') if ':' in line)\n"
             "print('CapEff', status['CapEff'].strip(), 'NoNewPrivs', status['NoNewPrivs'].strip())\n"
             "import os\n"
-            "for fn in (lambda: os.setuid(0), lambda: os.chroot('/'), lambda: os.mknod('dev', 0o600 | 0o060000, os.makedev(8, 0))):\n"
+            "for fn in (lambda: os.setuid(0), lambda: os.chroot('/'),\n"
+            "           lambda: os.mknod('dev', 0o600 | 0o060000, os.makedev(8, 0))):\n"
             "    try:\n        fn()\n        print('ALLOWED')\n"
             "    except OSError as e:\n        print('refused', e.strerror)\n")
     run = run_case(tmp_path, sandbox, [*script(code)])

@@ -224,7 +224,8 @@ def test_warning_reaches_stderr_of_the_cli_process(tmp_path, mlab_home):
     code = ("import sys\nfrom pathlib import Path\nfrom mlab.core import RunConfig\n"
             "from mlab.core.local_sandbox import LocalSandbox\nfrom mlab.core.runner import Runner\n"
             "from tests.fixtures.harness import AGENT_NAME, TASK_NAME, fixture_registry\n"
-            "class U(LocalSandbox):\n    name = 'u'\n    def __init__(self):\n        super().__init__(namespaces=False)\n"
+            "class U(LocalSandbox):\n    name = 'u'\n"
+            "    def __init__(self):\n        super().__init__(namespaces=False)\n"
             "r = fixture_registry()\nr.items['sandboxes']['u'] = U\n"
             f"Runner(Path({str(tmp_path / 'run')!r}), RunConfig(task=TASK_NAME, agent=AGENT_NAME, sandbox='u',"
             " agent_options={'steps': 1}), r).start()\n")
@@ -296,4 +297,5 @@ def test_lone_surrogates_and_odd_objects_in_an_action_reach_the_trace(tmp_path, 
     assert stored["action"]["args"] == {"file_name": "x\\udcff.txt", "content": "inf", "extra": {"1": stored[
         "action"]["args"]["extra"]["1"]}}
     assert stored["action"]["args"]["extra"]["1"].startswith("<object object at")
-    assert stored["action"]["entries"] == {"thought": "bad \\ud800"} and stored["action"]["raw_response"] == "raw \\udfff"
+    assert stored["action"]["entries"] == {"thought": "bad \\ud800"}
+    assert stored["action"]["raw_response"] == "raw \\udfff"
