@@ -51,7 +51,7 @@ def make_sandbox(name: str) -> Sandbox:
 
 
 def make_env(tmp_path: Path, timeout=10.0, namespaces=True, pristine=True, output_bytes=1_000_000,
-             sandbox: str | None = None, **limits):
+             sandbox: str | None = None, python: str = sys.executable, **limits):
     ws = tmp_path / "ws"
     (ws / "data").mkdir(parents=True)
     (ws / "data" / "train.csv").write_text(TRAIN)
@@ -65,7 +65,8 @@ def make_env(tmp_path: Path, timeout=10.0, namespaces=True, pristine=True, outpu
         workspace=ws, read_only_patterns=["data/*"], sandbox=box,
         store=SnapshotStore(tmp_path / "store"), pristine_dir=taskdata / "public" if pristine else None,
         hidden_paths=[taskdata], sandbox_home=tmp_path / "home",
-        limits=Limits(timeout_s=timeout, output_bytes=output_bytes, **limits), extra_env={"MLAB_TEST_MARK": mark}))
+        limits=Limits(timeout_s=timeout, output_bytes=output_bytes, **limits), extra_env={"MLAB_TEST_MARK": mark},
+        python=python))
     env.mark = mark
     return env
 
@@ -485,3 +486,30 @@ def test_script_dies_with_a_killed_harness(tmp_path, sandbox):
     harness.wait()
     assert wait_gone(mark) == []
     assert not (tmp_path / "ws" / "after.txt").exists()
+
+
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_tmp_is_private(tmp_path, sandbox):
+    """Other runs' files in the host's /tmp are out of reach, and what a script puts in /tmp stays its own."""
+    probe = Path(f"/tmp/mlab-host-probe-{uuid.uuid4().hex}")
+    probe.write_text("host file\n")
+    try:
+        env = make_env(tmp_path, sandbox=sandbox)
+        obs, err = run(env, "import os\n"
+                            f"print('sees host file', os.path.exists({str(probe)!r}))\n"
+                            f"print('sees its own test folder', os.path.exists({str(tmp_path / 'taskdata')!r}))\n"
+                            f"open({str(probe) + '-mine'!r}, 'w').write('x')\n"
+                            f"print('wrote', open({str(probe) + '-mine'!r}).read())\n")
+        assert not err and "sees host file False" in obs and "sees its own test folder False" in obs, obs
+        assert "wrote x" in obs and not os.path.exists(str(probe) + "-mine")
+    finally:
+        probe.unlink()
+
+
+def test_interpreter_below_tmp_is_usable_and_read_only(tmp_path):
+    import subprocess
+    make_sandbox("local")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    env = make_env(tmp_path, python=str(tmp_path / "venv" / "bin" / "python"))
+    obs, err = run(env, f"import sys\nprint(sys.prefix)\nopen({str(tmp_path / 'venv' / 'x')!r}, 'w')\n")
+    assert not err and str(tmp_path / "venv") in obs and "Read-only file system" in obs, obs
