@@ -73,17 +73,19 @@ def command_for(argv: list[str], spec: ExecSpec, name: str) -> list[str]:
         cmd += ["--ulimit", f"cpu={limits.cpu_seconds}"]
     shown: list[str] = []
 
-    def mount(path: str, mode: str) -> None:
+    def mount(path: str, mode: str, source: str | None = None) -> None:
         nonlocal cmd
-        cmd += ["--mount", f"type=bind,source={path},target={path}" + (",readonly" if mode == "ro" else "")]
+        source = source or path
+        cmd += ["--mount", f"type=bind,source={source},target={path}" + (",readonly" if mode == "ro" else "")]
         shown.append(os.path.realpath(path))
 
     for path in SYSTEM_DIRS:
         if os.path.isdir(path) and not os.path.islink(path):
             mount(path, "ro")
     for entry in ETC_ENTRIES:
-        if os.path.exists(os.path.join("/etc", entry)):
-            mount(os.path.realpath(os.path.join("/etc", entry)), "ro")
+        path = os.path.join("/etc", entry)
+        if os.path.exists(path):  # a link (/etc/localtime) is mounted as what it points to
+            mount(path, "ro", source=os.path.realpath(path))
     for path in _python_dirs(argv[0]) if argv else []:
         if not any(_inside(s, path) for s in shown):
             mount(path, "ro")
