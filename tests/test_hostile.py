@@ -397,7 +397,8 @@ def test_fork_bomb(tmp_path, sandbox):
     bomb = ("import os\nprint('bomb', flush=True)\n"
             "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     run = run_case(tmp_path, sandbox, [
-        *script(bomb), *script("import subprocess\nsubprocess.run(['bash', '-c', ':(){ :|:& };:'])\n", "shell.py"),
+        *script(bomb), *script("import subprocess, time\nsubprocess.run(['bash', '-c', ':(){ :|:& };:'])\n"
+                                  "time.sleep(30)  # bash returns at once; stay alive while its bomb grows\n", "shell.py"),
         act("Python REPL",
             command="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
         act("List Files", dir_path="."),

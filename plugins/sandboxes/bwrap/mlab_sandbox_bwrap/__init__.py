@@ -92,15 +92,16 @@ def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list
         ro(path)
     for name in ETC_ENTRIES:
         ro(os.path.join("/etc", name))
+    cmd += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
+    # /proc read-only: the command may run as uid 0 (without capabilities), which still owns /proc/sys and
+    # /proc/sysrq-trigger of the host kernel.
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
+    # After the private /tmp: a Python environment that lives below /tmp must be bound on top of it.
     python_dirs = _python_dirs(argv[0]) if argv else []
     extra = [p for p in os.environ.get(EXTRA_RO_VAR, "").split(":") if p.strip()]
     for path in [*python_dirs, *extra]:
         if not any(_inside(s, os.path.realpath(path)) for s in shown):
             ro(path)
-    cmd += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
-    # /proc read-only: the command may run as uid 0 (without capabilities), which still owns /proc/sys and
-    # /proc/sysrq-trigger of the host kernel.
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     for device in sorted(glob.glob("/dev/nvidia*")) + (["/dev/dri"] if os.path.isdir("/dev/dri") else []):
         cmd += ["--dev-bind-try", device, device]
     workspace = os.path.realpath(spec.cwd)
