@@ -61,6 +61,9 @@ def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json
             click.echo(f"checking {task.name} ...", err=True)
         report = run_check(task, data_dir=data_dir, home=Path(home) if home else None, timeout_s=timeout_s,
                            margin=margin, log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
+        if all_tasks and report.status == "failed" and report.steps.get("prepare", "ok") != "ok" \
+                and not task.offline_ready:
+            report.status, report.reason = "skipped", f"no usable local data: {report.steps['prepare']}"
         reports.append(report.to_dict())
         if not as_json:
             click.echo(f"{task.name}: {report.status.upper()}  baseline {_fmt(report.baseline)}  reference "

@@ -7,6 +7,7 @@ fetched at prepare so runs need no network. Evaluation loads output/ (Hugging Fa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,7 +85,7 @@ class Babylm(MLAgentBenchTask):
             command += ["--max-tokens", str(self.max_eval_tokens)]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=self.eval_timeout_s,
-                                  env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         except subprocess.TimeoutExpired:
             raise MlabError(f"evaluating output/ took longer than {self.eval_timeout_s:g} s") from None
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

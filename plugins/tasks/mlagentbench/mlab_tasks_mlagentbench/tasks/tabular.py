@@ -65,9 +65,11 @@ class KaggleTabularTask(MLAgentBenchTask):
             description = folder / self.description_file
             if description.is_file():
                 shutil.copyfile(description, ctx.public_dir / self.description_file)
-            else:  # a Kaggle download has no such file for every competition: ship our copy
-                shutil.copyfile(FILES_DIR / f"{self.short}-extra" / self.description_file,
-                                ctx.public_dir / self.description_file)
+            else:  # spaceship-titanic's Kaggle files have no task_descriptor.txt: ship our own
+                ours = FILES_DIR / f"{self.short}-extra" / self.description_file
+                if not ours.is_file():
+                    raise MlabError(f"{folder} has no {self.description_file}")
+                shutil.copyfile(ours, ctx.public_dir / self.description_file)
         self.write_sample_submission(ctx)
         ctx.log(f"{self.name}: {n_train} training rows, {n_test} test rows")
 
