@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,7 +79,10 @@ class Clrs(MLAgentBenchTask):
             os.chmod(scratch, 0o755)
             np.savez(Path(scratch) / "inputs.npz", **inputs)  # the inputs only: the answers stay hidden
             output = Path(scratch) / "predictions.npy"
-            result = self._run([sys.executable, "-m", "mlab_tasks_mlagentbench.clrs_eval", str(workspace),
+            # Run by path from the scratch folder: the pack's own source may not be visible in the sandbox.
+            evaluator = Path(scratch) / "clrs_eval.py"
+            shutil.copyfile(Path(__file__).resolve().parents[1] / "clrs_eval.py", evaluator)
+            result = self._run([sys.executable, str(evaluator), str(workspace),
                                 str(Path(scratch) / "inputs.npz"), str(output)], workspace, Path(hidden_dir),
                                Path(scratch))
             lines = [line for line in result.splitlines() if line.startswith("{")]
