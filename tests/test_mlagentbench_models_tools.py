@@ -71,13 +71,12 @@ def test_babylm_prepare_hides_the_test_split(tmp_path):
 
 
 @needs("transformers")
-def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path):
+def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path, monkeypatch):
     task = get_task("babylm-cpu")
     report = check_task(task, data_dir=text.babylm(tmp_path / "src", lines_per_file=30), home=tmp_path / "home")
     assert report.status == "passed", report
     assert 1 < report.reference < report.baseline
-    taskdata_home = tmp_path / "home"
-    os.environ["MLAB_HOME"] = str(taskdata_home)
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))  # where check_task prepared it
     broken = tmp_path / "broken"
     (broken / "output").mkdir(parents=True)
     (broken / "output" / "config.json").write_text("{not json")
