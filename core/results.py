@@ -347,7 +347,7 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
               on_done=None) -> list[dict]:
     """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
     database); one row per run, with the best step when `intermediate`."""
-    from .metrics import SUCCESS, improvement
+    from .metrics import SUCCESS
 
     registry = registry or registry_from()
     run_dirs: list[Path] = []
@@ -375,7 +375,7 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                 if intermediate:
                     db.set_step_scores(key, steps)
         base = taskdata.recorded_baseline(task)
-        imp = improvement(score, base, task.metric.higher_is_better)
+        imp = task.improvement(score, base) if score is not None and base is not None else None
         valid = [(i, s) for i, _snap, s, _e in steps if is_valid(s)]
         pick = max if task.metric.higher_is_better else min
         best = pick(valid, key=lambda p: p[1]) if valid else None

@@ -128,6 +128,7 @@ class Runner:
             append_error(self.run_dir, f"observer hook {hook} failed:\n{traceback.format_exc()}")
 
     def start(self) -> Trace:
+        self.task.check_runnable()
         if not taskdata.is_prepared(self.task):
             if not self.task.offline_ready:
                 raise MlabError(f"task {self.task.name!r} is not prepared; run: mlab prepare {self.task.name}")
@@ -160,6 +161,7 @@ class Runner:
         return self._loop(trace)
 
     def resume(self) -> Trace:
+        self.task.check_runnable()
         trace = read_trace(self.run_dir)
         if trace.status != "running":
             raise MlabError(f"run {str(self.run_dir)!r} already ended ({trace.status}: {trace.end_reason})")

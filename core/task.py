@@ -54,6 +54,9 @@ class Task(ABC):
     # Baseline used when the starter produces no valid submission (the original's worst-value rule).
     worst_score: float | None = None
 
+    def check_runnable(self) -> None:
+        """Raise MlabError when this machine cannot run the task (no GPU, a missing extra); called before a run."""
+
     @abstractmethod
     def prepare(self, ctx: PrepareContext) -> None:
         """Write starter files and data to ctx.public_dir and answers to ctx.hidden_dir."""

@@ -299,3 +299,22 @@ def test_lone_surrogates_and_odd_objects_in_an_action_reach_the_trace(tmp_path, 
     assert stored["action"]["args"]["extra"]["1"].startswith("<object object at")
     assert stored["action"]["entries"] == {"thought": "bad \\ud800"}
     assert stored["action"]["raw_response"] == "raw \\udfff"
+
+
+def test_a_task_that_cannot_run_here_refuses_before_anything_is_made(tmp_path, mlab_home):
+    from mlab.core import MlabError, RunConfig
+    from mlab.core.runner import Runner
+    from tests.fixtures.harness import AGENT_NAME, CounterTask, fixture_registry
+
+    class NeedsGpu(CounterTask):
+        name = "fixture/needs-gpu"
+
+        def check_runnable(self):
+            raise MlabError("fixture/needs-gpu needs a GPU; none found")
+
+    registry = fixture_registry()
+    registry.items["tasks"]["fixture/needs-gpu"] = NeedsGpu()
+    run_dir = tmp_path / "run"
+    with pytest.raises(MlabError, match="needs a GPU"):
+        Runner(run_dir, RunConfig(task="fixture/needs-gpu", agent=AGENT_NAME), registry).start()
+    assert not run_dir.exists()
