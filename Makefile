@@ -17,6 +17,8 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,report]' $(addprefix -e ,$(PLUGINS))
+	# The task pack's light extras, so the tests of its image and language-model tasks run too.
+	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
 	touch $@
 
 run: setup
