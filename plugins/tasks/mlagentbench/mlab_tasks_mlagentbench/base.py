@@ -66,6 +66,8 @@ class MLAgentBenchTask(Task):
     cpu_variant: str | None = None  # the CPU-scaled variant to suggest when no GPU is found
     reference: str | None = None  # folder under reference/ holding a solution that should beat the baseline
     reference_script: str | None = None  # script to run for the reference (default: the starter script)
+    # file -> (old, new) replacements applied to the copied files: how a CPU-scaled variant shrinks its starter
+    starter_edits: dict[str, list[tuple[str, str]]] = {}
 
     # ---- checks ------------------------------------------------------------------------------------
     def check_extras(self) -> None:
@@ -96,6 +98,14 @@ class MLAgentBenchTask(Task):
         self.prepare_data(ctx)
         if self.files:
             copy_files(FILES_DIR / self.files, ctx.public_dir)
+        for name, edits in self.starter_edits.items():
+            path = ctx.public_dir / name
+            text = path.read_text()
+            for old, new in edits:
+                if old not in text:  # the starter changed under the variant: fail loudly, never ship it unscaled
+                    raise RuntimeError(f"{self.name}: {name} has no {old!r} to scale")
+                text = text.replace(old, new)
+            path.write_text(text)
 
     def prepare_data(self, ctx: PrepareContext) -> None:
         """Write the task's data to ctx.public_dir and its answers to ctx.hidden_dir."""

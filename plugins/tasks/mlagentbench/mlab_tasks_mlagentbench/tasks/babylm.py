@@ -100,7 +100,12 @@ class Babylm(MLAgentBenchTask):
 class BabylmCpu(Babylm):
     name = f"{PACK}/babylm-cpu"
     description = "babylm scaled for a CPU: a small gpt2 on 2M tokens, perplexity on 100k test tokens"
-    files = "babylm-cpu"
+    starter_edits = {"train.py": [
+        ("MODEL = dict(n_layer=12, n_head=12, n_embd=768)  # the standard gpt2 size",
+         "MODEL = dict(n_layer=4, n_head=4, n_embd=256)  # CPU-scaled: a small gpt2"),
+        ("BLOCK_SIZE = 1024", "BLOCK_SIZE = 128"),
+        ("MAX_TRAIN_TOKENS = None  # use the whole corpus", "MAX_TRAIN_TOKENS = 2_000_000  # CPU-scaled: the first 2M tokens"),
+    ]}
     cpu_variant = None
     max_eval_tokens = 100_000
     resources = Resources(gpu="optional", ram_gb=8.0, network_for_prepare=True, baseline_seconds=1800.0,

@@ -169,7 +169,8 @@ class Fathomnet(MLAgentBenchTask):
 class FathomnetCpu(Fathomnet):
     name = f"{PACK}/fathomnet-cpu"
     description = "fathomnet scaled for a CPU: 96-pixel images in the starter; MAP@20, higher is better"
-    files = "fathomnet-cpu"
+    starter_edits = {"train.py": [
+        ("SIZE = 256\n", "SIZE = 96  # CPU-scaled: small images (the smallest the four 5x5 conv blocks accept)\n")]}
     cpu_variant = None
     resources = Resources(gpu="optional", ram_gb=8.0, network_for_prepare=True, baseline_seconds=900.0,
                           extras=["vision (torch, pillow)", "kaggle (only to download)"])
