@@ -85,7 +85,8 @@ class Babylm(MLAgentBenchTask):
             command += ["--max-tokens", str(self.max_eval_tokens)]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=self.eval_timeout_s,
-                                  env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                                  env=_scrubbed_env(os.environ) | {"HF_HUB_OFFLINE": "1",
+                                                                          "TRANSFORMERS_OFFLINE": "1"})
         except subprocess.TimeoutExpired:
             raise MlabError(f"evaluating output/ took longer than {self.eval_timeout_s:g} s") from None
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -95,6 +96,11 @@ class Babylm(MLAgentBenchTask):
         if "error" in result and proc.returncode == 3:
             raise InvalidSubmission(result["error"])
         raise MlabError(f"perplexity evaluation failed: {result.get('error') or proc.stderr.strip()[-500:]}")
+
+
+def _scrubbed_env(environ) -> dict[str, str]:
+    """The evaluator loads files the agent wrote: give it no secrets (API keys) of the harness."""
+    return {k: environ[k] for k in ("PATH", "LANG", "LC_ALL", "HOME", "OMP_NUM_THREADS") if k in environ}
 
 
 class BabylmCpu(Babylm):
