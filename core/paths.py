@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 from pathlib import Path
 
 from .errors import EnvError
@@ -39,9 +41,19 @@ def relative_name(workspace: Path, path: Path) -> str:
 
 def is_read_only(relpath: str, patterns: list[str]) -> bool:
     """True when relpath, or a folder above it, matches one of the task's read-only glob patterns."""
+    matcher = _compiled(tuple(patterns))
+    if matcher is None:
+        return False
     parts = relpath.split("/")
-    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(fnmatch.fnmatchcase(prefix, _normalize(pattern)) for pattern in patterns for prefix in prefixes)
+    return any(matcher.match("/".join(parts[: i + 1])) for i in range(len(parts)))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(patterns: tuple[str, ...]) -> "re.Pattern[str] | None":
+    """All patterns as one regex, built once: snapshots test every workspace file at every step."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(_normalize(p))})" for p in patterns))
 
 
 def _normalize(pattern: str) -> str:
