@@ -11,8 +11,9 @@ import json
 import re
 from typing import Any
 
-from mlab.core import Action, Agent, AgentContext, Message, MlabError, RunState, Step, StopRun, hookimpl
-from mlab_agent_research.toolkit import (MAX_ATTEMPTS, InvalidResponse, ask_until_valid, check_args, loads_lenient,
+from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun, hookimpl
+from mlab_agent_research.toolkit import (MAX_ATTEMPTS, check_option_names, pick_actions, positive_int_option,
+                                         InvalidResponse, ask_until_valid, check_args, loads_lenient,
                                          match_name, truncate_middle)
 
 # AutoGPT-like command names for the environment's actions; the rest get a snake_case form of their name.
@@ -82,22 +83,14 @@ class AutoGPTAgent(Agent):
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
         opts = dict(ctx.options)
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise MlabError(f"agent 'autogpt' has no option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")
-        chosen = opts.get("commands", DEFAULT_COMMANDS)
-        if not isinstance(chosen, list) or not chosen:
-            raise MlabError("option commands must be a list of action names")
-        bad = [n for n in chosen if n not in ctx.actions]
-        if bad:
-            raise MlabError(f"unknown action(s) {', '.join(map(repr, bad))} in option commands; "
-                            f"valid: {', '.join(ctx.actions)}")
+        check_option_names(self.name, opts, OPTIONS)
+        chosen = pick_actions(opts.get("commands", DEFAULT_COMMANDS), "commands", ctx.actions)
         if "Final Answer" not in chosen:
             chosen = [*chosen, "Final Answer"]  # the agent must be able to stop
         self.commands = {command_name(n): ctx.actions[n] for n in chosen}
-        self.recent_chars = _int_option(opts, "recent_chars", 15_000)
-        self.result_chars = _int_option(opts, "result_chars", 5_000)
-        self.max_attempts = _int_option(opts, "max_attempts", MAX_ATTEMPTS)
+        self.recent_chars = positive_int_option(opts, "recent_chars", 15_000)
+        self.result_chars = positive_int_option(opts, "result_chars", 5_000)
+        self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
         self.system = SYSTEM.format(goal=ctx.research_problem.strip(), commands=self._command_list())
         # Running memory: a condensed account of every step up to folded_through.
         self.memory = ""
@@ -217,13 +210,6 @@ class AutoGPTAgent(Agent):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.memory = state.get("memory", "")
         self.folded_through = int(state.get("folded_through", 0))
-
-
-def _int_option(opts: dict, name: str, default: int) -> int:
-    value = opts.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MlabError(f"option {name} must be a positive whole number, not {value!r}")
-    return value
 
 
 @hookimpl

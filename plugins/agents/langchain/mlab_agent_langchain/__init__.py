@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlab.core import Action, Agent, AgentContext, MlabError, RunState, Step, StopRun, hookimpl
+from mlab.core import Action, Agent, AgentContext, RunState, StopRun, hookimpl
 from mlab_agent_research.agent import DEFAULT_ACTIONS
-from mlab_agent_research.toolkit import MAX_ATTEMPTS, truncate_middle
+from mlab_agent_research.toolkit import (MAX_ATTEMPTS, check_option_names, pick_actions, positive_int_option,
+                                         truncate_middle)
 
 OPTIONS = ("tools", "observation_chars", "scratchpad_chars", "max_attempts")
 
@@ -25,20 +26,12 @@ class LangChainAgent(Agent):
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
         opts = dict(ctx.options)
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise MlabError(f"agent 'langchain' has no option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")
-        names = opts.get("tools", DEFAULT_ACTIONS)
-        if not isinstance(names, list) or not names:
-            raise MlabError("option tools must be a list of action names")
-        bad = [n for n in names if n not in ctx.actions]
-        if bad:
-            raise MlabError(f"unknown action(s) {', '.join(map(repr, bad))} in option tools; "
-                            f"valid: {', '.join(ctx.actions)}")
+        check_option_names(self.name, opts, OPTIONS)
+        names = pick_actions(opts.get("tools", DEFAULT_ACTIONS), "tools", ctx.actions)
         self.actions = {n: ctx.actions[n] for n in [*names, "Final Answer"] if n in ctx.actions}
-        self.observation_chars = _int_option(opts, "observation_chars", 5_000)
-        self.scratchpad_chars = _int_option(opts, "scratchpad_chars", 60_000)
-        self.max_attempts = _int_option(opts, "max_attempts", MAX_ATTEMPTS)
+        self.observation_chars = positive_int_option(opts, "observation_chars", 5_000)
+        self.scratchpad_chars = positive_int_option(opts, "scratchpad_chars", 60_000)
+        self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
         from . import chain  # LangChain loads here, when a run uses this agent, never at plugin discovery
 
         self._chain_module = chain
@@ -125,13 +118,6 @@ class LangChainAgent(Agent):
             messages.append(AIMessage(content=content) if role == "ai" else HumanMessage(content=content))
         messages[-1] = HumanMessage(content=messages[-1].content + "\n\n" + reminder)
         return messages
-
-
-def _int_option(opts: dict, name: str, default: int) -> int:
-    value = opts.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MlabError(f"option {name} must be a positive whole number, not {value!r}")
-    return value
 
 
 @hookimpl

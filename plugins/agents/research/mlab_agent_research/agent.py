@@ -8,7 +8,8 @@ from mlab.core import Action, Agent, AgentContext, Message, MlabError, RunState,
 
 from . import prompts
 from .parsing import parse_response
-from .toolkit import MAX_ATTEMPTS, SUMMARY_THRESHOLD, ask_until_valid, summarize_observation
+from .toolkit import (MAX_ATTEMPTS, SUMMARY_THRESHOLD, ask_until_valid, check_option_names, pick_actions,
+                      summarize_observation)
 
 RESEARCH_ENTRIES = ["Reflection", "Research Plan and Status", "Fact Check", "Thought", "Action", "Action Input"]
 # The actions the original research agent was shown.
@@ -35,9 +36,7 @@ class ResearchAgent(Agent):
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
         opts = dict(ctx.options)
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise MlabError(f"agent {self.name!r} has no option {', '.join(unknown)}; options: {', '.join(OPTIONS)}")
+        check_option_names(self.name, opts, OPTIONS)
         self.actions = self._pick_actions(opts.get("actions", DEFAULT_ACTIONS))
         self.retrieval = _as_bool(opts.get("retrieval", False), "retrieval")
         self.history_steps = _as_int(opts.get("history_steps", 3), "history_steps", minimum=1)
@@ -54,13 +53,7 @@ class ResearchAgent(Agent):
     def _pick_actions(self, names: Any) -> dict:
         if isinstance(names, str):
             names = [n.strip() for n in names.split(",") if n.strip()]
-        if not isinstance(names, list) or not names:
-            raise MlabError("option actions must be a list of action names")
-        unknown = [n for n in names if n not in self.ctx.actions]
-        if unknown:
-            raise MlabError(f"unknown action(s) {', '.join(map(repr, unknown))} in option actions; "
-                            f"valid: {', '.join(self.ctx.actions)}")
-        return {n: self.ctx.actions[n] for n in names}
+        return {n: self.ctx.actions[n] for n in pick_actions(names, "actions", self.ctx.actions)}
 
     # ---- the step -------------------------------------------------------------------------------
     def step(self, state: RunState) -> Action | StopRun:

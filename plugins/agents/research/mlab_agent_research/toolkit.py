@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from mlab.core import ActionSpec, Message
+from mlab.core import ActionSpec, Message, MlabError
 
 MAX_ATTEMPTS = 5
 SUMMARY_THRESHOLD = 5_000  # observations longer than this (characters) are summarized before they enter history
@@ -229,3 +229,28 @@ def truncate_middle(text: str, limit: int) -> str:
     head = limit * 2 // 3
     tail = limit - head
     return f"{text[:head]}\n[... {len(text) - limit} characters left out ...]\n{text[-tail:]}"
+
+
+# ---- agent options (shared so every agent words its option errors alike) ---------------------------
+def check_option_names(agent: str, options: dict, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise MlabError(f"agent {agent!r} has no option {', '.join(unknown)}; options: {', '.join(allowed)}")
+
+
+def pick_actions(names: Any, option: str, actions: dict[str, ActionSpec]) -> list[str]:
+    """The action names of a list option, each one the environment offers."""
+    if not isinstance(names, list) or not names:
+        raise MlabError(f"option {option} must be a list of action names")
+    unknown = [n for n in names if n not in actions]
+    if unknown:
+        raise MlabError(f"unknown action(s) {', '.join(map(repr, unknown))} in option {option}; "
+                        f"valid: {', '.join(actions)}")
+    return names
+
+
+def positive_int_option(options: dict, name: str, default: int) -> int:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MlabError(f"option {name} must be a positive whole number, not {value!r}")
+    return value
