@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core import LLM, Action, Agent, Completion, InvalidSubmission, Metric, RunConfig, RunState, Task
+from mlab.core import LLM, Action, Agent, Completion, RunConfig, RunState
 from mlab.core.models import Trace
 from mlab.core.registry import load_registry
 from mlab.core.sandbox import Limits
+from tests.fixtures.harness import CounterTask
 
 REPO = Path(__file__).resolve().parents[1]
 TASK_NAME = "fault/counter"
@@ -39,13 +40,11 @@ BIG_BYTES = 16 * 2**20
 KINDS = ("llm", "script", "snapshot")
 
 
-class FaultTask(Task):
+class FaultTask(CounterTask):
+    """The harness fixture's counter task, with a slower step.py and a big-file script (scored the same way)."""
+
     name = TASK_NAME
-    description = "Counts the lines a script appended"
     research_problem = "Run step.py."
-    metric = Metric(name="lines", higher_is_better=True)
-    read_only_files = ["data/*"]
-    starter_script = "step.py"
 
     def prepare(self, ctx):
         (ctx.public_dir / "data").mkdir()
@@ -60,13 +59,6 @@ class FaultTask(Task):
         (ctx.public_dir / "big.py").write_text(
             f"import os\nopen('big.bin', 'wb').write(os.urandom({BIG_BYTES}))\nprint('big written')\n")
         (ctx.hidden_dir / "answer.txt").write_text("42")
-
-    def evaluate(self, workspace, hidden_dir):
-        log = Path(workspace) / "log.txt"
-        if not log.exists():
-            raise InvalidSubmission("no log.txt")
-        return float(len(log.read_text().splitlines()))
-
 
 class SlowLLM(LLM):
     name = LLM_NAME
