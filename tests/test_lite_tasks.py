@@ -325,3 +325,14 @@ def test_malformed_submission_is_invalid_with_a_reason(name, kind, in_process, t
     assert {**MALFORMED, **WINE_ONLY}[kind] in message, message
     assert len(message.splitlines()) == 1 and len(message) < 400
     assert not re.search(r"Traceback|Error\b", message)
+
+
+def test_check_task_passes_for_a_lite_task(tmp_path):
+    """`mlab check-task` runs the starter and the pack's reference in the sandbox; the reference must win."""
+    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "check-task", "lite/wine", "--json"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "MLAB_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr
+    [report] = json.loads(result.stdout)
+    assert report["status"] == "passed" and report["improvement"] > 0.10
+    assert report["steps"] == {"prepare": "ok", "invalid submission": "ok", "baseline": "ok", "reference": "ok"}
