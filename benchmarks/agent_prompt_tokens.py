@@ -130,7 +130,7 @@ def script() -> list[str]:
 
 def run(root: Path, name: str, options: dict) -> list[dict]:
     from mlab.core import RunConfig
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
     from tests.fixtures.agents_fixtures import TASK_NAME, fixture_registry, write_script
 
     replies = write_script(root / f"{name}.jsonl", script())

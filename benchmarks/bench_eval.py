@@ -46,8 +46,8 @@ def registry():
 
 def main() -> None:
     from mlab.core.models import RunConfig
-    from mlab.core.results import eval_rows
-    from mlab.core.runner import Runner
+    from mlab.core.bench.results import eval_rows
+    from mlab.core.run.runner import Runner
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="fixture/counter")

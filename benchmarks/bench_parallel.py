@@ -24,8 +24,8 @@ REGISTRY = "tests.fixtures.bench_plugins:bench_registry"
 
 
 def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, name: str) -> tuple[float, dict]:
-    from mlab.core.bench import Bench, BenchSpec
-    from mlab.core.results import ResultsDB
+    from mlab.core.bench.driver import Bench, BenchSpec
+    from mlab.core.bench.results import ResultsDB
 
     spec = BenchSpec(tasks=["fixture/counter"], agents=["fixture-llm-stepper"], llms=[f"fixture-sleepy:{latency}"],
                      runs=runs, max_steps=steps + 5, agent_options={"steps": steps})

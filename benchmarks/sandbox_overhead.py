@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlab.core.environment import EnvSettings, Environment
-from mlab.core.local_sandbox import LocalSandbox, namespace_prefix
+from mlab.core.run.environment import EnvSettings, Environment
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
-from mlab.core.registry import load_registry
-from mlab.core.sandbox import Limits
-from mlab.core.snapshot import SnapshotStore
+from mlab.core.plugins.registry import load_registry
+from mlab.core.sandbox.contract import Limits
+from mlab.core.run.snapshot import SnapshotStore
 
 TARGET_MS = 50.0
 

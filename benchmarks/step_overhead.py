@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from mlab.core.models import Action, RunConfig, Step, Trace
-from mlab.core.paths import is_read_only
-from mlab.core.snapshot import SnapshotStore
-from mlab.core.trace import write_trace
+from mlab.core.run.readonly import is_read_only
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.trace import write_trace
 
 FILES = 1000
 FILE_BYTES = 10_000

@@ -106,7 +106,7 @@ def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_ad
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
     """
-    from mlab.core.bench import Bench, BenchSpec
+    from mlab.core.bench.driver import Bench, BenchSpec
 
     spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
                      max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
@@ -148,7 +148,7 @@ def report(bench_dir, out_dir, compare, no_plots, no_html, as_json) -> None:
     """Tables of a bench's metrics, PNG plots and a static HTML report with a trace viewer."""
     import json
 
-    from mlab.core import report as rep
+    from mlab.core.bench import report as rep
 
     data = rep.load(Path(bench_dir), tuple(compare) if compare else None)
     if not data.rows:

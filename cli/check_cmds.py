@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from mlab.core.errors import MlabError
-from mlab.core.registry import load_registry
+from mlab.core.plugins.registry import load_registry
 
 from .durations import Duration
 
@@ -35,7 +35,7 @@ def _fmt(value) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json) -> None:
     """Self-check tasks: the reference solution must beat the baseline by the success margin."""
-    from mlab.core.checktask import check_task as run_check
+    from mlab.core.run.checktask import check_task as run_check
 
     registry = load_registry()
     if all_tasks and task_names:
@@ -51,7 +51,7 @@ def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json
     reports = []
     for task in tasks:
         if all_tasks and not task.offline_ready and not data_dir:
-            from mlab.core import taskdata
+            from mlab.core.run import taskdata
 
             if taskdata.source_for(task, None) is None:
                 reports.append({"task": task.name, "status": "skipped",

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from mlab.core.registry import load_registry
+from mlab.core.plugins.registry import load_registry
 
 from .console import make_console
 
@@ -41,7 +41,7 @@ def list_plugins(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def tasks(as_json: bool) -> None:
     """Available tasks with their metric, direction and whether they prepare offline."""
-    from mlab.core import taskdata
+    from mlab.core.run import taskdata
 
     registry = load_registry()
     rows = []

@@ -11,10 +11,10 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from mlab.core import taskdata
+from mlab.core.run import taskdata
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
-from mlab.core.registry import load_registry
+from mlab.core.plugins.registry import load_registry
 
 from .console import make_console
 from .durations import Duration
@@ -43,7 +43,7 @@ def prepare(task_name: str, data_dir: str | None) -> None:
               help="Time limit of the starter script.")
 def baseline(task_name: str, runs: int, timeout_s: float) -> None:
     """Run a task's baseline and record the mean score that improvement is measured against."""
-    from mlab.core.baseline import measure_baseline
+    from mlab.core.run.baseline import measure_baseline
 
     task = load_registry().get("tasks", task_name)
     scores = measure_baseline(task, runs=runs, timeout_s=timeout_s)
@@ -79,8 +79,8 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
         sandbox, agent_options, interactive, resume_dir, llm_api_base, llm_timeout_s, llm_retries, max_tokens,
         max_cost, llm_cache) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
-    from mlab.core.runner import Runner, new_run_dir
-    from mlab.core.trace import read_trace
+    from mlab.core.run.runner import Runner, new_run_dir
+    from mlab.core.run.trace import read_trace
 
     from .view import StepView
 
@@ -158,7 +158,7 @@ def _ask_human(request: str) -> str:
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes scoring at once (default: CPU count).")
 def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, workers: int | None) -> None:
     """Score each run (or every run of a bench folder, updating its results.db) from its final snapshot."""
-    from mlab.core.results import eval_rows
+    from mlab.core.bench.results import eval_rows
 
     rows = eval_rows([Path(p) for p in run_dirs], intermediate=intermediate, workers=workers,
                      registry=load_registry())

@@ -1,13 +1,13 @@
 """mlab's public API: everything a task pack, agent or LLM backend plugin needs, and nothing heavy."""
-from .actions import ACTION_SPECS, ActionSpec
-from .agent import Agent, AgentContext, RunState
-from .errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
-from .hookspecs import hookimpl
-from .llm import LLM
-from .models import (Action, Completion, LLMCallFinished, Message, RunConfig, RunFinished, RunStarted, Step,
+from mlab.core.actions import ACTION_SPECS, ActionSpec
+from mlab.core.agent import Agent, AgentContext, RunState
+from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
+from mlab.core.hookspecs import hookimpl
+from mlab.core.llm.backend import LLM
+from mlab.core.models import (Action, Completion, LLMCallFinished, Message, RunConfig, RunFinished, RunStarted, Step,
                      StepFinished, StopRun, Trace, Usage)
-from .sandbox import ExecResult, ExecSpec, Limits, Sandbox
-from .task import BaselineContext, Metric, PrepareContext, Resources, Task
+from mlab.core.sandbox.contract import ExecResult, ExecSpec, Limits, Sandbox
+from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, Task
 
 __all__ = [
     "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BudgetExceeded",

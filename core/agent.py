@@ -5,8 +5,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .actions import ActionSpec
-from .models import Action, Step, StopRun
+from mlab.core.actions import ActionSpec
+from mlab.core.models import Action, Step, StopRun
 
 
 @dataclass

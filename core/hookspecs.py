@@ -5,7 +5,7 @@ from typing import Callable
 
 import pluggy
 
-from .models import LLMCallFinished, RunFinished, RunStarted, StepFinished
+from mlab.core.models import LLMCallFinished, RunFinished, RunStarted, StepFinished
 
 PROJECT = "mlab"
 hookspec = pluggy.HookspecMarker(PROJECT)

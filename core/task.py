@@ -8,7 +8,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from .errors import InvalidSubmission
+from mlab.core.errors import InvalidSubmission
 
 
 class Metric(BaseModel):
@@ -81,6 +81,6 @@ class Task(ABC):
 
     def improvement(self, score: float, baseline: float) -> float | None:
         """Relative improvement over the baseline, positive when better, whatever the metric's direction."""
-        from .metrics import improvement
+        from mlab.core.bench.metrics import improvement
 
         return improvement(score, baseline, self.metric.higher_is_better)

@@ -118,7 +118,7 @@ def test_langchain_chat_model_adapter_drives_any_backend():
     """The adapter is a genuine LangChain chat model over the run's LLM client (here the scripted backend)."""
     from langchain_core.messages import HumanMessage, SystemMessage
 
-    from mlab.core.llm_client import LLMClient
+    from mlab.core.llm.client import LLMClient
     from mlab_agent_langchain.chain import MlabChatModel
     from mlab_llm_scripted import ScriptedLLM
 
@@ -132,7 +132,7 @@ def test_langchain_chat_model_adapter_drives_any_backend():
 
 
 def test_listing_plugins_does_not_import_langchain():
-    code = ("import sys; from mlab.core.registry import load_registry; r = load_registry(); "
+    code = ("import sys; from mlab.core.plugins.registry import load_registry; r = load_registry(); "
             "assert 'langchain' in r.items['agents']; print(sorted(m for m in sys.modules if 'langchain' in m))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

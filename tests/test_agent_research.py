@@ -80,7 +80,7 @@ def test_invalid_responses_say_what_is_wrong(text, problem):
 
 # ---- runs -------------------------------------------------------------------------------------------
 def test_research_agent_improves_on_the_baseline(tmp_path):
-    from mlab.core.baseline import measure_baseline
+    from mlab.core.run.baseline import measure_baseline
 
     task = fixture_registry().get("tasks", TASK_NAME)
     script = [
@@ -121,9 +121,10 @@ def test_research_agent_improves_on_the_baseline(tmp_path):
 
 def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
     """The same run on the built-in lite/wine task (scikit-learn): scaled logistic regression beats the k-NN starter."""
-    from mlab.core import RunConfig, taskdata
-    from mlab.core.baseline import measure_baseline
-    from mlab.core.runner import Runner
+    from mlab.core import RunConfig
+    from mlab.core.run import taskdata
+    from mlab.core.run.baseline import measure_baseline
+    from mlab.core.run.runner import Runner
 
     registry = fixture_registry()
     if "lite/wine" not in registry.items["tasks"]:

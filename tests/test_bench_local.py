@@ -163,7 +163,7 @@ def test_live_view_shows_each_running_runs_step_tokens_and_cost():
     from rich.console import Console
 
     from mlab.cli.bench_cmds import BenchView
-    from mlab.core.bench import BenchStatus, RunProgress
+    from mlab.core.bench.driver import BenchStatus, RunProgress
 
     view = BenchView("bench b")
     status = BenchStatus(total=16, done=5, failed=1, pending=6, tokens=1000, cost_usd=0.5, running=[

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from mlab.core.actions import ACTION_SPECS
-from mlab.core.environment import (MAX_ARG_CHARS, MAX_INSPECT_LINES, MAX_LIST_ENTRIES, MAX_WRITE_BYTES,
+from mlab.core.run.environment import (MAX_ARG_CHARS, MAX_INSPECT_LINES, MAX_LIST_ENTRIES, MAX_WRITE_BYTES,
                                    EnvSettings, Environment, is_final)
-from mlab.core.llm_client import LLMClient
-from mlab.core.local_sandbox import LocalSandbox
+from mlab.core.llm.client import LLMClient
+from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.models import Action
-from mlab.core.sandbox import Limits
-from mlab.core.snapshot import SnapshotStore
+from mlab.core.sandbox.contract import Limits
+from mlab.core.run.snapshot import SnapshotStore
 from mlab_llm_scripted import ScriptedLLM
 
 SECRET = "SECRET-ANSWER-42"

@@ -26,8 +26,8 @@ import pytest
 
 from mlab.core import LLM, Action, Agent, Completion, RunConfig, RunState
 from mlab.core.models import Trace
-from mlab.core.registry import load_registry
-from mlab.core.sandbox import Limits
+from mlab.core.plugins.registry import load_registry
+from mlab.core.sandbox.contract import Limits
 from tests.fixtures.harness import CounterTask
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def fault_registry():
 
 
 def main(argv=None) -> int:
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
 
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
@@ -310,7 +310,7 @@ class DiskAgent(Agent):
 
 
 def disk_runner(run_dir: Path, plan: list):
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
 
     registry = fault_registry()
     registry.items["agents"]["disk-agent"] = type("DiskPlan", (DiskAgent,), {"plan": plan})
@@ -338,7 +338,7 @@ def test_full_disk_while_storing_a_snapshot_undoes_the_step(small_disk):
 
 
 def test_full_disk_while_writing_the_trace_keeps_the_previous_one(small_disk):
-    from mlab.core.runner import DiskFull, Runner
+    from mlab.core.run.runner import DiskFull, Runner
 
     run_dir = small_disk / "run"
     state = {}
@@ -371,7 +371,7 @@ def test_full_disk_while_writing_the_trace_keeps_the_previous_one(small_disk):
 
 
 def test_full_disk_that_undoing_cannot_fix_stops_the_run_resumably(small_disk):
-    from mlab.core.runner import DiskFull
+    from mlab.core.run.runner import DiskFull
 
     run_dir = small_disk / "run"
     state = {}
@@ -395,7 +395,7 @@ def test_full_disk_that_undoing_cannot_fix_stops_the_run_resumably(small_disk):
 # ---- a script corrupting its own files ------------------------------------------------------------
 
 def test_script_corrupting_its_files_leaves_earlier_snapshots_intact(tmp_path):
-    from mlab.core.snapshot import SnapshotStore
+    from mlab.core.run.snapshot import SnapshotStore
 
     corrupt = ("import os\n"
                "st = os.stat('model.txt')\n"

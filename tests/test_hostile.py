@@ -19,13 +19,13 @@ from typing import Any, Callable
 import pytest
 
 from mlab.core import Action, Agent, InvalidSubmission, Metric, RunConfig, RunState, Task
-from mlab.core.environment import MAX_ARG_CHARS
+from mlab.core.run.environment import MAX_ARG_CHARS
 from mlab.core.models import Trace
-from mlab.core.registry import load_registry
-from mlab.core.runner import Runner
-from mlab.core.sandbox import Limits
-from mlab.core.snapshot import SnapshotStore
-from mlab.core import taskdata
+from mlab.core.plugins.registry import load_registry
+from mlab.core.run.runner import Runner
+from mlab.core.sandbox.contract import Limits
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run import taskdata
 
 from test_sandbox import make_sandbox
 

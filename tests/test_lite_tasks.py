@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import InvalidSubmission, PrepareContext
-from mlab.core.paths import is_read_only
+from mlab.core.run.readonly import is_read_only
 from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask
 from mlab_tasks_lite import reference
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.environment import EnvSettings, Environment
+from mlab.core.run.environment import EnvSettings, Environment
 from mlab.core.errors import LLMError
-from mlab.core.llm import LLM
-from mlab.core.llm_actions import BLOCK_CHARS, extract_code, split_blocks
-from mlab.core.llm_client import LLMClient
-from mlab.core.local_sandbox import LocalSandbox
+from mlab.core.llm.backend import LLM
+from mlab.core.run.llm_actions import BLOCK_CHARS, extract_code, split_blocks
+from mlab.core.llm.client import LLMClient
+from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.models import Action, Completion
-from mlab.core.sandbox import Limits
-from mlab.core.snapshot import SnapshotStore
+from mlab.core.sandbox.contract import Limits
+from mlab.core.run.snapshot import SnapshotStore
 from mlab_llm_scripted import ScriptedLLM
 
 SECRET = "SECRET-ANSWER-42"

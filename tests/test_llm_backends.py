@@ -10,10 +10,10 @@ import pytest
 
 from mlab.core import LLMError, RunConfig, hookimpl
 from mlab.core.errors import MlabError
-from mlab.core.llm_client import LLMClient, read_call_log, usage_of_log
-from mlab.core.llm_resolve import build_backend
-from mlab.core.llm_retry import RetryPolicy
-from mlab.core.runner import Runner
+from mlab.core.llm.client import LLMClient, read_call_log, usage_of_log
+from mlab.core.llm.roles import build_backend
+from mlab.core.llm.retry import RetryPolicy
+from mlab.core.run.runner import Runner
 from tests.fixtures.harness import TASK_NAME
 from tests.fixtures.llm_agent import AGENT_NAME, EDITED_SCRIPT, PLAN, UNDERSTOOD, llm_registry, respond
 from tests.fixtures.llm_server import FakeLLMServer

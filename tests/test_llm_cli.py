@@ -75,9 +75,9 @@ def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
 
 
 def test_a_run_killed_during_a_model_call_resumes_and_then_replays(tmp_path):
-    from mlab.core.llm_client import read_call_log, usage_of_log
-    from mlab.core.runner import Runner
-    from mlab.core.trace import read_trace
+    from mlab.core.llm.client import read_call_log, usage_of_log
+    from mlab.core.run.runner import Runner
+    from mlab.core.run.trace import read_trace
     from tests.fixtures.llm_agent import PLAN, llm_registry
 
     run_dir = tmp_path / "run"

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from mlab.core.metrics import (RunRecord, all_groups, group_metrics, improvement, mean_ci, overall, paired, run_metrics,
+from mlab.core.bench.metrics import (RunRecord, all_groups, group_metrics, improvement, mean_ci, overall, paired, run_metrics,
                                sign_test, wilson)
 from mlab.core.models import Action, RunConfig, Step, Trace
-from mlab.core.results import classify, intermediate_steps
+from mlab.core.bench.results import classify, intermediate_steps
 
 
 def run(seed=0, score=None, agent="a", task="t", higher=True, status="finished", steps=(), tokens=0, cost=0.0,

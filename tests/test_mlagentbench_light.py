@@ -1,7 +1,7 @@
 """MLAgentBench pack: cifar10, vectorization, ogbn-arxiv, feedback and parkinsons on small generated data.
 
 Each task: prepare from a local copy in the original's format, evaluate good and malformed submissions, and the
-whole self-check (baseline and reference solution in the sandbox) via mlab.core.checktask.
+whole self-check (baseline and reference solution in the sandbox) via mlab.core.run.checktask.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission
-from mlab.core import taskdata
-from mlab.core.checktask import check_task
-from mlab.core.registry import load_registry
+from mlab.core.run import taskdata
+from mlab.core.run.checktask import check_task
+from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import cifar, graph, kaggle
 
 QUIET = {"log": lambda _m: None}

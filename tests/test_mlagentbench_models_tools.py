@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from mlab.core import InvalidSubmission
-from mlab.core import taskdata
-from mlab.core.checktask import check_task
-from mlab.core.local_sandbox import LocalSandbox
-from mlab.core.registry import load_registry
-from mlab.core.sandbox import ExecSpec, Limits
+from mlab.core.run import taskdata
+from mlab.core.run.checktask import check_task
+from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.plugins.registry import load_registry
+from mlab.core.sandbox.contract import ExecSpec, Limits
 from tests.fixtures.mlagentbench import text
 
 QUIET = {"log": lambda _m: None}

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
-from mlab.core import taskdata
-from mlab.core.baseline import measure_baseline
-from mlab.core.checktask import check_task
-from mlab.core.registry import load_registry
+from mlab.core.run import taskdata
+from mlab.core.run.baseline import measure_baseline
+from mlab.core.run.checktask import check_task
+from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import tabular
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def rows_of(path: Path) -> list[list[str]]:
 
 # ---- the pack ------------------------------------------------------------------------------------
 def test_pack_registers_its_tasks_without_heavy_imports():
-    code = ("import sys, mlab_tasks_mlagentbench as m; from mlab.core.registry import load_registry; "
+    code = ("import sys, mlab_tasks_mlagentbench as m; from mlab.core.plugins.registry import load_registry; "
             "r = load_registry(); names = sorted(n for n in r.items['tasks'] if n.startswith('mlagentbench/')); "
             "heavy = [x for x in ('pandas', 'numpy', 'torch', 'sklearn') if x in sys.modules]; "
             "import json; print(json.dumps({'names': names, 'heavy': heavy}))")

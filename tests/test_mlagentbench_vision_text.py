@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
-from mlab.core import taskdata
-from mlab.core.checktask import check_task
-from mlab.core.registry import load_registry
+from mlab.core.run import taskdata
+from mlab.core.run.checktask import check_task
+from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import images, text
 
 QUIET = {"log": lambda _m: None}

@@ -200,7 +200,7 @@ def test_list_plugins_imports_nothing_heavy():
     assert not imported & set(HEAVY), f"list-plugins imported {sorted(imported & set(HEAVY))}"
 
     probe = ("import json, sys\n"
-             "from mlab.core.registry import load_registry\n"
+             "from mlab.core.plugins.registry import load_registry\n"
              "registry = load_registry()\n"
              "assert registry.plugins\n"
              f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n")

@@ -114,7 +114,7 @@ def test_resume_of_finished_run_is_refused(tmp_path, mlab_home):
 
 def test_run_that_fails_to_start_leaves_no_half_made_folder(tmp_path, mlab_home):
     from mlab.core import MlabError, RunConfig
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
     from tests.fixtures.harness import AGENT_NAME, TASK_NAME, StepperAgent, fixture_registry
 
     class PickyAgent(StepperAgent):
@@ -140,9 +140,9 @@ def test_run_that_fails_to_start_leaves_no_half_made_folder(tmp_path, mlab_home)
 
 def test_sandbox_auto_prefers_bwrap_and_falls_back_to_local():
     from mlab.core import MlabError
-    from mlab.core.local_sandbox import LocalSandbox
-    from mlab.core.registry import Registry
-    from mlab.core.sandbox import Sandbox, resolve_sandbox
+    from mlab.core.sandbox.local import LocalSandbox
+    from mlab.core.plugins.registry import Registry
+    from mlab.core.sandbox.contract import Sandbox, resolve_sandbox
 
     class Unusable(Sandbox):
         name = "bwrap"
@@ -174,7 +174,7 @@ def load_registry_with_fixtures():
 
 def test_run_with_sandbox_auto(tmp_path, mlab_home):
     from mlab.core import RunConfig
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
     from tests.fixtures.harness import AGENT_NAME, TASK_NAME
 
     registry = load_registry_with_fixtures()
@@ -191,8 +191,8 @@ def test_run_with_sandbox_auto(tmp_path, mlab_home):
 def test_unconfined_local_sandbox_warns_and_records_it(tmp_path, mlab_home):
     """Without namespaces a script can read the hidden answers: the run says so, on stderr and in the trace."""
     from mlab.core import RunConfig
-    from mlab.core.local_sandbox import LocalSandbox
-    from mlab.core.runner import Runner
+    from mlab.core.sandbox.local import LocalSandbox
+    from mlab.core.run.runner import Runner
     from tests.fixtures.harness import AGENT_NAME, TASK_NAME
 
     class Unconfined(LocalSandbox):
@@ -222,7 +222,7 @@ def test_unconfined_local_sandbox_warns_and_records_it(tmp_path, mlab_home):
 
 def test_warning_reaches_stderr_of_the_cli_process(tmp_path, mlab_home):
     code = ("import sys\nfrom pathlib import Path\nfrom mlab.core import RunConfig\n"
-            "from mlab.core.local_sandbox import LocalSandbox\nfrom mlab.core.runner import Runner\n"
+            "from mlab.core.sandbox.local import LocalSandbox\nfrom mlab.core.run.runner import Runner\n"
             "from tests.fixtures.harness import AGENT_NAME, TASK_NAME, fixture_registry\n"
             "class U(LocalSandbox):\n    name = 'u'\n"
             "    def __init__(self):\n        super().__init__(namespaces=False)\n"
@@ -237,7 +237,7 @@ def test_warning_reaches_stderr_of_the_cli_process(tmp_path, mlab_home):
 # ---- snapshots: links, odd files ------------------------------------------------------------------
 
 def test_snapshots_keep_symlinks_and_restore_removes_strays(tmp_path):
-    from mlab.core.snapshot import SnapshotStore
+    from mlab.core.run.snapshot import SnapshotStore
 
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
@@ -275,7 +275,7 @@ def test_snapshots_keep_symlinks_and_restore_removes_strays(tmp_path):
 
 def test_lone_surrogates_and_odd_objects_in_an_action_reach_the_trace(tmp_path, mlab_home):
     from mlab.core import Action, RunConfig
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
     from tests.fixtures.harness import TASK_NAME, StepperAgent
 
     class Odd(StepperAgent):
@@ -303,7 +303,7 @@ def test_lone_surrogates_and_odd_objects_in_an_action_reach_the_trace(tmp_path, 
 
 def test_a_task_that_cannot_run_here_refuses_before_anything_is_made(tmp_path, mlab_home):
     from mlab.core import MlabError, RunConfig
-    from mlab.core.runner import Runner
+    from mlab.core.run.runner import Runner
     from tests.fixtures.harness import AGENT_NAME, CounterTask, fixture_registry
 
     class NeedsGpu(CounterTask):

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.environment import EnvSettings, Environment
-from mlab.core.local_sandbox import LocalSandbox, namespace_prefix
+from mlab.core.run.environment import EnvSettings, Environment
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
-from mlab.core.registry import load_registry
-from mlab.core.sandbox import ExecSpec, Limits, Sandbox
-from mlab.core.snapshot import SnapshotStore
+from mlab.core.plugins.registry import load_registry
+from mlab.core.sandbox.contract import ExecSpec, Limits, Sandbox
+from mlab.core.run.snapshot import SnapshotStore
 
 SECRET = "SECRET-ANSWER-42"
 TRAIN = "id,label\n1,0\n2,1\n"

@@ -78,7 +78,7 @@ def test_unusable_submissions_are_invalid(prepared, content):
 
 def test_reference_solution_beats_the_starter_by_the_margin(tmp_path):
     # What `mlab check-task example/line-fit` does: prepare, run starter and reference in the sandbox, compare.
-    from mlab.core.checktask import check_task
+    from mlab.core.run.checktask import check_task
 
     report = check_task(LineFitTask(), home=tmp_path / "home", timeout_s=60)
     assert report.status == "passed", report.reason

@@ -103,7 +103,7 @@ class Clrs(MLAgentBenchTask):
         env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HOME=str(scratch))
         try:
             from mlab.core import ExecSpec, Limits
-            from mlab.core.local_sandbox import LocalSandbox
+            from mlab.core.sandbox.local import LocalSandbox
 
             options = dict(cwd=workspace, env=env, limits=Limits(timeout_s=self.eval_timeout_s),
                            hidden_paths=[hidden_dir])

@@ -12,13 +12,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import taskdata
-from .errors import InvalidSubmission, MlabError
-from .metrics import RunRecord, is_valid
-from .models import Trace
-from .paths import is_read_only
-from .snapshot import SnapshotStore
-from .task import Task
+from mlab.core.run import taskdata
+from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.bench.metrics import RunRecord, is_valid
+from mlab.core.models import Trace
+from mlab.core.run.readonly import is_read_only
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.task import Task
 
 DB_FILE = "results.db"
 
@@ -204,7 +204,7 @@ def registry_from(factory: str | None = None, sys_path: list[str] | None = None)
         if entry not in sys.path:
             sys.path.insert(0, entry)
     if not factory:
-        from .registry import load_registry
+        from mlab.core.plugins.registry import load_registry
 
         return load_registry()
     module, _, name = factory.partition(":")
@@ -323,7 +323,7 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
 
     Returns per run: run_dir, trace, task, final (score, error) and steps [(step, snapshot, score, error)].
     """
-    from .trace import read_trace
+    from mlab.core.run.trace import read_trace
 
     registry = registry or registry_from()
     workers = workers or os.cpu_count() or 1
@@ -347,7 +347,7 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
               on_done=None) -> list[dict]:
     """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
     database); one row per run, with the best step when `intermediate`."""
-    from .metrics import SUCCESS
+    from mlab.core.bench.metrics import SUCCESS
 
     registry = registry or registry_from()
     run_dirs: list[Path] = []

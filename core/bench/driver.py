@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import taskdata
-from .errors import MlabError
-from .models import RunConfig
-from .results import ResultsDB, registry_from
+from mlab.core.run import taskdata
+from mlab.core.errors import MlabError
+from mlab.core.models import RunConfig
+from mlab.core.bench.results import ResultsDB, registry_from
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -123,7 +123,7 @@ class Bench:
         self.agent_classes = [reg.get("agents", name) for name in self.spec.agents]
         for name in self.spec.llms:
             if name is not None:
-                from .llm_resolve import build_backend
+                from mlab.core.llm.roles import build_backend
 
                 build_backend(reg, name)  # a bad model string fails here, not in 8 workers at once
         if any(cls.needs_llm for cls in self.agent_classes) and not any(self.spec.llms):
@@ -148,7 +148,7 @@ class Bench:
                          agent_options=dict(s.agent_options), **s.run_options)
 
     def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
-        from .trace import read_trace
+        from mlab.core.run.trace import read_trace
 
         jobs: list[Job] = []
         combos = self.combos()
@@ -208,7 +208,7 @@ class Bench:
             db.set_baseline(task.name, recorded, "recorded" if recorded is not None else "missing")
 
     def _engine(self):
-        from .bench_engines import LocalEngine, RayEngine
+        from mlab.core.bench.engines import LocalEngine, RayEngine
 
         if self.engine_name == "ray":
             return RayEngine(self.workers, self.ray_address, self.cpus_per_run)

@@ -10,11 +10,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import BudgetExceeded, LLMError
-from .llm import LLM
-from .llm_cache import ResponseCache, request_key
-from .llm_retry import RetryPolicy, call_with_retries
-from .models import Completion, LLMCallFinished, Message, Usage
+from mlab.core.errors import BudgetExceeded, LLMError
+from mlab.core.llm.backend import LLM
+from mlab.core.llm.cache import ResponseCache, request_key
+from mlab.core.llm.retry import RetryPolicy, call_with_retries
+from mlab.core.models import Completion, LLMCallFinished, Message, Usage
 
 log = logging.getLogger("mlab.llm")
 

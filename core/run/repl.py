@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-from .errors import EnvError
-from .sandbox import ExecSpec, Sandbox, _CappedOutput
+from mlab.core.errors import EnvError
+from mlab.core.sandbox.contract import ExecSpec, Sandbox, _CappedOutput
 
 # The child's loop. Requests (one JSON line each) come on a private copy of stdin and the end-of-command
 # marker goes to a private copy of stdout, so code that reads stdin, or closes or writes to fd 1 directly,

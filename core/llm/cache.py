@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic
-from .models import Completion, Message
+from mlab.core.run.atomic import write_atomic
+from mlab.core.models import Completion, Message
 
 
 def request_key(identity: dict[str, Any], messages: list[Message], params: dict[str, Any]) -> str:

@@ -5,13 +5,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .agent import Agent
-from .errors import MlabError
-from .llm import LLM
-from .local_sandbox import LocalSandbox
-from .plugins import PluginInfo, build_plugin_manager
-from .sandbox import Sandbox
-from .task import Task
+from mlab.core.agent import Agent
+from mlab.core.errors import MlabError
+from mlab.core.llm.backend import LLM
+from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.plugins.manager import PluginInfo, build_plugin_manager
+from mlab.core.sandbox.contract import Sandbox
+from mlab.core.task import Task
 
 CORE_PROVIDER = "mlab (core)"
 KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}

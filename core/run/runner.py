@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import taskdata
-from .agent import AgentContext, RunState
-from .environment import EnvSettings, Environment, is_final
-from .errors import BudgetExceeded, LLMError, MlabError, InvalidSubmission
-from .llm_client import LLMClient
-from .llm_resolve import backend_options, build_roles, client_options
-from .models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
-from .paths import is_read_only
-from .registry import Registry, load_registry
-from .atomic import is_disk_full, write_atomic
-from .sandbox import Limits, resolve_sandbox
-from .snapshot import SnapshotStore
-from .task import Task
-from .trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, json_safe, read_trace, write_config, write_trace)
+from mlab.core.run import taskdata
+from mlab.core.agent import AgentContext, RunState
+from mlab.core.run.environment import EnvSettings, Environment, is_final
+from mlab.core.errors import BudgetExceeded, LLMError, MlabError, InvalidSubmission
+from mlab.core.llm.client import LLMClient
+from mlab.core.llm.roles import backend_options, build_roles, client_options
+from mlab.core.models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
+from mlab.core.run.readonly import is_read_only
+from mlab.core.plugins.registry import Registry, load_registry
+from mlab.core.run.atomic import is_disk_full, write_atomic
+from mlab.core.sandbox.contract import Limits, resolve_sandbox
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.task import Task
+from mlab.core.run.trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, json_safe, read_trace, write_config, write_trace)
 
 INITIAL_SNAPSHOT = "step_0000"
 

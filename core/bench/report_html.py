@@ -10,10 +10,10 @@ import html
 import json
 from pathlib import Path
 
-from .metrics import SUCCESS, improvement
-from .report import num, pct, signed_pct
-from .snapshot import SnapshotStore
-from .trace import read_trace
+from mlab.core.bench.metrics import SUCCESS, improvement
+from mlab.core.bench.report import num, pct, signed_pct
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.trace import read_trace
 
 MAX_OBSERVATION = 20_000
 MAX_DIFF = 40_000

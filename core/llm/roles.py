@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import MlabError
-from .llm import LLM
-from .llm_retry import RetryPolicy
+from mlab.core.errors import MlabError
+from mlab.core.llm.backend import LLM
+from mlab.core.llm.retry import RetryPolicy
 
 
 def build_backend(registry, spec: str, **options: Any) -> LLM:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import EnvError
+from mlab.core.errors import EnvError
 
 BLOCK_CHARS = 12_000
 # Fences at line starts, so a ``` inside the code (a docstring, a markdown string) does not end the block.

@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 
 import tenacity
 
-from .errors import LLMError
+from mlab.core.errors import LLMError
 
 log = logging.getLogger("mlab.llm")
 T = TypeVar("T")

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic
-from .errors import MlabError
-from .models import RunConfig, Trace
+from mlab.core.run.atomic import write_atomic
+from mlab.core.errors import MlabError
+from mlab.core.models import RunConfig, Trace
 
 TRACE_FILE = "trace.json"
 CONFIG_FILE = "config.json"

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from . import taskdata
-from .metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
+from mlab.core.run import taskdata
+from mlab.core.bench.metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
                       overall, paired)
-from .results import FAILURES, ResultsDB
+from mlab.core.bench.results import FAILURES, ResultsDB
 
 
 @dataclass
@@ -73,7 +73,7 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
                       plugin_versions=versions)
     labels = data.labels
     if compare:
-        from .errors import MlabError
+        from mlab.core.errors import MlabError
 
         for label in compare:
             if label not in labels:
@@ -181,14 +181,14 @@ def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True
     images: list[Path] = []
     if plots:
         try:
-            from .report_plots import write_plots
+            from mlab.core.bench.report_plots import write_plots
         except ImportError:
             log("plots skipped: matplotlib is not installed (pip install 'mlab[report]')")
         else:
             images = write_plots(data, out_dir)
             written["plots"] = images
     if html:
-        from .report_html import write_html
+        from mlab.core.bench.report_html import write_html
 
         written["html"] = write_html(data, out_dir, images)
     return written

@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .metrics import SUCCESS, Estimate, is_valid  # noqa: E402
+from mlab.core.bench.metrics import SUCCESS, Estimate, is_valid  # noqa: E402
 
 
 def _grouped_bars(ax, tasks: list[str], labels: list[str], value) -> None:

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import taskdata
-from .errors import InvalidSubmission, MlabError
-from .task import BaselineContext, Task
+from mlab.core.run import taskdata
+from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.task import BaselineContext, Task
 
 DEFAULT_MARGIN = 0.10
 
@@ -110,7 +110,7 @@ def check_task(task: Task, data_dir: str | Path | None = None, home: Path | None
                timeout_s: float = 7200.0, margin: float | None = None,
                log: Callable[[str], None] = lambda _m: None) -> CheckReport:
     """Prepare (in a fresh MLAB_HOME unless home is given), run the baseline and the reference, compare."""
-    from .baseline import measure_baseline
+    from mlab.core.run.baseline import measure_baseline
 
     margin = float(margin if margin is not None else getattr(task, "success_margin", DEFAULT_MARGIN))
     report = CheckReport(task=task.name, margin=margin)

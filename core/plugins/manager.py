@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 
 import pluggy
 
-from . import hookspecs
+from mlab.core import hookspecs
 
 ENTRY_POINT_GROUP = "mlab"
 REGISTRATION_HOOKS = ("register_tasks", "register_agents", "register_llms", "register_sandboxes")

@@ -272,7 +272,7 @@ AUTO_ORDER = ("bwrap", "local")  # what `--sandbox auto` tries, strongest first
 
 def resolve_sandbox(registry: Any, name: str) -> type[Sandbox]:
     """The sandbox class for a `--sandbox` name; `auto` is the first of AUTO_ORDER usable here."""
-    from .errors import MlabError
+    from mlab.core.errors import MlabError
 
     if name != AUTO:
         cls = registry.get("sandboxes", name)

@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import EnvError
+from mlab.core.errors import EnvError
 
 MAX_PATH_CHARS = 1024
 

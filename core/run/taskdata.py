@@ -7,9 +7,9 @@ import shutil
 import time
 from pathlib import Path
 
-from .atomic import write_atomic
-from .errors import MlabError
-from .task import PrepareContext, Task
+from mlab.core.run.atomic import write_atomic
+from mlab.core.errors import MlabError
+from mlab.core.task import PrepareContext, Task
 
 
 def mlab_home() -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .models import Completion, Message
+from mlab.core.models import Completion, Message
 
 
 class LLM(ABC):

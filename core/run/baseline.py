@@ -7,14 +7,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from . import taskdata
-from .atomic import write_atomic
-from .environment import EnvSettings, Environment
-from .errors import EnvError, InvalidSubmission, MlabError
-from .local_sandbox import LocalSandbox
-from .sandbox import Limits
-from .snapshot import SnapshotStore
-from .task import BaselineContext, Task
+from mlab.core.run import taskdata
+from mlab.core.run.atomic import write_atomic
+from mlab.core.run.environment import EnvSettings, Environment
+from mlab.core.errors import EnvError, InvalidSubmission, MlabError
+from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.contract import Limits
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.task import BaselineContext, Task
 
 
 def measure_baseline(task: Task, runs: int = 1, timeout_s: float = 7200.0, record: bool = True) -> list[float]:

@@ -19,10 +19,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic
-from .errors import MlabError
-from .models import RunConfig
-from .results import Scorer, intermediate_steps, registry_from, summarize
+from mlab.core.run.atomic import write_atomic
+from mlab.core.errors import MlabError
+from mlab.core.models import RunConfig
+from mlab.core.bench.results import Scorer, intermediate_steps, registry_from, summarize
 
 
 # ---- the work of one run -----------------------------------------------------------------------------
@@ -40,8 +40,8 @@ def execute_job(job: dict, registry=None) -> dict:
             "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
             "action": step.action.name, "started": started}).encode())
 
-    from .runner import Runner
-    from .trace import append_error, read_trace
+    from mlab.core.run.runner import Runner
+    from mlab.core.run.trace import append_error, read_trace
 
     try:
         if job["mode"] == "collect":
@@ -123,7 +123,7 @@ def zygote_main() -> None:
     for key, value in settings.get("env", {}).items():
         os.environ[key] = value
     registry = registry_from(settings.get("registry_factory"), settings.get("sys_path"))
-    from . import runner  # noqa: F401  (imported once here, not in every worker)
+    from mlab.core.run import runner  # noqa: F401 (imported once here, not in every worker)
 
     out = sys.stdout
 
@@ -180,7 +180,7 @@ class LocalEngine:
         self.pids: dict[str, int] = {}  # job file -> pid
         self.by_pid: dict[int, str] = {}
         self.messages: queue.Queue = queue.Queue()
-        code = "from mlab.core.bench_engines import zygote_main; zygote_main()"
+        code = "from mlab.core.bench.engines import zygote_main; zygote_main()"
         with open(log_path, "ab") as log:
             self.zygote = subprocess.Popen(
                 [sys.executable, "-c", code, json.dumps(settings)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 
-from .sandbox import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import ExecSpec, Sandbox
 
 # Runs inside the new namespaces before the command. Options, in this order:
 #   -T SIZE  start a private /tmp (a tmpfs of SIZE bytes, put together on /dev/shm first),

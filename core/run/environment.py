@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .actions import ACTION_SPECS, FINAL_ANSWER, ActionSpec
-from .errors import BudgetExceeded, EnvError, LLMError
-from .llm_actions import LLMActions
-from .models import Action
-from .paths import inside, is_read_only, relative_name, resolve_in_workspace
-from .repl import Repl
-from .sandbox import ExecSpec, Limits, Sandbox
-from .snapshot import SnapshotStore
+from mlab.core.actions import ACTION_SPECS, FINAL_ANSWER, ActionSpec
+from mlab.core.errors import BudgetExceeded, EnvError, LLMError
+from mlab.core.run.llm_actions import LLMActions
+from mlab.core.models import Action
+from mlab.core.run.readonly import inside, is_read_only, relative_name, resolve_in_workspace
+from mlab.core.run.repl import Repl
+from mlab.core.sandbox.contract import ExecSpec, Limits, Sandbox
+from mlab.core.run.snapshot import SnapshotStore
 
 MAX_READ_BYTES = 2_000_000
 MAX_WRITE_BYTES = 20_000_000
