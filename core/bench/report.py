@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from mlab.core.run import taskdata
+from mlab.core.bench.formatting import num, pct, signed_pct
 from mlab.core.bench.metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
                       overall, paired)
 from mlab.core.bench.results import FAILURES, ResultsDB
@@ -82,30 +83,6 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     elif len(labels) == 2:
         data.comparisons = [paired(groups, labels[0], labels[1])]
     return data
-
-
-# ---- formatting --------------------------------------------------------------------------------------
-def pct(e: Estimate) -> str:
-    """A proportion and its interval, compactly: 62% (31-86)."""
-    if e.mean is None:
-        return "-"
-    ci = f" ({100 * e.lo:.0f}-{100 * e.hi:.0f})" if e.lo is not None else ""
-    return f"{e.mean:.0%}{ci}"
-
-
-def signed_pct(e: Estimate) -> str:
-    """A mean relative change and the half-width of its interval: +12.3% ±4.5."""
-    if e.mean is None:
-        return "-"
-    ci = f" ±{100 * (e.hi - e.mean):.1f}" if e.lo is not None else ""
-    return f"{e.mean:+.1%}{ci}"
-
-
-def num(e: Estimate, fmt: str = ",.0f", prefix: str = "") -> str:
-    if e.mean is None:
-        return "-"
-    ci = f" ±{(e.hi - e.mean):{fmt}}" if e.lo is not None and e.hi != e.mean else ""
-    return f"{prefix}{e.mean:{fmt}}{ci}"
 
 
 def tables(data: ReportData):

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from mlab.core.bench.metrics import SUCCESS, improvement
-from mlab.core.bench.report import num, pct, signed_pct
+from mlab.core.bench.formatting import num, pct, signed_pct
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.trace import read_trace
 
