@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from mlab.core.actions import ACTION_SPECS
-from mlab.core.run.environment import (MAX_ARG_CHARS, MAX_INSPECT_LINES, MAX_LIST_ENTRIES, MAX_WRITE_BYTES,
-                                   EnvSettings, Environment, is_final)
+from mlab.core.run.environment import MAX_ARG_CHARS, EnvSettings, Environment, is_final
+from mlab.core.run.files import MAX_INSPECT_LINES, MAX_LIST_ENTRIES
+from mlab.core.run.workspace import MAX_WRITE_BYTES
 from mlab.core.llm.client import LLMClient
 from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.models import Action
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 from mlab_llm_scripted import ScriptedLLM
 

@@ -1,9 +1,14 @@
 """The actions that ask a model: reading long files, editing scripts, reflecting on the research log."""
 from __future__ import annotations
 
+import difflib
+import os
 import re
 
 from mlab.core.errors import EnvError
+from mlab.core.run.edit_history import EditHistory
+from mlab.core.run.research_log import ResearchLog
+from mlab.core.run.workspace import Workspace
 
 BLOCK_CHARS = 12_000
 # Fences at line starts, so a ``` inside the code (a docstring, a markdown string) does not end the block.
@@ -43,15 +48,70 @@ def split_blocks(text: str, limit: int = BLOCK_CHARS) -> list[tuple[int, int, st
 
 
 class LLMActions:
-    def __init__(self, llm):
+    """Understand File, Edit Script (AI), Edit Script Segment (AI), Reflection, Retrieval from Research Log."""
+
+    def __init__(self, llm, workspace: Workspace, history: EditHistory, log: ResearchLog):
         self.llm = llm
+        self.workspace = workspace
+        self.history = history
+        self.log = log
 
     def _ask(self, prompt: str, role: str) -> str:
         if self.llm is None:
             raise EnvError("this run has no language model, so this action is unavailable")
         return self.llm.complete(prompt, role=role).text
 
-    def understand(self, file_name: str, text: str, wanted: str) -> str:
+    # ---- actions --------------------------------------------------------------------------------
+    def understand_file(self, file_name: str, things_to_look_for: str) -> str:
+        text = self.workspace.read_text(file_name, advice="Understand File reads files up to that size; "
+                                        "use Inspect Script Lines for parts of larger ones")
+        return self._understand(file_name, text, things_to_look_for)
+
+    def edit_script(self, script_name: str, edit_instruction: str, save_name: str) -> str:
+        source = self.workspace.path(script_name)
+        old = self.workspace.read_text(script_name) if os.path.lexists(source) else ""
+        target = self.workspace.writable(save_name)
+        new = self._edit(script_name, old, edit_instruction)
+        if not new.strip() and old.strip():
+            raise EnvError("the model returned no code, so nothing was saved; try a clearer instruction")
+        note = self.history.save(target, new.encode("utf-8"), save_name)
+        return _diff_report(save_name, old, new) + note
+
+    def edit_script_segment(self, script_name: str, start_line_number: int, end_line_number: int,
+                            edit_instruction: str, save_name: str) -> str:
+        start, end = start_line_number, end_line_number
+        old = self.workspace.read_text(script_name)
+        lines = old.splitlines(keepends=True)
+        if start < 1 or end < start or start > len(lines) + 1:
+            raise EnvError(f"lines {start}-{end} are not in {script_name!r}, which has {len(lines)} lines")
+        target = self.workspace.writable(save_name)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        segment = "".join(lines[start - 1 : end])
+        edited = self._edit(script_name, segment, edit_instruction, whole=False)
+        if edited and not edited.endswith("\n"):
+            edited += "\n"
+        new = "".join(lines[: start - 1]) + edited + "".join(lines[end:])
+        note = self.history.save(target, new.encode("utf-8"), save_name)
+        return _diff_report(save_name, old, new) + note
+
+    def reflection(self, things_to_reflect_on: str) -> str:
+        prompt = (
+            f"Research log so far:\n{self.log.read() or '(empty)'}\n\n"
+            f"Think carefully about this and answer in plain prose: {things_to_reflect_on}"
+        )
+        return self._ask(prompt, "fast")
+
+    def retrieval(self, current_plan: str) -> str:
+        prompt = (
+            f"Research log so far:\n{self.log.read() or '(empty)'}\n\nCurrent plan: {current_plan}\n\n"
+            "Recall, concisely, everything in the log that matters for carrying out this plan: "
+            "results measured, what failed and why, files and settings involved."
+        )
+        return self._ask(prompt, "fast")
+
+    # ---- prompts --------------------------------------------------------------------------------
+    def _understand(self, file_name: str, text: str, wanted: str) -> str:
         blocks = split_blocks(text)
         notes = []
         for first, last, block in blocks:
@@ -72,7 +132,7 @@ class LLMActions:
         )
         return self._ask(prompt, "fast")
 
-    def edit(self, file_name: str, code: str, instruction: str, whole: bool = True) -> str:
+    def _edit(self, file_name: str, code: str, instruction: str, whole: bool = True) -> str:
         what = "the script" if whole else "this excerpt of the script"
         prompt = (
             f"Here is {what} {file_name}:\n```python\n{code}```\n\n"
@@ -82,17 +142,8 @@ class LLMActions:
         )
         return extract_code(self._ask(prompt, "edit"))
 
-    def reflect(self, log: str, question: str) -> str:
-        prompt = (
-            f"Research log so far:\n{log or '(empty)'}\n\n"
-            f"Think carefully about this and answer in plain prose: {question}"
-        )
-        return self._ask(prompt, "fast")
 
-    def retrieve(self, log: str, plan: str) -> str:
-        prompt = (
-            f"Research log so far:\n{log or '(empty)'}\n\nCurrent plan: {plan}\n\n"
-            "Recall, concisely, everything in the log that matters for carrying out this plan: "
-            "results measured, what failed and why, files and settings involved."
-        )
-        return self._ask(prompt, "fast")
+def _diff_report(save_name: str, old: str, new: str) -> str:
+    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"{save_name} (before)", tofile=f"{save_name} (after)"))
+    return f"The edited file is saved as {save_name}. Check that this diff does what you meant:\n{diff}"

@@ -7,64 +7,14 @@ import secrets
 import sys
 import threading
 import time
+from pathlib import Path
 
 from mlab.core.errors import EnvError
-from mlab.core.sandbox.contract import ExecSpec, Sandbox, _CappedOutput
+from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.output import CappedOutput
 
-# The child's loop. Requests (one JSON line each) come on a private copy of stdin and the end-of-command
-# marker goes to a private copy of stdout, so code that reads stdin, or closes or writes to fd 1 directly,
-# cannot break the protocol; the command's own output goes to stdout/stderr as it is produced, so the
-# output before a timeout is not lost.
-_SERVER = r"""
-import ast, json, os, sys, traceback
-requests = os.fdopen(os.dup(0), "rb")
-control = os.fdopen(os.dup(1), "wb", buffering=0)
-devnull = os.open(os.devnull, os.O_RDONLY)
-os.dup2(devnull, 0)
-os.close(devnull)
-sys.stdin = open(0, closefd=False)
-marker = b"\x00MLAB-REPL-END " + sys.argv[1].encode()
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-
-def read_request():
-    line = requests.readline()
-    return json.loads(line)["code"] if line else None
-
-def mend_stdio():
-    # Code that closed fd 1 or 2 must not silence every later command.
-    for fd in (1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.dup2(control.fileno(), fd)
-
-while True:
-    code = read_request()
-    if code is None:
-        break
-    mend_stdio()
-    try:
-        tree = ast.parse(code, "<repl>", "exec")
-        last = tree.body[-1] if tree.body else None
-        if isinstance(last, ast.Expr):
-            tree.body.pop()
-            exec(compile(tree, "<repl>", "exec"), namespace)
-            value = eval(compile(ast.Expression(last.value), "<repl>", "eval"), namespace)
-            if value is not None:
-                print(repr(value))
-        else:
-            exec(compile(tree, "<repl>", "exec"), namespace)
-    except SystemExit as exc:
-        print(f"SystemExit: {exc.code!r} (the REPL keeps running)", file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    control.write(marker + b"\n")
-"""
+# The child's program, passed as text so the sandbox needs neither mlab nor a path to this package.
+_SERVER = (Path(__file__).parent / "repl_server.py").read_text(encoding="utf-8")
 
 _WRITE_GRACE_S = 5.0
 _POLL_S = 0.2  # how often a running command's limits are looked at
@@ -130,7 +80,7 @@ class Repl:
             self._start()
         deadline = time.monotonic() + timeout_s
         self._send(code, deadline)
-        output = _CappedOutput(output_cap)
+        output = CappedOutput(output_cap)
         buffer, self.pending = self.pending, bytearray()
         keep = len(self.marker) + 1
         while True:

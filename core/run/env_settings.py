@@ -1,0 +1,28 @@
+"""What an Environment is built from: the workspace, its rules, the sandbox and the run's model."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.contract import Sandbox
+from mlab.core.sandbox.limits import Limits
+
+
+@dataclass
+class EnvSettings:
+    workspace: Path
+    read_only_patterns: list[str]
+    sandbox: Sandbox
+    store: SnapshotStore
+    pristine_dir: Path | None = None  # where read-only files are restored from if a script changes them
+    hidden_paths: list[Path] = field(default_factory=list)
+    sandbox_home: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+    llm: Any = None
+    interactive: bool = False
+    ask_human: Callable[[str], str] | None = None
+    python: str = sys.executable
+    extra_env: dict[str, str] = field(default_factory=dict)

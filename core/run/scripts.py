@@ -1,0 +1,95 @@
+"""Running agent code in the sandbox: Execute Script and the Python REPL."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mlab.core.errors import EnvError
+from mlab.core.run.env_settings import EnvSettings
+from mlab.core.run.limit_messages import limit_messages
+from mlab.core.run.read_only_guard import ReadOnlyGuard
+from mlab.core.run.repl import Repl
+from mlab.core.run.workspace import Workspace
+from mlab.core.sandbox.contract import ExecSpec
+
+# Only these variables of the harness reach agent code; everything else (API keys above all) is dropped.
+_ENV_PASSED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class ScriptRunner:
+    def __init__(self, settings: EnvSettings, workspace: Workspace):
+        self.settings = settings
+        self.workspace = workspace
+        self.guard = ReadOnlyGuard(settings, workspace)
+        self.repl: Repl | None = None  # started by the first Python REPL command
+
+    def exec_spec(self, timeout_s: float | None = None) -> ExecSpec:
+        s = self.settings
+        env = {k: os.environ[k] for k in _ENV_PASSED if k in os.environ}
+        writable = []
+        if s.sandbox_home:
+            s.sandbox_home.mkdir(parents=True, exist_ok=True)
+            writable.append(s.sandbox_home)
+        home = str(s.sandbox_home or self.workspace.root)
+        env.update({"HOME": home, "TMPDIR": home, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg",
+                    "PYTHONDONTWRITEBYTECODE": "1"})
+        env.update(s.extra_env)
+        limits = s.limits if timeout_s is None else s.limits.model_copy(update={"timeout_s": timeout_s})
+        return ExecSpec(cwd=self.workspace.root, env=env, limits=limits, hidden_paths=s.hidden_paths,
+                        read_only_paths=self.read_only_paths(), writable_paths=writable)
+
+    def read_only_paths(self) -> list[Path]:
+        return self.guard.paths()
+
+    def run_script(self, script_name: str):
+        """Run a workspace script in the sandbox; returns (ExecResult, read-only files it changed)."""
+        path = self.workspace.path(script_name)
+        if not path.is_file():
+            if path.is_dir():
+                raise EnvError(f"{script_name!r} is a folder, not a script")
+            raise EnvError(f"script {script_name!r} does not exist")
+        if path.suffix != ".py":
+            raise EnvError(f"only Python scripts (.py) can be executed, not {script_name!r}")
+        rel = self.workspace.rel(path)
+        spec = self.exec_spec()
+        before = self.guard.state()
+        try:
+            # "./" keeps a script named like "-c.py" from being read as an interpreter option.
+            argv = [self.settings.python, "-u", "./" + rel if rel.startswith("-") else rel]
+            result = self.settings.sandbox.run(argv, spec)
+        finally:
+            self.workspace.recreate_if_removed()
+            changed = self.guard.restore(before)
+        return result, changed
+
+    def execute_script(self, script_name: str) -> str:
+        result, changed = self.run_script(script_name)
+        note = self.guard.note(changed)
+        limits = self.settings.limits
+        if result.limit_hit == "timeout":
+            raise EnvError(f"the script ran past the time limit of {limits.timeout_s:g} s and was "
+                           f"killed. Output before that:\n{result.output}{note}")
+        messages = limit_messages(limits)
+        if result.limit_hit in messages:
+            raise EnvError(f"the script {messages[result.limit_hit]} "
+                           f"(exit code {result.exit_code}). Output:\n{result.output}{note}")
+        status = "" if result.exit_code == 0 else f"\n[exit code {result.exit_code}]"
+        return f"The script ran. Output:\n{result.output}{status}{note}"
+
+    def python_repl(self, command: str) -> str:
+        s = self.settings
+        before = self.guard.state()
+        try:
+            if self.repl is None:
+                self.repl = Repl(s.sandbox, self.exec_spec(), s.python)
+            output = self.repl.run(command, s.limits.timeout_s, s.limits.output_bytes, limit_messages(s.limits))
+        except EnvError as exc:
+            self.workspace.recreate_if_removed()
+            raise EnvError(f"{exc}{self.guard.note(self.guard.restore(before))}")
+        self.workspace.recreate_if_removed()
+        return output + self.guard.note(self.guard.restore(before))
+
+    def close(self) -> None:
+        if self.repl is not None:
+            self.repl.close()
+            self.repl = None
