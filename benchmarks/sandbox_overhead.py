@@ -20,7 +20,7 @@ from mlab.core.run.environment import EnvSettings, Environment
 from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 
 TARGET_MS = 50.0

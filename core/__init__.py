@@ -6,7 +6,8 @@ from mlab.core.hookspecs import hookimpl
 from mlab.core.llm.backend import LLM
 from mlab.core.models import (Action, Completion, LLMCallFinished, Message, RunConfig, RunFinished, RunStarted, Step,
                      StepFinished, StopRun, Trace, Usage)
-from mlab.core.sandbox.contract import ExecResult, ExecSpec, Limits, Sandbox
+from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
+from mlab.core.sandbox.limits import Limits
 from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, Task
 
 __all__ = [

@@ -27,7 +27,7 @@ import pytest
 from mlab.core import LLM, Action, Agent, Completion, RunConfig, RunState
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from tests.fixtures.harness import CounterTask
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from mlab.core.run.environment import MAX_ARG_CHARS
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run import taskdata
 

@@ -15,7 +15,7 @@ from mlab.core.run.llm_actions import BLOCK_CHARS, extract_code, split_blocks
 from mlab.core.llm.client import LLMClient
 from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.models import Action, Completion
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 from mlab_llm_scripted import ScriptedLLM
 

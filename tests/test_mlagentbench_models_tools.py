@@ -20,7 +20,8 @@ from mlab.core.run import taskdata
 from mlab.core.run.checktask import check_task
 from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import ExecSpec, Limits
+from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.limits import Limits
 from tests.fixtures.mlagentbench import text
 
 QUIET = {"log": lambda _m: None}

@@ -142,7 +142,8 @@ def test_sandbox_auto_prefers_bwrap_and_falls_back_to_local():
     from mlab.core import MlabError
     from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.plugins.registry import Registry
-    from mlab.core.sandbox.contract import Sandbox, resolve_sandbox
+    from mlab.core.sandbox.contract import Sandbox
+    from mlab.core.sandbox.resolve import resolve_sandbox
 
     class Unusable(Sandbox):
         name = "bwrap"

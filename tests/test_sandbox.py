@@ -20,7 +20,8 @@ from mlab.core.run.environment import EnvSettings, Environment
 from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import ExecSpec, Limits, Sandbox
+from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 
 SECRET = "SECRET-ANSWER-42"

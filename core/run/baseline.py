@@ -12,7 +12,7 @@ from mlab.core.run.atomic import write_atomic
 from mlab.core.run.environment import EnvSettings, Environment
 from mlab.core.errors import EnvError, InvalidSubmission, MlabError
 from mlab.core.sandbox.local import LocalSandbox
-from mlab.core.sandbox.contract import Limits
+from mlab.core.sandbox.limits import Limits
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.task import BaselineContext, Task
 

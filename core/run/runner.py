@@ -22,7 +22,8 @@ from mlab.core.models import Action, RunConfig, RunFinished, RunStarted, Step, S
 from mlab.core.run.readonly import is_read_only
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.atomic import is_disk_full, write_atomic
-from mlab.core.sandbox.contract import Limits, resolve_sandbox
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.resolve import resolve_sandbox
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.task import Task
 from mlab.core.run.trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, json_safe, read_trace, write_config, write_trace)

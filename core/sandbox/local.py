@@ -14,6 +14,7 @@ found by a token in their environment and killed.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import os
 import secrets
 import shutil
@@ -23,52 +24,13 @@ import sys
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 
-# Runs inside the new namespaces before the command. Options, in this order:
-#   -T SIZE  start a private /tmp (a tmpfs of SIZE bytes, put together on /dev/shm first),
-#   -k PATH  in which this writable folder below /tmp stays reachable, -M  then move it onto /tmp
-#   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
-#   -h PATH  hide a folder, -f PATH hide a file (already gone when it was below /tmp)
-#   -r PATH  make read-only
-# then "--" and the command. Mount failures for /tmp, hiding and read-only are fatal; the hardening after is
-# best effort.
-_CONFINE_SCRIPT = r"""
-writable=" "
-while [ "$1" != "--" ]; do
-  case "$1" in
-    -T) mount -t tmpfs -o "mode=1777,size=$2" mlab-tmp /dev/shm || exit 124 ;;
-    -k) { mkdir -p "/dev/shm/${2#/tmp/}" && mount --bind "$2" "/dev/shm/${2#/tmp/}"; } || exit 124 ;;
-    -M) mount --move /dev/shm /tmp || exit 124; writable="$writable/tmp "; shift; continue ;;
-    -w) mount --bind "$2" "$2" || exit 123; writable="$writable$2 " ;;
-    -h) if [ -e "$2" ]; then mount -t tmpfs -o size=4k,mode=000 mlab-hidden "$2" || exit 121; fi ;;
-    -f) if [ -e "$2" ]; then mount --bind /dev/null "$2" || exit 121; fi ;;
-    -r) { mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" "$2"; } || exit 122 ;;
-  esac
-  shift 2
-done
-shift
-while read -r _ _ _ _ mp _; do
-  mp=$(printf '%b' "$mp")
-  case "$writable" in *" $mp "*) continue ;; esac
-  case "$mp" in /dev|/dev/*|/proc|/proc/*) continue ;; esac
-  mount -o remount,bind,ro "$mp" 2>/dev/null
-done < /proc/self/mountinfo
-{ mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys; } 2>/dev/null
-[ -e /proc/sysrq-trigger ] && mount --bind /dev/null /proc/sysrq-trigger 2>/dev/null
-mount -o remount,bind,ro /proc 2>/dev/null  # uid 0 without capabilities still owns e.g. /proc/irq/*
-for dev in /dev/* /dev/*/*; do
-  if [ -b "$dev" ] && [ ! -L "$dev" ]; then mount --bind /dev/null "$dev" 2>/dev/null; fi
-done
-cd "$(pwd -P)" || exit 123
-# No exec: this shell stays the namespace's init (which ignores signals it has no handler for, e.g. SIGXCPU)
-# and reaps orphans while it waits; the command's death by signal N comes out as status 128+N.
-if command -v setpriv >/dev/null 2>&1; then
-  setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
-else
-  "$@"
-fi
-"""
-
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
+
+
+@functools.lru_cache(maxsize=1)
+def confine_script() -> str:
+    """The shell script that sets up the namespaces before the command (confine.sh, next to this module)."""
+    return importlib.resources.files(__package__).joinpath("confine.sh").read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=1)
@@ -174,7 +136,7 @@ class LocalSandbox(Sandbox):
         env = dict(spec.env)
         prefix = namespace_prefix() if self.use_namespaces else None
         if prefix is not None:
-            command = [*prefix, "/bin/sh", "-c", _CONFINE_SCRIPT, "mlab-confine", *confine_options(spec, argv),
+            command = [*prefix, "/bin/sh", "-c", confine_script(), "mlab-confine", *confine_options(spec, argv),
                        "--", *argv]
             token = None
         else:

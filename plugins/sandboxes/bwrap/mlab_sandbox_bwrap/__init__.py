@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from mlab.core import ExecSpec, Sandbox, hookimpl
 
@@ -133,6 +132,7 @@ class BwrapSandbox(Sandbox):
     name = "bwrap"
     description = ("bubblewrap: only the workspace (read-write), the Python environment and system libraries "
                    "(read-only); no network; own PID namespace")
+    confined = True  # the command sees only what is bound into its container
     signal_exit_codes = True  # bwrap's init exits with 128+N when the command dies of signal N
 
     @classmethod

@@ -113,6 +113,7 @@ def command_for(argv: list[str], spec: ExecSpec, name: str) -> list[str]:
 class DockerSandbox(Sandbox):
     name = "docker"
     description = "a Docker container: the workspace read-write, the Python environment read-only, no network"
+    confined = True  # the command sees only what is bound into its container
     signal_exit_codes = True  # `docker run` exits with 128+N when the command dies of signal N
 
     @classmethod

@@ -1,0 +1,44 @@
+#!/bin/sh
+# The local sandbox's confinement: run by `unshare ... sh -c` inside the command's new mount and PID namespaces,
+# before the command. Options, in this order:
+#   -T SIZE  start a private /tmp (a tmpfs of SIZE bytes, put together on /dev/shm first),
+#   -k PATH  in which this writable folder below /tmp stays reachable, -M  then move it onto /tmp
+#   -w PATH  keep writable (bind onto itself: a mount point can neither be renamed away nor remounted from inside)
+#   -h PATH  hide a folder, -f PATH hide a file (already gone when it was below /tmp)
+#   -r PATH  make read-only
+# then "--" and the command. Mount failures for /tmp, hiding and read-only are fatal; the hardening after is
+# best effort.
+writable=" "
+while [ "$1" != "--" ]; do
+  case "$1" in
+    -T) mount -t tmpfs -o "mode=1777,size=$2" mlab-tmp /dev/shm || exit 124 ;;
+    -k) { mkdir -p "/dev/shm/${2#/tmp/}" && mount --bind "$2" "/dev/shm/${2#/tmp/}"; } || exit 124 ;;
+    -M) mount --move /dev/shm /tmp || exit 124; writable="$writable/tmp "; shift; continue ;;
+    -w) mount --bind "$2" "$2" || exit 123; writable="$writable$2 " ;;
+    -h) if [ -e "$2" ]; then mount -t tmpfs -o size=4k,mode=000 mlab-hidden "$2" || exit 121; fi ;;
+    -f) if [ -e "$2" ]; then mount --bind /dev/null "$2" || exit 121; fi ;;
+    -r) { mount --bind "$2" "$2" && mount -o remount,bind,ro "$2" "$2"; } || exit 122 ;;
+  esac
+  shift 2
+done
+shift
+while read -r _ _ _ _ mp _; do
+  mp=$(printf '%b' "$mp")
+  case "$writable" in *" $mp "*) continue ;; esac
+  case "$mp" in /dev|/dev/*|/proc|/proc/*) continue ;; esac
+  mount -o remount,bind,ro "$mp" 2>/dev/null
+done < /proc/self/mountinfo
+{ mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys; } 2>/dev/null
+[ -e /proc/sysrq-trigger ] && mount --bind /dev/null /proc/sysrq-trigger 2>/dev/null
+mount -o remount,bind,ro /proc 2>/dev/null  # uid 0 without capabilities still owns e.g. /proc/irq/*
+for dev in /dev/* /dev/*/*; do
+  if [ -b "$dev" ] && [ ! -L "$dev" ]; then mount --bind /dev/null "$dev" 2>/dev/null; fi
+done
+cd "$(pwd -P)" || exit 123
+# No exec: this shell stays the namespace's init (which ignores signals it has no handler for, e.g. SIGXCPU)
+# and reaps orphans while it waits; the command's death by signal N comes out as status 128+N.
+if command -v setpriv >/dev/null 2>&1; then
+  setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
+else
+  "$@"
+fi

@@ -1,0 +1,59 @@
+"""The limits a command runs under, and the per-process rlimits that carry them out in the command's child."""
+from __future__ import annotations
+
+import os
+import resource
+
+from pydantic import BaseModel
+
+
+class Limits(BaseModel):
+    timeout_s: float = 3600.0
+    memory_bytes: int | None = 16 * 2**30  # address space per process; also the whole tree's memory in a cgroup
+    cpu_seconds: int | None = None
+    file_size_bytes: int | None = 4 * 2**30
+    # Processes and threads of the whole tree; a cgroup's pids.max where one can be made (RLIMIT_NPROC binds no
+    # root and counts every process of the user, so it is only a fallback).
+    max_processes: int | None = 4096
+    output_bytes: int = 1_000_000
+    disk_bytes: int | None = None  # how much the command may add to the used space of the workspace's disk
+    min_free_disk_bytes: int | None = 100 * 2**20  # the command is stopped when it leaves less free than this
+
+
+def apply_rlimits(limits: Limits, nproc: int | None) -> None:
+    """In the child before exec: set the rlimits of limits (RLIMIT_NPROC to nproc when given)."""
+    pairs = [
+        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_CPU, limits.cpu_seconds),
+        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in pairs:
+        if value is not None:
+            # CPU: SIGXCPU at the soft limit tells what happened; at the hard one the kernel sends SIGKILL.
+            hard = value + 1 if which == resource.RLIMIT_CPU else value
+            try:
+                resource.setrlimit(which, (value, hard))
+            except (ValueError, OSError):
+                pass
+
+
+def nproc_fallback(max_processes: int | None) -> int | None:
+    """RLIMIT_NPROC when no cgroup can count the tree: it counts every task of the user, so the user's
+    current tasks are added. Root is not bound by it at all."""
+    if max_processes is None or os.geteuid() == 0:
+        return None
+    uid = str(os.geteuid())
+    tasks = 0
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if fields.get("Uid", "").split()[:1] == [uid]:
+                tasks += int(fields.get("Threads", "1"))
+        except (OSError, ValueError):
+            continue
+    return tasks + max_processes
