@@ -1,19 +1,37 @@
-"""mlab's public API: everything a task pack, agent or LLM backend plugin needs, and nothing heavy."""
+"""mlab's public API: everything a task pack, agent or LLM backend plugin needs, and nothing heavy.
+
+Plugins import from `mlab.core` (the names in `__all__`) and from `mlab.core.agentkit` (helpers for agents);
+every other module of the core is internal and may change without notice. tests/test_public_api.py enforces it.
+"""
 from mlab.core.actions import ACTION_SPECS, ActionSpec
 from mlab.core.agent import Agent, AgentContext, RunState
 from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
 from mlab.core.hookspecs import hookimpl
 from mlab.core.llm.backend import LLM
-from mlab.core.models import (Action, Completion, LLMCallFinished, Message, RunConfig, RunFinished, RunStarted, Step,
-                     StepFinished, StopRun, Trace, Usage)
+from mlab.core.llm.client import LLMClient
+from mlab.core.models import (
+    Action,
+    Completion,
+    LLMCallFinished,
+    Message,
+    RunConfig,
+    RunFinished,
+    RunStarted,
+    Step,
+    StepFinished,
+    StopRun,
+    Trace,
+    Usage,
+)
 from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
 from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, Task
 
 __all__ = [
     "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BudgetExceeded",
     "Completion", "EnvError", "ExecResult", "ExecSpec", "InvalidSubmission", "LLM", "LLMCallFinished",
-    "LLMError", "Limits", "Message", "Metric", "MlabError", "PrepareContext", "Resources", "RunConfig",
-    "RunFinished", "RunStarted", "RunState", "Sandbox", "Step", "StepFinished", "StopRun", "Task", "Trace",
-    "Usage", "hookimpl",
+    "LLMClient", "LLMError", "Limits", "LocalSandbox", "Message", "Metric", "MlabError", "PrepareContext",
+    "Resources", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "Step", "StepFinished",
+    "StopRun", "Task", "Trace", "Usage", "hookimpl",
 ]

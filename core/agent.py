@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 from mlab.core.actions import ActionSpec
+from mlab.core.errors import MlabError
+from mlab.core.llm.client import LLMClient
 from mlab.core.models import Action, Step, StopRun
 
 
@@ -16,32 +19,49 @@ class AgentContext:
     task_name: str
     research_problem: str
     actions: dict[str, ActionSpec]  # every action the environment offers, by name
-    llm: Any  # the run's LLM client (core.llm_client.LLMClient), or None when the run has no model
-    options: dict[str, Any] = field(default_factory=dict)
+    llm: LLMClient | None  # the run's models by role (main, fast, edit); None when the run has no model
+    options: dict[str, Any] = field(default_factory=dict)  # from --agent-option KEY=VALUE
     seed: int = 0
     starter_script: str = "train.py"
-    log: Callable[[str], None] = lambda _msg: None
+    log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
 
 
 @dataclass
 class RunState:
     """What an agent sees before each step."""
 
-    step_index: int
+    step_index: int  # 1-based
     history: list[Step]
     max_steps: int
     seconds_left: float
 
 
 class Agent(ABC):
-    """Given the run state, return the next Action (or StopRun to end the run)."""
+    """Given the run state, return the next Action (or StopRun to end the run).
 
-    name: str = ""
-    description: str = ""
-    needs_llm: bool = True
+    The core registers the class, reads its class attributes, then builds one instance per run with
+    `AgentClass(ctx)` and calls `step`, `state_dict` and (on resume) `load_state_dict`.
+    """
+
+    name: ClassVar[str] = ""
+    """What `--agent` takes; required, unique among installed agents."""
+    description: ClassVar[str] = ""
+    """One line for `mlab agents`."""
+    needs_llm: ClassVar[bool] = True
+    """True: a run refuses to start without `--llm` (and `ctx.llm` is never None)."""
+
+    ctx: AgentContext
+    """What the agent was built with for this run."""
 
     def __init__(self, ctx: AgentContext):
         self.ctx = ctx
+
+    @property
+    def llm(self) -> LLMClient:
+        """The run's LLM client, typed without None: the runner gives one to every agent with needs_llm."""
+        if self.ctx.llm is None:
+            raise MlabError(f"agent {self.name!r} needs a model: give --llm")
+        return self.ctx.llm
 
     @abstractmethod
     def step(self, state: RunState) -> Action | StopRun:
@@ -51,5 +71,5 @@ class Agent(ABC):
         """Memory to save with each step, so a resumed run continues with the same state."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional: no state by default)
+        """Take back the memory of the last saved step, when a killed run resumes."""

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import ACTION_SPECS
-from mlab_agent_research.parsing import parse_response
-from mlab_agent_research.toolkit import InvalidResponse, loads_lenient
+from mlab.core.agentkit import InvalidResponse, loads_lenient, parse_named_entries
 from tests.fixtures.agents_fixtures import (IMPROVED, STARTER, TASK_NAME, edit_reply, fixture_registry, llm_calls,
                                             react_response, research_response, run_agent, simple_response,
                                             write_script)
@@ -52,7 +51,7 @@ def test_response_parsing_is_tolerant():
             "Fact Check: guessed\nThought: edit\nAction: edit script (ai)\nAction Input: ```json\n"
             '{\n "script_name": "train.py",\n "edit_instruction": "use\nmore epochs",\n "save_name": "train.py",\n}\n'
             "```\nObservation: I imagine it worked\n```")
-    action = parse_response(text, ENTRIES, ACTION_SPECS)
+    action = parse_named_entries(text, ENTRIES, ACTION_SPECS)
     assert action.name == "Edit Script (AI)"
     assert action.args == {"script_name": "train.py", "edit_instruction": "use\nmore epochs", "save_name": "train.py"}
     assert action.entries["Reflection"] == "the run failed"
@@ -62,7 +61,7 @@ def test_response_parsing_is_tolerant():
 
 def test_plan_lines_that_look_like_entries_are_not_taken_for_them():
     text = R("List Files", {"dir_path": "."}, plan="1. Action: run the baseline\n2. Thought: compare")
-    action = parse_response(text, ENTRIES, ACTION_SPECS)
+    action = parse_named_entries(text, ENTRIES, ACTION_SPECS)
     assert action.name == "List Files" and action.entries["Thought"] == "thought 0"
     assert action.entries["Research Plan and Status"] == "1. Action: run the baseline\n2. Thought: compare"
 
@@ -75,12 +74,12 @@ def test_plan_lines_that_look_like_entries_are_not_taken_for_them():
 ])
 def test_invalid_responses_say_what_is_wrong(text, problem):
     with pytest.raises(InvalidResponse, match=problem):
-        parse_response(text, ENTRIES, ACTION_SPECS)
+        parse_named_entries(text, ENTRIES, ACTION_SPECS)
 
 
 # ---- runs -------------------------------------------------------------------------------------------
 def test_research_agent_improves_on_the_baseline(tmp_path):
-    from mlab.core.run.baseline import measure_baseline
+    from tests.fixtures.harnesses import measure_baseline
 
     task = fixture_registry().get("tasks", TASK_NAME)
     script = [
@@ -123,7 +122,7 @@ def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
     """The same run on the built-in lite/wine task (scikit-learn): scaled logistic regression beats the k-NN starter."""
     from mlab.core import RunConfig
     from mlab.core.run import taskdata
-    from mlab.core.run.baseline import measure_baseline
+    from tests.fixtures.harnesses import measure_baseline
     from mlab.core.run.runner import Runner
 
     registry = fixture_registry()

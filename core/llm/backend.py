@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from mlab.core.models import Completion, Message
 
@@ -15,9 +15,24 @@ class LLM(ABC):
     whose `handles_unprefixed` is True.
     """
 
-    name: str = ""
-    description: str = ""
-    handles_unprefixed: bool = False
+    name: ClassVar[str] = ""
+    """The prefix users type in `--llm NAME:MODEL`; required, unique among installed backends."""
+    description: ClassVar[str] = ""
+    """One line for `mlab list-plugins`."""
+    handles_unprefixed: ClassVar[bool] = False
+    """True: also take `--llm` strings that start with no registered backend name."""
+    cacheable: ClassVar[bool] = True
+    """False: the response cache never serves or stores this backend's answers (they depend on more than the
+    prompt, e.g. a position in a recording)."""
+    uses_terminal: ClassVar[bool] = False
+    """True: the backend talks to the user on the terminal, so the CLI turns its live display off."""
+
+    model: str
+    """The model string after the backend's prefix (`gpt-4o` of `litellm:gpt-4o`); may be empty."""
+    options: dict[str, Any]
+    """Options every backend is built with; the core sets only those the user gave: `api_base`, `timeout`."""
+    roles: tuple[str, ...] = ()
+    """The roles (main, fast, edit) this backend serves in the run; set by the core after building it."""
 
     def __init__(self, model: str = "", **options: Any):
         self.model = model
@@ -31,5 +46,5 @@ class LLM(ABC):
         """State to save with each step so a resumed run continues where it was (e.g. a replay cursor)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional: no state by default)
+        """Take back the state of the last saved step, when a killed run resumes."""

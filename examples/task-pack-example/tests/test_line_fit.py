@@ -1,4 +1,5 @@
-"""Tests a task pack author would write: the Task contract in-process, then one real run through the CLI."""
+"""Tests a task pack author would write: the Task contract in-process, then `mlab check-task` and a real run
+through the CLI."""
 from __future__ import annotations
 
 import csv
@@ -77,12 +78,14 @@ def test_unusable_submissions_are_invalid(prepared, content):
 
 
 def test_reference_solution_beats_the_starter_by_the_margin(tmp_path):
-    # What `mlab check-task example/line-fit` does: prepare, run starter and reference in the sandbox, compare.
-    from mlab.core.run.checktask import check_task
-
-    report = check_task(LineFitTask(), home=tmp_path / "home", timeout_s=60)
-    assert report.status == "passed", report.reason
-    assert report.reference < report.baseline and report.improvement > report.margin
+    # `mlab check-task`: prepare in a scratch home, run starter and reference in the sandbox, compare.
+    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "check-task", "example/line-fit",
+                             "--home", str(tmp_path / "home"), "--timeout", "60", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [report] = json.loads(result.stdout)
+    assert report["status"] == "passed", report["reason"]
+    assert report["reference"] < report["baseline"] and report["improvement"] > report["margin"]
 
 
 def test_a_whole_run_through_the_cli(tmp_path):

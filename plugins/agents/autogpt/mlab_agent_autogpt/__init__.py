@@ -12,9 +12,8 @@ import re
 from typing import Any
 
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun, hookimpl
-from mlab_agent_research.toolkit import (MAX_ATTEMPTS, check_option_names, pick_actions, positive_int_option,
-                                         InvalidResponse, ask_until_valid, check_args, loads_lenient,
-                                         match_name, truncate_middle)
+from mlab.core.agentkit import (MAX_ATTEMPTS, InvalidResponse, ask_until_valid, check_args, check_option_names,
+                                loads_lenient, match_name, pick_actions, positive_int_option, truncate_middle)
 
 # AutoGPT-like command names for the environment's actions; the rest get a snake_case form of their name.
 COMMAND_NAMES = {
@@ -108,7 +107,7 @@ class AutoGPTAgent(Agent):
     def step(self, state: RunState) -> Action | StopRun:
         recent = self._recent(state.history)
         messages = self._messages(state, recent)
-        result = ask_until_valid(self.ctx.llm, messages, self.parse, self._correction, self.max_attempts)
+        result = ask_until_valid(self.llm, messages, self.parse, self._correction, self.max_attempts)
         for failure in result.failures:
             self.ctx.log(f"step {state.step_index}: invalid reply, asked again: {failure['problem']}")
         if not result.ok:
@@ -180,7 +179,7 @@ class AutoGPTAgent(Agent):
                   f"Memory so far:\n{self.memory or '(empty)'}\n\nNew events to add:\n{events}\n\n"
                   "Write the updated memory in the first person, under 300 words: what was done, every measured "
                   "number, files created or changed, and what failed and why. Facts only.")
-        self.memory = self.ctx.llm.complete(prompt, role="fast").text.strip()
+        self.memory = self.llm.complete(prompt, role="fast").text.strip()
         self.folded_through = steps[-1].index
 
     def _messages(self, state: RunState, recent: list[Step]) -> list[Message]:

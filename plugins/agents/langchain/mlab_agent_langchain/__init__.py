@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from mlab.core import Action, Agent, AgentContext, RunState, StopRun, hookimpl
-from mlab_agent_research.agent import DEFAULT_ACTIONS
-from mlab_agent_research.toolkit import (MAX_ATTEMPTS, check_option_names, pick_actions, positive_int_option,
-                                         truncate_middle)
+from mlab.core.agentkit import (MAX_ATTEMPTS, RESEARCH_ACTIONS, check_option_names, pick_actions,
+                                positive_int_option, truncate_middle)
 
 OPTIONS = ("tools", "observation_chars", "scratchpad_chars", "max_attempts")
 
@@ -27,7 +26,7 @@ class LangChainAgent(Agent):
         super().__init__(ctx)
         opts = dict(ctx.options)
         check_option_names(self.name, opts, OPTIONS)
-        names = pick_actions(opts.get("tools", DEFAULT_ACTIONS), "tools", ctx.actions)
+        names = pick_actions(opts.get("tools", RESEARCH_ACTIONS), "tools", ctx.actions)
         self.actions = {n: ctx.actions[n] for n in [*names, "Final Answer"] if n in ctx.actions}
         self.observation_chars = positive_int_option(opts, "observation_chars", 5_000)
         self.scratchpad_chars = positive_int_option(opts, "scratchpad_chars", 60_000)

@@ -20,7 +20,7 @@ from langchain_core.tools import StructuredTool
 from pydantic import ConfigDict, Field, create_model
 
 from mlab.core import ActionSpec, Message
-from mlab_agent_research.toolkit import loads_lenient
+from mlab.core.agentkit import loads_lenient
 
 FINAL = "Final Answer"
 _ROLES = {"system": "system", "human": "user", "ai": "assistant"}

@@ -4,17 +4,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlab.core import Action, Agent, AgentContext, Message, MlabError, RunState, Step, StopRun
+from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
+from mlab.core.agentkit import (MAX_ATTEMPTS, RESEARCH_ACTIONS, SUMMARY_THRESHOLD, action_text, ask_until_valid,
+                                bool_option, check_option_names, int_option, parse_named_entries, pick_actions,
+                                summarize_observation)
 
 from . import prompts
-from .parsing import parse_response
-from .toolkit import (MAX_ATTEMPTS, SUMMARY_THRESHOLD, ask_until_valid, check_option_names, pick_actions,
-                      summarize_observation)
 
 RESEARCH_ENTRIES = ["Reflection", "Research Plan and Status", "Fact Check", "Thought", "Action", "Action Input"]
-# The actions the original research agent was shown.
-DEFAULT_ACTIONS = ["List Files", "Copy File", "Undo Edit Script", "Execute Script", "Final Answer",
-                   "Understand File", "Inspect Script Lines", "Edit Script (AI)"]
 # Each response restates these in full, so older copies in the history are redundant: only the latest is shown.
 RESTATED = ("Research Plan and Status", "Fact Check")
 RETRIES_KEY = "invalid_responses"  # where an Action's entries record the responses that had to be retried
@@ -37,11 +34,11 @@ class ResearchAgent(Agent):
         super().__init__(ctx)
         opts = dict(ctx.options)
         check_option_names(self.name, opts, OPTIONS)
-        self.actions = self._pick_actions(opts.get("actions", DEFAULT_ACTIONS))
-        self.retrieval = _as_bool(opts.get("retrieval", False), "retrieval")
-        self.history_steps = _as_int(opts.get("history_steps", 3), "history_steps", minimum=1)
-        self.summarize_over = _as_int(opts.get("summarize_over", SUMMARY_THRESHOLD), "summarize_over", minimum=100)
-        self.max_attempts = _as_int(opts.get("max_attempts", MAX_ATTEMPTS), "max_attempts", minimum=1)
+        self.actions = self._pick_actions(opts.get("actions", RESEARCH_ACTIONS))
+        self.retrieval = bool_option(opts, "retrieval", False)
+        self.history_steps = int_option(opts, "history_steps", 3, minimum=1)
+        self.summarize_over = int_option(opts, "summarize_over", SUMMARY_THRESHOLD, minimum=100)
+        self.max_attempts = int_option(opts, "max_attempts", MAX_ATTEMPTS, minimum=1)
         self.system = prompts.system_prompt(ctx.research_problem, self.actions, self.entry_names)
         # Memory (saved with every step): summaries of long observations, the research log, what was recalled.
         self.seen = 0
@@ -63,7 +60,7 @@ class ResearchAgent(Agent):
         messages = [Message(role="system", content=self.system),
                     Message(role="user", content=self.user_prompt(state))]
         result = ask_until_valid(
-            self.ctx.llm, messages, lambda text: parse_response(text, self.entry_names, self.actions),
+            self.llm, messages, lambda text: parse_named_entries(text, self.entry_names, self.actions),
             lambda problem: prompts.correction(problem, self.entry_names, self.actions), self.max_attempts)
         self.invalid_total += len(result.failures)
         for failure in result.failures:
@@ -84,9 +81,9 @@ class ResearchAgent(Agent):
                 continue
             if len(step.observation) > self.summarize_over:
                 self.summaries[str(step.index)] = summarize_observation(
-                    self.ctx.llm, step.observation, _action_text(step.action))
+                    self.llm, step.observation, action_text(step.action))
             if self.retrieval:
-                text = self.ctx.llm.complete(prompts.summarize_step_prompt(self.render_step(step, full=True)),
+                text = self.llm.complete(prompts.summarize_step_prompt(self.render_step(step, full=True)),
                                              role="fast").text.strip()
                 self.research_log.append({"step": step.index, "text": text})
             self.seen = step.index
@@ -98,7 +95,7 @@ class ResearchAgent(Agent):
             return ""
         plan = history[-1].action.entries.get("Research Plan and Status") or history[-1].action.entries.get(
             "Thought", "")
-        return self.ctx.llm.complete(prompts.recall_prompt(log, str(plan)), role="fast").text.strip()
+        return self.llm.complete(prompts.recall_prompt(log, str(plan)), role="fast").text.strip()
 
     def observation(self, step: Step) -> str:
         summary = self.summaries.get(str(step.index))
@@ -169,24 +166,3 @@ class SimpleAgent(ResearchAgent):
 def _span(count: int) -> str:
     return "step 1" if count == 1 else f"steps 1 to {count}"
 
-
-def _action_text(action: Action) -> str:
-    return f"{action.name} {json.dumps(action.args, ensure_ascii=False)}"
-
-
-def _as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-        return value.lower() in ("true", "yes", "1")
-    raise MlabError(f"option {name} must be true or false, not {value!r}")
-
-
-def _as_int(value: Any, name: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise MlabError(f"option {name} must be a whole number, not {value!r}")
-    if number < minimum:
-        raise MlabError(f"option {name} must be at least {minimum}")
-    return number

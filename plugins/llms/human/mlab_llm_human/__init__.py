@@ -66,7 +66,7 @@ class HumanLLM(LLM):
             raise LLMError(problem)
         self.calls += 1
         out = sys.stderr
-        roles = ", ".join(getattr(self, "roles", ()) or ("main",))
+        roles = ", ".join(self.roles or ("main",))
         out.write(f"\n{RULE}\nLLM call {self.calls} (roles: {roles})"
                   + (f", parameters: {params}" if params else "") + "\n")
         for message in messages:

@@ -100,7 +100,7 @@ class ReplayLLM(LLM):
 
     def _mine(self) -> list[dict[str, Any]]:
         if self._calls is None:
-            roles = getattr(self, "roles", None)
+            roles = self.roles
             self._calls = [c for c in self.recording
                            if not roles or "role" not in c or c["role"] in roles]
         return self._calls

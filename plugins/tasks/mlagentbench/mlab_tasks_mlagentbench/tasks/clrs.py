@@ -102,8 +102,7 @@ class Clrs(MLAgentBenchTask):
         env = {k: os.environ[k] for k in ("PATH", "LANG", "OMP_NUM_THREADS") if k in os.environ}
         env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), HOME=str(scratch))
         try:
-            from mlab.core import ExecSpec, Limits
-            from mlab.core.sandbox.local import LocalSandbox
+            from mlab.core import ExecSpec, Limits, LocalSandbox
 
             options = dict(cwd=workspace, env=env, limits=Limits(timeout_s=self.eval_timeout_s),
                            hidden_paths=[hidden_dir])

@@ -1,16 +1,18 @@
-"""Reading a research-agent response: named entries ("Thought: ...") in order, ending with Action and Action Input."""
+"""The ReAct-style response format: named entries ("Thought: ...") in order, ending with Action and Action Input."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from mlab.core import Action, ActionSpec
-
-from .toolkit import InvalidResponse, check_args, loads_lenient, match_name, usage
+from mlab.core.actions import ActionSpec
+from mlab.core.agentkit.lenient_json import loads_lenient
+from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
+from mlab.core.models import Action
 
 ACTION, ACTION_INPUT = "Action", "Action Input"
 
 
-def _header_pattern(names: list[str]) -> re.Pattern:
+def _header_pattern(names: list[str]) -> re.Pattern[str]:
     # Longest names first so "Action Input" is never read as "Action"; tolerate Markdown (#, **, >). Numbered
     # lines are not headers: a plan step like "2. Action: ..." must not pass for the Action entry.
     alternatives = "|".join(re.escape(n) for n in sorted(set(names) | {"Observation"}, key=len, reverse=True))
@@ -20,7 +22,7 @@ def _header_pattern(names: list[str]) -> re.Pattern:
         re.IGNORECASE | re.MULTILINE)
 
 
-def split_entries(text: str, names: list[str]) -> dict[str, str]:
+def split_named_entries(text: str, names: list[str]) -> dict[str, str]:
     """Each named entry's text. The first occurrence of a name wins; an "Observation:" the model wrote itself
     ends the response (the model imagining the result of its own action)."""
     canonical = {n.lower(): n for n in names}
@@ -44,9 +46,11 @@ def split_entries(text: str, names: list[str]) -> dict[str, str]:
     return entries
 
 
-def parse_response(text: str, names: list[str], actions: dict[str, ActionSpec]) -> Action:
-    """Turn a response into an Action holding its entries; raise InvalidResponse saying what is wrong."""
-    entries = split_entries(text, names)
+def parse_named_entries(text: str, names: list[str], actions: dict[str, ActionSpec]) -> Action:
+    """Turn a response into an Action holding its entries; raise InvalidResponse saying what is wrong.
+
+    `names` must include ACTION and ACTION_INPUT; `actions` are those the model may choose from."""
+    entries = split_named_entries(text, names)
     missing = [n for n in names if n not in entries]
     if missing:
         raise InvalidResponse(f"the response lacks the entr{'y' if len(missing) == 1 else 'ies'} "
@@ -62,10 +66,9 @@ def parse_response(text: str, names: list[str], actions: dict[str, ActionSpec]) 
         args = loads_lenient(entries[ACTION_INPUT], keys=list(spec.args))
     except ValueError as exc:
         raise InvalidResponse(f"the Action Input of {name} could not be read as JSON ({exc}); "
-                              f"write one JSON object like {usage(spec)}")
+                              f"write one JSON object like {args_example(spec)}") from exc
     args = check_args(spec, args)
-    shown = {n: entries[n] for n in names}
+    shown: dict[str, Any] = {n: entries[n] for n in names}
     shown[ACTION] = name
     shown[ACTION_INPUT] = args
     return Action(name=name, args=args, entries=shown, raw_response=text)
-

@@ -1,0 +1,32 @@
+"""Public helpers for writing agents: reading what a model wrote, asking again until it is usable, checking
+options, and turning earlier steps into prompt text.
+
+Part of mlab's public API, like `mlab.core` itself: agent plugins import from `mlab.core.agentkit` (never from
+its submodules), so the built-in agents share these helpers without depending on one another.
+"""
+from mlab.core.agentkit.asking import MAX_ATTEMPTS, Attempts, ask_until_valid
+from mlab.core.agentkit.history import (
+    SUMMARY_CHUNK,
+    SUMMARY_THRESHOLD,
+    action_text,
+    summarize_observation,
+    truncate_middle,
+)
+from mlab.core.agentkit.lenient_json import loads_lenient, strip_fences
+from mlab.core.agentkit.named_entries import ACTION, ACTION_INPUT, parse_named_entries, split_named_entries
+from mlab.core.agentkit.options import (
+    RESEARCH_ACTIONS,
+    bool_option,
+    check_option_names,
+    int_option,
+    pick_actions,
+    positive_int_option,
+)
+from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
+
+__all__ = [
+    "ACTION", "ACTION_INPUT", "Attempts", "InvalidResponse", "MAX_ATTEMPTS", "RESEARCH_ACTIONS", "SUMMARY_CHUNK",
+    "SUMMARY_THRESHOLD", "action_text", "args_example", "ask_until_valid", "bool_option", "check_args",
+    "check_option_names", "int_option", "loads_lenient", "match_name", "parse_named_entries", "pick_actions",
+    "positive_int_option", "split_named_entries", "strip_fences", "summarize_observation", "truncate_middle",
+]
