@@ -207,3 +207,109 @@ def test_list_plugins_imports_nothing_heavy():
     loaded = subprocess.run([MAIN_PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert loaded.returncode == 0, loaded.stderr
     assert json.loads(loaded.stdout) == []
+
+
+# ---- the built-in plugin ------------------------------------------------------------------------------------
+
+def test_local_sandbox_is_a_builtin_plugin_that_mlab_load_plugins_governs(zoo, tmp_path):
+    info = zoo.plugins()["local"]
+    assert (info["distribution"], info["module"]) == ("mlab", "mlab.core.plugins.builtin")
+    assert info["hooks"] == ["register_sandboxes"] and info["sandboxes"] == ["local"] and info["error"] is None
+    row = table_row(zoo.mlab("list-plugins").stdout, "local")
+    for text in ("mlab", info["version"], "sandboxes: local", "register_sandboxes"):
+        assert text in row
+
+    # Left out of MLAB_LOAD_PLUGINS, the local sandbox is not there, and the error says why.
+    left_out = {"MLAB_LOAD_PLUGINS": "example, baseline"}
+    assert "local" not in zoo.plugins(env=left_out)
+    result = zoo.mlab("run", "--task", "example/line-fit", "--agent", "baseline", "--sandbox", "local",
+                      "--run-dir", str(tmp_path / "run"), env=left_out)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "unknown sandbox 'local'" in result.stderr and "MLAB_LOAD_PLUGINS='example, baseline'" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
+
+    named = {"MLAB_LOAD_PLUGINS": "example,baseline,local"}
+    result = zoo.mlab("run", "--task", "example/line-fit", "--agent", "baseline", "--sandbox", "local",
+                      "--run-dir", str(tmp_path / "run2"), env=named)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- hook ordering and wrappers -----------------------------------------------------------------------------
+
+ORDER_PLUGINS = {
+    # entry-point name: (hookimpl options, what its register_sandboxes does)
+    "order-early": ("tryfirst=True", "register(make('order-early'))"),
+    "order-late": ("trylast=True", "register(make('order-late'))"),
+    "order-plain": ("", "register(make('order-plain'))"),
+    "order-broken": ("", "raise RuntimeError('order-broken refuses')"),
+}
+ORDER_COMMON = '''
+from mlab.core import Sandbox, hookimpl
+
+CALLS = []
+
+
+def make(name):
+    return type(name, (Sandbox,), {"name": name, "popen": lambda self, argv, spec: None})
+'''
+ORDER_WRAPPER = '''
+from mlab_fixture_order import CALLS, hookimpl
+
+
+@hookimpl(wrapper=True)
+def register_sandboxes(register):
+    CALLS.append("wrap:before")
+    try:
+        return (yield)
+    except Exception as exc:
+        CALLS.append(f"wrap:saw {type(exc).__name__}")
+        raise
+    finally:
+        CALLS.append("wrap:after")
+'''
+
+
+def order_fixture(root: Path) -> Path:
+    """A distribution with one plugin per ORDER_PLUGINS entry, and one plugin that only wraps the hook."""
+    package = root / "mlab_fixture_order"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(ORDER_COMMON)
+    entry_points = {"order-wrap": "mlab_fixture_order.wrap"}
+    (package / "wrap.py").write_text(ORDER_WRAPPER)
+    for name, (options, body) in ORDER_PLUGINS.items():
+        module = name.replace("-", "_")
+        (package / f"{module}.py").write_text(
+            "from mlab_fixture_order import CALLS, hookimpl, make\n\n\n"
+            f"@hookimpl({options})\ndef register_sandboxes(register):\n"
+            f"    CALLS.append({name!r})\n    {body}\n")
+        entry_points[name] = f"mlab_fixture_order.{module}"
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "mlab-fixture-order"\nversion = "0.1.0"\n\n[project.entry-points.mlab]\n'
+        + "".join(f'{name} = "{value}"\n' for name, value in sorted(entry_points.items()))
+        + '\n[tool.setuptools]\npackages = ["mlab_fixture_order"]\n')
+    return root
+
+
+def test_registration_hooks_honour_tryfirst_trylast_and_wrappers(tmp_path):
+    venv = make_venv(tmp_path / "venv")
+    venv.install(order_fixture(tmp_path / "order"))
+    probe = ("import json\nfrom mlab.core.plugins.registry import load_registry\nfrom mlab_fixture_order import CALLS\n"
+             "registry = load_registry()\n"
+             "print(json.dumps({'calls': CALLS, 'sandboxes': list(registry.items['sandboxes']),\n"
+             "                  'errors': {p.name: p.error for p in registry.plugins}}))\n")
+    loaded = ",".join(["local", "order-wrap", *ORDER_PLUGINS])
+    result = venv.run("-c", probe, env={"MLAB_LOAD_PLUGINS": loaded})
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    # pluggy's order: tryfirst, then the others last registered first (built-in `local` was registered first),
+    # then trylast; the wrapper wraps each plugin's call and sees the exception of the broken one.
+    assert seen["calls"] == ["wrap:before", "order-early", "wrap:after",
+                             "wrap:before", "order-plain", "wrap:after",
+                             "wrap:before", "order-broken", "wrap:saw RuntimeError", "wrap:after",
+                             "wrap:before", "wrap:after",  # local
+                             "wrap:before", "order-late", "wrap:after"]
+    assert seen["sandboxes"] == ["order-early", "order-plain", "local", "order-late"]
+    # The broken plugin's error is its own; every other plugin registered what it had.
+    assert seen["errors"].pop("order-broken") == "register_sandboxes raised RuntimeError: order-broken refuses"
+    assert set(seen["errors"].values()) == {None}

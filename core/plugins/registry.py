@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+import pluggy
 
 from mlab.core.agent import Agent
 from mlab.core.errors import MlabError
 from mlab.core.llm.backend import LLM
-from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.plugins.manager import PluginInfo, build_plugin_manager
 from mlab.core.sandbox.contract import Sandbox
 from mlab.core.task import Task
 
-CORE_PROVIDER = "mlab (core)"
 KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}
 
 
@@ -52,6 +53,7 @@ class Registry:
     conflicts: list[str] = field(default_factory=list)
     contested: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     pm: Any = None
+    load_filter: str | None = None  # MLAB_LOAD_PLUGINS when it was set: it may explain a missing name
 
     def get(self, kind: str, name: str) -> Any:
         """Find by exact name, or by the part after 'pack/' when only one item has it."""
@@ -63,7 +65,9 @@ class Registry:
                 raise MlabError(f"{KINDS[kind]} name {name!r} is ambiguous: {', '.join(sorted(short))}")
             if not short:
                 valid = ", ".join(sorted(items)) or "(none installed)"
-                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}")
+                why = "" if self.load_filter is None else \
+                    f" (only the plugins named in MLAB_LOAD_PLUGINS={self.load_filter!r} were loaded)"
+                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}{why}")
             full = short[0]
         if full in self.contested[kind]:
             raise MlabError(self.contested[kind][full])
@@ -98,19 +102,32 @@ def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str,
         getattr(info, kind).append(name)
 
 
+def plugins_in_call_order(pm: pluggy.PluginManager, hook: str) -> list[str]:
+    """The plugins implementing hook (wrappers aside) in the order pluggy calls them: tryfirst ones first,
+    trylast ones last, the others last registered first."""
+    names: list[str] = []
+    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+        if not (impl.hookwrapper or impl.wrapper) and impl.plugin_name not in names:
+            names.append(impl.plugin_name)
+    return names
+
+
 @functools.lru_cache(maxsize=1)
 def load_registry() -> Registry:
     pm, infos = build_plugin_manager()
-    registry = Registry(plugins=infos, pm=pm)
+    registry = Registry(plugins=infos, pm=pm, load_filter=os.environ.get("MLAB_LOAD_PLUGINS"))
     info_by_name = {info.name: info for info in infos}
-    _collect(registry, info_by_name, "sandboxes", LocalSandbox, "", CORE_PROVIDER)
     for kind, (hook, _validate) in _VALIDATORS.items():
-        for impl in getattr(pm.hook, hook).get_hookimpls():
-            info = info_by_name.get(impl.plugin_name)
-            dist = f"{info.distribution} {info.version}" if info else impl.plugin_name
+        implementers = plugins_in_call_order(pm, hook)
+        for plugin_name in implementers:
+            info = info_by_name.get(plugin_name)
+            dist = f"{info.distribution} {info.version}" if info else plugin_name
+            # One plugin per call, through pluggy (wrappers included), so an error is this plugin's alone.
+            others = [pm.get_plugin(name) for name in implementers if name != plugin_name]
+            call = pm.subset_hook_caller(hook, remove_plugins=others)
             try:
-                impl.function(register=lambda obj, _k=kind, _p=impl.plugin_name, _d=dist:
-                              _collect(registry, info_by_name, _k, obj, _p, _d))
+                call(register=lambda obj, _k=kind, _p=plugin_name, _d=dist:
+                     _collect(registry, info_by_name, _k, obj, _p, _d))
             except BaseException as exc:
                 if info is not None:
                     info.error = "; ".join(filter(None, [info.error, f"{hook} raised {type(exc).__name__}: {exc}"]))

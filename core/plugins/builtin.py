@@ -1,0 +1,13 @@
+"""The plugin mlab ships inside itself, named `local`: it registers the local sandbox.
+
+It is loaded like an installed plugin, so `MLAB_LOAD_PLUGINS` governs it and `mlab list-plugins` lists it.
+"""
+from __future__ import annotations
+
+from mlab.core.hookspecs import hookimpl
+from mlab.core.sandbox.local import LocalSandbox
+
+
+@hookimpl
+def register_sandboxes(register):
+    register(LocalSandbox)
