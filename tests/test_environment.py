@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from mlab.core.actions import ACTION_SPECS
-from mlab.core.run.environment import MAX_ARG_CHARS, EnvSettings, Environment, is_final
-from mlab.core.run.files import MAX_INSPECT_LINES, MAX_LIST_ENTRIES
-from mlab.core.run.workspace import MAX_WRITE_BYTES
 from mlab.core.llm.client import LLMClient
-from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.models import Action
-from mlab.core.sandbox.limits import Limits
+from mlab.core.run.environment import MAX_ARG_CHARS, Environment, EnvSettings, is_final
+from mlab.core.run.files import MAX_INSPECT_LINES, MAX_LIST_ENTRIES
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.workspace import MAX_WRITE_BYTES
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox
 from mlab_llm_scripted import ScriptedLLM
 
 SECRET = "SECRET-ANSWER-42"
@@ -93,7 +93,7 @@ def test_missing_arguments(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(ACTION_SPECS))
 def test_unknown_arguments(tmp_path, name):
     env = make_env(tmp_path, interactive=True)
-    args = {arg: "1" for arg in ACTION_SPECS[name].args}
+    args = dict.fromkeys(ACTION_SPECS[name].args, "1")
     args["bogus"] = "x"
     obs, err = act(env, name, **args)
     assert err and obs.startswith(f"EnvError: wrong arguments for {name} (unexpected ['bogus'])")
@@ -600,3 +600,39 @@ def test_script_named_like_an_option(env):
     (env.workspace / "-c.py").write_text("print('dash ok')\n")
     obs, err = act(env, "Execute Script", script_name="-c.py")
     assert not err and "dash ok" in obs
+
+
+# ---- Python REPL --------------------------------------------------------------------------------
+
+def test_repl_keeps_its_namespace_and_shows_the_last_value(env):
+    assert act(env, "Python REPL", command="import os\nx = 41") == ("", False)
+    assert act(env, "Python REPL", command="x + 1") == ("42\n", False)
+    obs, err = act(env, "Python REPL", command="print(os.getcwd())\nNone")
+    assert (obs, err) == (f"{env.workspace}\n", False)
+    obs, err = act(env, "Python REPL", command="open('data/train.csv', 'w').write('hacked')")
+    # Refused by a read-only mount, or put back afterwards where the sandbox has no mount namespace.
+    assert "Read-only file system" in obs or "have been restored: data/train.csv" in obs, obs
+    assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
+
+
+def test_repl_child_program_needs_only_the_standard_library():
+    import ast
+    import sys
+
+    import mlab.core.run.repl as repl
+
+    tree = ast.parse(repl._SERVER)
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported and imported <= set(sys.stdlib_module_names)
+
+
+def test_limit_messages_name_the_limits():
+    from mlab.core.run.limit_messages import limit_messages
+
+    told = limit_messages(Limits(memory_bytes=3 * 2**30, file_size_bytes=512, disk_bytes=None,
+                                 min_free_disk_bytes=100 * 2**20))
+    assert told["memory"] == "hit the memory limit (3 GiB) and was stopped"
+    assert "limit of 512 bytes" in told["file_size"]
+    assert told["disk"].startswith("used too much disk space (at least 100 MiB must stay free)")

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.run.environment import EnvSettings, Environment
 from mlab.core.errors import LLMError
 from mlab.core.llm.backend import LLM
-from mlab.core.run.llm_actions import BLOCK_CHARS, extract_code, split_blocks
 from mlab.core.llm.client import LLMClient
-from mlab.core.sandbox.local import LocalSandbox
-from mlab.core.models import Action, Completion
-from mlab.core.sandbox.limits import Limits
+from mlab.core.models import Action
+from mlab.core.run.environment import Environment, EnvSettings
+from mlab.core.run.llm_actions import BLOCK_CHARS, extract_code, split_blocks
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox
 from mlab_llm_scripted import ScriptedLLM
 
 SECRET = "SECRET-ANSWER-42"
@@ -267,6 +267,6 @@ def test_split_blocks_covers_every_line():
     text = "".join(f"{i}\n" for i in range(10_000))
     blocks = split_blocks(text, limit=5_000)
     assert blocks[0][0] == 1 and blocks[-1][1] == 10_000
-    assert all(b[1] + 1 == n[0] for b, n in zip(blocks, blocks[1:]))
+    assert all(b[1] + 1 == n[0] for b, n in zip(blocks, blocks[1:], strict=False))
     assert "".join(b[2] for b in blocks) == text
     assert split_blocks("") == [(1, 0, "")]

@@ -50,9 +50,9 @@ class EditHistory:
             raise EnvError(f"there is no earlier version of {given!r} to go back to")
         try:
             data = self.store.read_object(versions[-1])
-        except OSError:
+        except OSError as exc:
             versions.pop()
-            raise EnvError(f"the earlier version of {given!r} is no longer stored")
+            raise EnvError(f"the earlier version of {given!r} is no longer stored") from exc
         self.workspace.write_atomic(path, data, given)
         versions.pop()
         if not versions:

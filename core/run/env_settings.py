@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.sandbox.contract import Sandbox

@@ -6,8 +6,9 @@ the research log.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mlab.core.actions import ACTION_SPECS, FINAL_ANSWER, ActionSpec
 from mlab.core.errors import BudgetExceeded, EnvError, LLMError
@@ -16,10 +17,11 @@ from mlab.core.run.edit_history import EditHistory
 from mlab.core.run.env_settings import EnvSettings
 from mlab.core.run.files import FileActions
 from mlab.core.run.llm_actions import LLMActions
+from mlab.core.run.repl import Repl
 from mlab.core.run.research_log import ResearchLog
 from mlab.core.run.scripts import ScriptRunner
 from mlab.core.run.workspace import MAX_WRITE_BYTES, Workspace
-from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.contract import ExecResult, ExecSpec
 
 __all__ = ["EnvSettings", "Environment", "MAX_ARG_CHARS", "is_final"]
 
@@ -115,7 +117,7 @@ class Environment:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise EnvError(f"{arg} contains characters that are not valid Unicode (lone surrogates)")
+                raise EnvError(f"{arg} contains characters that are not valid Unicode (lone surrogates)") from None
             checked[arg] = value
         return spec, checked
 
@@ -129,7 +131,7 @@ class Environment:
         try:
             answer = self.s.ask_human(request)
         except Exception as exc:
-            raise EnvError(f"no answer came from the person attending the run ({type(exc).__name__})")
+            raise EnvError(f"no answer came from the person attending the run ({type(exc).__name__})") from exc
         return str(answer)
 
     # ---- running code outside an action (task baselines, sandbox set-up) ------------------------
@@ -139,12 +141,12 @@ class Environment:
     def read_only_paths(self) -> list[Path]:
         return self.scripts.read_only_paths()
 
-    def run_script(self, script_name: str):
+    def run_script(self, script_name: str) -> tuple[ExecResult, list[str]]:
         """Run a workspace script in the sandbox; used by Execute Script and by task baselines."""
         return self.scripts.run_script(script_name)
 
     @property
-    def _repl(self):
+    def _repl(self) -> Repl | None:
         return self.scripts.repl  # the sandbox tests check where the REPL's process runs
 
     # ---- state ----------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from mlab.core.errors import EnvError
 from mlab.core.run.edit_history import EditHistory
@@ -100,7 +102,7 @@ class FileActions:
         return (f"{script_name} has {count}. Lines {start} to {start + len(shown) - 1}:\n" + "\n".join(shown))
 
 
-def _lines(f, max_bytes: int):
+def _lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes, int]]:
     """(line without its newline, bytes left out) of a binary file, reading at most max_bytes per line."""
     while True:
         piece = f.readline(max_bytes)
@@ -120,7 +122,7 @@ def _lines(f, max_bytes: int):
         yield piece, dropped
 
 
-def _count_rest(f, counted: int) -> tuple[int, bool]:
+def _count_rest(f: BinaryIO, counted: int) -> tuple[int, bool]:
     """Total number of lines given `counted` already read; (count, exact) within a reading budget."""
     total, budget, last = counted, _COUNT_BUDGET_BYTES, b"\n"
     while budget > 0:

@@ -6,6 +6,7 @@ import os
 import re
 
 from mlab.core.errors import EnvError
+from mlab.core.llm.client import LLMClient
 from mlab.core.run.edit_history import EditHistory
 from mlab.core.run.research_log import ResearchLog
 from mlab.core.run.workspace import Workspace
@@ -22,7 +23,7 @@ def extract_code(text: str) -> str:
 
     A reply cut off before its closing fence gives everything after the opening fence.
     """
-    blocks = _FENCE.findall(text) or _LOOSE_FENCE.findall(text)
+    blocks: list[str] = _FENCE.findall(text) or _LOOSE_FENCE.findall(text)
     if blocks:
         code = max(blocks, key=len)
     else:
@@ -35,7 +36,9 @@ def extract_code(text: str) -> str:
 
 def split_blocks(text: str, limit: int = BLOCK_CHARS) -> list[tuple[int, int, str]]:
     """Split text on line boundaries into (first line, last line, block) pieces of at most ~limit chars."""
-    blocks, current, first, size = [], [], 1, 0
+    blocks: list[tuple[int, int, str]] = []
+    current: list[str] = []
+    first, size = 1, 0
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         if current and size + len(line) > limit:
             blocks.append((first, number - 1, "".join(current)))
@@ -50,7 +53,7 @@ def split_blocks(text: str, limit: int = BLOCK_CHARS) -> list[tuple[int, int, st
 class LLMActions:
     """Understand File, Edit Script (AI), Edit Script Segment (AI), Reflection, Retrieval from Research Log."""
 
-    def __init__(self, llm, workspace: Workspace, history: EditHistory, log: ResearchLog):
+    def __init__(self, llm: LLMClient | None, workspace: Workspace, history: EditHistory, log: ResearchLog):
         self.llm = llm
         self.workspace = workspace
         self.history = history
@@ -125,7 +128,7 @@ class LLMActions:
             notes.append(self._ask(prompt, "fast"))
         if len(notes) == 1:
             return notes[0]
-        joined = "\n\n".join(f"[lines {b[0]}-{b[1]}]\n{n}" for b, n in zip(blocks, notes))
+        joined = "\n\n".join(f"[lines {b[0]}-{b[1]}]\n{n}" for b, n in zip(blocks, notes, strict=True))
         prompt = (
             f"Several readers each covered a part of {file_name}, looking for: {wanted}\n\n{joined}\n\n"
             "Merge their reports into one account of the whole file, keeping line references."

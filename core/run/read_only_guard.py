@@ -64,11 +64,12 @@ class ReadOnlyGuard:
         after = self.state()
         changed = sorted(rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel))
         # Folders only change because something below them did; name the files.
-        dirs = {rel for rel in changed if (before.get(rel) or after.get(rel))[0] == stat.S_IFDIR}
+        dirs = {rel for rel in changed if (before.get(rel) or after[rel])[0] == stat.S_IFDIR}
         files = [rel for rel in changed if rel not in dirs]
-        if self.settings.pristine_dir:
+        pristine = self.settings.pristine_dir
+        if pristine:
             for rel in files:
-                self._restore_one(rel)
+                self._restore_one(rel, pristine)
         return files or sorted(dirs)
 
     def note(self, changed: list[str]) -> str:
@@ -79,9 +80,8 @@ class ReadOnlyGuard:
             return f"\n[read-only files were changed and have been restored: {', '.join(changed)}]"
         return f"\n[read-only files were changed and could not be restored: {', '.join(changed)}]"
 
-    def _restore_one(self, rel: str) -> None:
+    def _restore_one(self, rel: str, pristine: Path) -> None:
         """Put back the pristine copy of rel, never following a symlink the script may have planted."""
-        pristine = self.settings.pristine_dir
         current = self.workspace.root
         parts = rel.split("/")
         for part in parts[:-1]:

@@ -49,7 +49,7 @@ def is_read_only(relpath: str, patterns: list[str]) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(patterns: tuple[str, ...]) -> "re.Pattern[str] | None":
+def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     """All patterns as one regex, built once: snapshots test every workspace file at every step."""
     if not patterns:
         return None

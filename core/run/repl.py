@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from mlab.core.errors import EnvError
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
@@ -25,8 +28,8 @@ class Repl:
         self.sandbox = sandbox
         self.spec = spec.model_copy(update={"stdin_pipe": True})
         self.python = python
-        self.proc = None
-        self.chunks: queue.Queue = queue.Queue()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.chunks: queue.Queue[bytes | None] = queue.Queue()
         self.pending = bytearray()  # output after the last end marker (e.g. from a background thread)
         self.marker = b""
         self.reader: threading.Thread | None = None
@@ -35,20 +38,22 @@ class Repl:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def _start(self) -> None:
+    def _start(self) -> subprocess.Popen[bytes]:
         token = secrets.token_hex(8)
         self.marker = b"\x00MLAB-REPL-END " + token.encode()
-        self.proc = self.sandbox.popen([self.python, "-u", "-c", _SERVER, token], self.spec)
+        self.proc = proc = self.sandbox.popen([self.python, "-u", "-c", _SERVER, token], self.spec)
         self.chunks = queue.Queue()
         self.pending = bytearray()
-        self.reader = threading.Thread(target=self._read, args=(self.proc.stdout, self.chunks), daemon=True)
+        self.reader = threading.Thread(target=self._read, args=(proc.stdout, self.chunks), daemon=True)
         self.reader.start()
+        return proc
 
     @staticmethod
-    def _read(stream, chunks: queue.Queue) -> None:
+    def _read(stream: IO[bytes], chunks: queue.Queue[bytes | None]) -> None:
         try:
             while True:
-                chunk = stream.read1(65536)
+                # Whatever has arrived, without waiting for a full block (the pipe's buffer is never used).
+                chunk = os.read(stream.fileno(), 65536)
                 if not chunk:
                     break
                 chunks.put(chunk)
@@ -56,14 +61,17 @@ class Repl:
             pass
         chunks.put(None)
 
-    def _send(self, code: str, deadline: float) -> None:
+    def _send(self, proc: subprocess.Popen[bytes], code: str, deadline: float) -> None:
         data = (json.dumps({"code": code}) + "\n").encode()
         failed: list[BaseException] = []
+        requests = proc.stdin
+        if requests is None:  # a sandbox that ignored spec.stdin_pipe
+            raise EnvError("the REPL process has no pipe for commands")
 
         def write() -> None:
             try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
+                requests.write(data)
+                requests.flush()
             except (OSError, ValueError) as exc:
                 failed.append(exc)
 
@@ -75,11 +83,12 @@ class Repl:
             raise EnvError("the REPL process stopped taking commands and was restarted; its variables are lost")
 
     def run(self, code: str, timeout_s: float, output_cap: int, limit_messages: dict[str, str] | None = None) -> str:
-        if self.proc is None or self.proc.poll() is not None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             self.close()
-            self._start()
+            proc = self._start()
         deadline = time.monotonic() + timeout_s
-        self._send(code, deadline)
+        self._send(proc, code, deadline)
         output = CappedOutput(output_cap)
         buffer, self.pending = self.pending, bytearray()
         keep = len(self.marker) + 1
@@ -96,33 +105,27 @@ class Repl:
                 chunk = self.chunks.get(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
             except queue.Empty:
                 if time.monotonic() < deadline:
-                    hit = self.sandbox.check(self.proc, self.spec)
+                    hit = self.sandbox.check(proc, self.spec)
                     if not hit:
                         continue
                     output.feed(bytes(buffer))
                     self.close()
                     told = (limit_messages or {}).get(hit, f"hit the {hit} limit and was killed")
                     raise EnvError(f"the REPL command {told}; its variables are lost. Output before that:\n"
-                                   f"{output.text()}")
+                                   f"{output.text()}") from None
                 output.feed(bytes(buffer))
                 self.close()
                 raise EnvError(f"the REPL command ran past the time limit of {timeout_s:g} s and was killed; "
-                               f"its variables are lost. Output before that:\n{output.text()}")
+                               f"its variables are lost. Output before that:\n{output.text()}") from None
             if chunk is None:
                 output.feed(bytes(buffer))
-                code_ = self._exit_code()
-                hit = self.sandbox.check(self.proc, self.spec)  # e.g. killed by the kernel for its memory
+                code_ = _exit_code(proc)
+                hit = self.sandbox.check(proc, self.spec)  # e.g. killed by the kernel for its memory
                 self.close()
                 why = f" after it {(limit_messages or {}).get(hit, f'hit the {hit} limit')}" if hit else ""
                 raise EnvError(f"the REPL process exited (code {code_}){why} and its variables are lost; "
                                f"the next command starts a fresh one. Output:\n{output.text()}")
             buffer += chunk
-
-    def _exit_code(self) -> int | None:
-        try:
-            return self.proc.wait(timeout=2)
-        except Exception:
-            return self.proc.poll()
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -143,3 +146,10 @@ class Repl:
             self.reader.join(timeout=1)
             if not self.reader.is_alive() and proc.stdout is not None:  # closing under a blocked read would hang
                 proc.stdout.close()
+
+
+def _exit_code(proc: subprocess.Popen[bytes]) -> int | None:
+    try:
+        return proc.wait(timeout=2)
+    except Exception:
+        return proc.poll()

@@ -10,7 +10,7 @@ from mlab.core.run.limit_messages import limit_messages
 from mlab.core.run.read_only_guard import ReadOnlyGuard
 from mlab.core.run.repl import Repl
 from mlab.core.run.workspace import Workspace
-from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.contract import ExecResult, ExecSpec
 
 # Only these variables of the harness reach agent code; everything else (API keys above all) is dropped.
 _ENV_PASSED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -41,7 +41,7 @@ class ScriptRunner:
     def read_only_paths(self) -> list[Path]:
         return self.guard.paths()
 
-    def run_script(self, script_name: str):
+    def run_script(self, script_name: str) -> tuple[ExecResult, list[str]]:
         """Run a workspace script in the sandbox; returns (ExecResult, read-only files it changed)."""
         path = self.workspace.path(script_name)
         if not path.is_file():
@@ -85,7 +85,7 @@ class ScriptRunner:
             output = self.repl.run(command, s.limits.timeout_s, s.limits.output_bytes, limit_messages(s.limits))
         except EnvError as exc:
             self.workspace.recreate_if_removed()
-            raise EnvError(f"{exc}{self.guard.note(self.guard.restore(before))}")
+            raise EnvError(f"{exc}{self.guard.note(self.guard.restore(before))}") from exc
         self.workspace.recreate_if_removed()
         return output + self.guard.note(self.guard.restore(before))
 

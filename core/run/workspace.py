@@ -62,7 +62,7 @@ class Workspace:
             # O_NONBLOCK: opening a FIFO must not wait for a writer.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}")
+            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
         try:
             self.verify_fd(fd, given)
             st = os.fstat(fd)
@@ -82,7 +82,7 @@ class Workspace:
         try:
             os.stat(path)
         except OSError as exc:
-            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}")
+            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
         if not path.is_dir():
             raise EnvError(f"{given!r} is a file, not a folder")
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -118,8 +118,8 @@ class Workspace:
         parent = path.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise EnvError(f"cannot create {given!r}: a part of its folder path is a file")
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise EnvError(f"cannot create {given!r}: a part of its folder path is a file") from exc
         dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             self.verify_fd(dir_fd, given)
