@@ -118,6 +118,7 @@ def test_research_agent_improves_on_the_baseline(tmp_path):
     assert task.research_problem in system and "Edit Script (AI)" in system and "Read File" not in system
 
 
+@pytest.mark.slow  # trains scikit-learn models on a real task, twice
 def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
     """The same run on the built-in lite/wine task (scikit-learn): scaled logistic regression beats the k-NN starter."""
     from mlab.core import RunConfig
