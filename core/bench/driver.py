@@ -20,7 +20,7 @@ from typing import Any, Callable
 from mlab.core.run import taskdata
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
-from mlab.core.bench.results import ResultsDB, registry_from
+from mlab.core.bench.results import DB_FILE, ResultsDB, registry_from
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -207,6 +207,17 @@ class Bench:
             recorded = taskdata.recorded_baseline(task)
             db.set_baseline(task.name, recorded, "recorded" if recorded is not None else "missing")
 
+    def _open_results(self) -> ResultsDB:
+        """The bench's database, created whole under a temporary name: whoever finds results.db (`mlab report`
+        while the bench runs) finds its tables too."""
+        path = self.dir / DB_FILE
+        if not path.exists():
+            fresh = path.with_name(f".{DB_FILE}.{os.getpid()}.new")
+            fresh.unlink(missing_ok=True)
+            ResultsDB(fresh).close()  # closing the last connection folds the WAL into the file
+            os.replace(fresh, path)
+        return ResultsDB(path)
+
     def _engine(self):
         from mlab.core.bench.engines import LocalEngine, RayEngine
 
@@ -218,7 +229,7 @@ class Bench:
     def run(self, on_update: Callable[[BenchStatus], None] | None = None, tick_s: float = 0.2) -> BenchStatus:
         for sub in (RUNS_DIR, PROGRESS_DIR, JOBS_DIR, LOGS_DIR):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        db = ResultsDB(self.dir / "results.db")
+        db = self._open_results()
         try:
             self._prepare_tasks(db)
             db.set_meta("spec", {**self.spec.__dict__, "llms": self.spec.llms})
