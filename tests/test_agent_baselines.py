@@ -1,15 +1,19 @@
-"""The agents the research agent is compared against: AutoGPT-style and LangChain, run for real with a scripted model."""
+"""The agents the research agent is compared against: AutoGPT-style and LangChain, run for real on a scripted model."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.fixtures.agents_fixtures import (IMPROVED, autogpt_response, edit_reply, langchain_response, llm_calls,
-                                            run_agent)
+from tests.fixtures.agents_fixtures import (
+    IMPROVED,
+    autogpt_response,
+    edit_reply,
+    langchain_response,
+    llm_calls,
+    run_agent,
+)
 
 A, L = autogpt_response, langchain_response
 

@@ -87,7 +87,7 @@ def _read_submission(path: Path, expected_ids: set[int]) -> dict[int, float]:
     try:
         rows = _read_csv(path)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InvalidSubmission(f"{path.name} is not a readable CSV file: {exc}")
+        raise InvalidSubmission(f"{path.name} is not a readable CSV file: {exc}") from exc
     if not rows or not {"id", "y"} <= set(rows[0]):
         raise InvalidSubmission(f"{path.name} needs the columns id and y")
     predictions: dict[int, float] = {}
@@ -95,7 +95,7 @@ def _read_submission(path: Path, expected_ids: set[int]) -> dict[int, float]:
         try:
             key, value = int(row["id"]), float(row["y"])
         except (TypeError, ValueError):
-            raise InvalidSubmission(f"{path.name} line {number}: id must be an integer and y a number")
+            raise InvalidSubmission(f"{path.name} line {number}: id must be an integer and y a number") from None
         if not math.isfinite(value):
             raise InvalidSubmission(f"{path.name} line {number}: y is not a finite number")
         if key in predictions:

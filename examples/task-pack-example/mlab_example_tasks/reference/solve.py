@@ -11,7 +11,7 @@ train = read_rows("train.csv")
 xs = [float(row["x"]) for row in train]
 ys = [float(row["y"]) for row in train]
 mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-w = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+w = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
 b = mean_y - w * mean_x
 
 with open("submission.csv", "w", newline="") as f:

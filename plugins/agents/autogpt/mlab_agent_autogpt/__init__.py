@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun, hookimpl
-from mlab.core.agentkit import (MAX_ATTEMPTS, InvalidResponse, ask_until_valid, check_args, check_option_names,
-                                loads_lenient, match_name, pick_actions, positive_int_option, truncate_middle)
+from mlab.core.agentkit import (
+    MAX_ATTEMPTS,
+    InvalidResponse,
+    ask_until_valid,
+    check_args,
+    check_option_names,
+    loads_lenient,
+    match_name,
+    pick_actions,
+    positive_int_option,
+    truncate_middle,
+)
 
 # AutoGPT-like command names for the environment's actions; the rest get a snake_case form of their name.
 COMMAND_NAMES = {
@@ -122,7 +132,7 @@ class AutoGPTAgent(Agent):
         try:
             reply = loads_lenient(text)
         except ValueError as exc:
-            raise InvalidResponse(f"the reply is not a JSON object ({exc})")
+            raise InvalidResponse(f"the reply is not a JSON object ({exc})") from exc
         if not isinstance(reply, dict):
             raise InvalidResponse("the reply must be a JSON object with \"thoughts\" and \"command\"")
         thoughts, command = reply.get("thoughts"), reply.get("command")
@@ -186,7 +196,7 @@ class AutoGPTAgent(Agent):
         opening = "Begin working towards the GOAL."  # chat APIs want a user turn before the first reply
         if self.memory:
             opening += f"\n\nRunning memory of your steps 1 to {self.folded_through}:\n{self.memory}"
-        turns: list[tuple[str, str]] = [("user", opening)]
+        turns: list[tuple[Literal["user", "assistant"], str]] = [("user", opening)]
         for step in recent:
             reply = step.action.raw_response or json.dumps(step.action.entries)
             turns.append(("assistant", reply))
@@ -196,7 +206,7 @@ class AutoGPTAgent(Agent):
                               "left). Determine which next command to use, and reply using the RESPONSE FORMAT."))
         merged: list[Message] = [Message(role="system", content=self.system)]
         for role, content in turns:  # some providers refuse two user messages in a row
-            if merged[-1].role == role and role != "system":
+            if merged[-1].role == role:  # turns hold no system message, so the system prompt stays apart
                 merged[-1] = Message(role=role, content=merged[-1].content + "\n\n" + content)
             else:
                 merged.append(Message(role=role, content=content))

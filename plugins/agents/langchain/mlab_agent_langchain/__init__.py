@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from mlab.core import Action, Agent, AgentContext, RunState, StopRun, hookimpl
-from mlab.core.agentkit import (MAX_ATTEMPTS, RESEARCH_ACTIONS, check_option_names, pick_actions,
-                                positive_int_option, truncate_middle)
+from mlab.core.agentkit import (
+    MAX_ATTEMPTS,
+    RESEARCH_ACTIONS,
+    check_option_names,
+    pick_actions,
+    positive_int_option,
+    truncate_middle,
+)
 
 OPTIONS = ("tools", "observation_chars", "scratchpad_chars", "max_attempts")
 
@@ -82,10 +90,10 @@ class LangChainAgent(Agent):
                                  f"{', '.join(tool.args)}")
             try:
                 args = tool.args_schema.model_validate(decision.tool_input).model_dump()
-            except ValueError as exc:
+            except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"wrong arguments for {tool.name} ({problems}); it takes exactly "
-                                 f"{', '.join(tool.args)}")
+                                 f"{', '.join(tool.args)}") from exc
             entries.update(action=tool.name, action_input=decision.tool_input)
             action = Action(name=tool.metadata["mlab_action"], args=args, entries=entries, raw_response=text)
         if failures:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Union
+from typing import Any, Literal
 
 from langchain_core.agents import AgentAction, AgentFinish
 from langchain_core.exceptions import OutputParserException
@@ -23,7 +23,7 @@ from mlab.core import ActionSpec, Message
 from mlab.core.agentkit import loads_lenient
 
 FINAL = "Final Answer"
-_ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+_ROLES: dict[str, Literal["system", "user", "assistant"]] = {"system": "system", "human": "user", "ai": "assistant"}
 _JSON_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 SYSTEM = """You are doing machine-learning research on your own, with tools that work inside a workspace \
@@ -105,7 +105,7 @@ def make_tools(actions: dict[str, ActionSpec]) -> list[StructuredTool]:
     for spec in actions.values():
         if spec.name == FINAL:
             continue  # the Final Answer "action" of the JSON-blob format maps onto it
-        fields = {arg: (int if arg.endswith("_line_number") else str, Field(description=hint))
+        fields: dict[str, Any] = {arg: (int if arg.endswith("_line_number") else str, Field(description=hint))
                   for arg, hint in spec.args.items()}
         schema = create_model(tool_name(spec.name) + "_args",
                               __config__=ConfigDict(extra="forbid", coerce_numbers_to_str=True), **fields)
@@ -123,10 +123,10 @@ def render_tools(tools: list[StructuredTool]) -> str:
     return "\n".join(lines)
 
 
-class JsonBlobParser(BaseOutputParser[Union[AgentAction, AgentFinish]]):
+class JsonBlobParser(BaseOutputParser[AgentAction | AgentFinish]):
     """Reads the JSON blob of a reply (fenced or not) into an AgentAction, or an AgentFinish for Final Answer."""
 
-    def parse(self, text: str) -> Union[AgentAction, AgentFinish]:
+    def parse(self, text: str) -> AgentAction | AgentFinish:
         blob, problem = None, "no JSON blob found"
         for candidate in [*_JSON_FENCE.findall(text), text]:
             try:

@@ -5,9 +5,19 @@ import json
 from typing import Any
 
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
-from mlab.core.agentkit import (MAX_ATTEMPTS, RESEARCH_ACTIONS, SUMMARY_THRESHOLD, action_text, ask_until_valid,
-                                bool_option, check_option_names, int_option, parse_named_entries, pick_actions,
-                                summarize_observation)
+from mlab.core.agentkit import (
+    MAX_ATTEMPTS,
+    RESEARCH_ACTIONS,
+    SUMMARY_THRESHOLD,
+    action_text,
+    ask_until_valid,
+    bool_option,
+    check_option_names,
+    int_option,
+    parse_named_entries,
+    pick_actions,
+    summarize_observation,
+)
 
 from . import prompts
 

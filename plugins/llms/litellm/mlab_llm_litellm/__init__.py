@@ -163,7 +163,7 @@ class LiteLLMBackend(LLM):
         except Exception:
             # LookupError: the core then says which other backends there are (a typo must not run at all)
             raise LookupError(f"litellm knows no provider for {model!r}; write PROVIDER/MODEL, e.g. openai/gpt-4o "
-                              "or anthropic/claude-3-5-haiku-latest")
+                              "or anthropic/claude-3-5-haiku-latest") from None
         problem = missing_key(model, api_base)
         if problem:
             raise ValueError(problem)
@@ -184,7 +184,7 @@ class LiteLLMBackend(LLM):
         try:
             text = response.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as exc:
-            raise LLMError(f"{self.model}: malformed response without a message ({exc})", transient=True)
+            raise LLMError(f"{self.model}: malformed response without a message ({exc})", transient=True) from exc
         usage = getattr(response, "usage", None)
         return Completion(text=text, model=str(getattr(response, "model", "") or self.model),
                           prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),

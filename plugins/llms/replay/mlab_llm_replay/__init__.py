@@ -47,7 +47,7 @@ def load_recording(path: Path) -> list[dict[str, Any]]:
             try:
                 items.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} line {number} is not JSON: {exc}")
+                raise ValueError(f"{path} line {number} is not JSON: {exc}") from exc
     calls = []
     for item in items:
         entry = {"completion": item} if isinstance(item, str) else dict(item)
@@ -70,12 +70,12 @@ def _without_interrupted_steps(calls: list[dict[str, Any]]) -> list[dict[str, An
 def _first_difference(recorded: list[dict], asked: list[Message]) -> str:
     if len(recorded) != len(asked):
         return f"{len(asked)} messages instead of {len(recorded)}"
-    for i, (r, a) in enumerate(zip(recorded, asked)):
+    for i, (r, a) in enumerate(zip(recorded, asked, strict=True)):
         if r.get("role") != a.role:
             return f"message {i + 1} has role {a.role!r} instead of {r.get('role')!r}"
         old, new = str(r.get("content", "")), a.content
         if old != new:
-            at = next((j for j, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+            at = next((j for j, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new)))
             return (f"message {i + 1} differs at character {at}: recorded {old[max(0, at - 30):at + 30]!r}, "
                     f"now {new[max(0, at - 30):at + 30]!r}")
     return "no difference"
@@ -94,7 +94,7 @@ class ReplayLLM(LLM):
         try:
             self.recording = load_recording(self.path)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{self.path} is not a JSON/JSONL recording: {exc}")
+            raise ValueError(f"{self.path} is not a JSON/JSONL recording: {exc}") from exc
         self.position = 0
         self._calls: list[dict[str, Any]] | None = None
 

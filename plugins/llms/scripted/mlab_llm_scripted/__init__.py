@@ -15,7 +15,10 @@ from mlab.core import LLM, Completion, LLMError, Message, hookimpl
 def load_script(path: Path) -> list[dict]:
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
-    items = json.loads(text) if stripped.startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+    if stripped.startswith("["):
+        items = json.loads(text)
+    else:
+        items = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [{"completion": item} if isinstance(item, str) else dict(item) for item in items]
 
 
@@ -30,7 +33,8 @@ class ScriptedLLM(LLM):
     def __init__(self, model: str = "", completions: list[Any] | None = None, **options: Any):
         super().__init__(model, **options)
         if completions is not None:
-            self.script = [{"completion": c} if isinstance(c, str) else dict(c) for c in completions]
+            self.script: list[dict[str, Any]] = [{"completion": c} if isinstance(c, str) else dict(c)
+                                                 for c in completions]
         else:
             path = Path(model)
             if not model or not path.is_file():
@@ -38,7 +42,7 @@ class ScriptedLLM(LLM):
             try:
                 self.script = load_script(path)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{path} is not a JSON/JSONL script: {exc}")
+                raise ValueError(f"{path} is not a JSON/JSONL script: {exc}") from exc
         self.position = 0
 
     def complete(self, messages: list[Message], **params: Any) -> Completion:
