@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mlab.core.bench.driver import PROGRESS_DIR
 from tests.fixtures.bench_cli import REGISTRY, mlab, start
 from tests.fixtures.bench_plugins import SCENARIOS
 
@@ -23,6 +24,25 @@ def db_rows(bench: Path, sql: str = "SELECT * FROM runs ORDER BY agent, llm, see
         return [dict(r) for r in conn.execute(sql)]
     finally:
         conn.close()
+
+
+def wait_for(condition, what: str, proc: subprocess.Popen, timeout: float = 120, every: float = 0.1) -> None:
+    """Poll until condition() holds; a generous deadline, so a loaded machine is slow, not failing."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"gave up waiting for {what} (exit code {proc.returncode}):\n{stdout}\n{stderr}")
+        time.sleep(every)
+
+
+def steps_done(bench_dir: Path, run_dir: str) -> int:
+    """The step a running run last reported (its progress file, written atomically by the worker)."""
+    try:
+        return json.loads((bench_dir / PROGRESS_DIR / f"{Path(run_dir).name}.json").read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def bench(bench_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -115,12 +135,14 @@ def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
     args = ("--agents", "fixture-stepper", "--runs", "4", "--workers", "2", "--agent-option", "steps=8",
             "--agent-option", "sleep=0.3", "--bench-dir", out, "--registry", REGISTRY)
     proc = start("bench", "--tasks", TASK, *args)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        if (out / "results.db").exists() and sum(r["status"] == "finished" for r in db_rows(out)) >= 2:
-            break
-    time.sleep(0.6)  # the next two runs are under way
+    def two_finished_and_the_rest_under_way() -> bool:
+        """Each unfinished run has a step on disk, so a stopped run has a trace to resume."""
+        rows = db_rows(out) if (out / "results.db").exists() else []  # the bench creates it whole, tables and all
+        unfinished = [r for r in rows if r["status"] != "finished"]
+        return len(rows) == 4 and 1 <= len(unfinished) <= 2 and all(
+            r["status"] == "running" and steps_done(out, r["run_dir"]) >= 1 for r in unfinished)
+
+    wait_for(two_finished_and_the_rest_under_way, "two finished runs and the other two under way", proc)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
