@@ -10,9 +10,19 @@ import pytest
 
 from mlab.core import ACTION_SPECS
 from mlab.core.agentkit import InvalidResponse, loads_lenient, parse_named_entries
-from tests.fixtures.agents_fixtures import (IMPROVED, STARTER, TASK_NAME, edit_reply, fixture_registry, llm_calls,
-                                            react_response, research_response, run_agent, simple_response,
-                                            write_script)
+from tests.fixtures.agents_fixtures import (
+    IMPROVED,
+    STARTER,
+    TASK_NAME,
+    edit_reply,
+    fixture_registry,
+    llm_calls,
+    react_response,
+    research_response,
+    run_agent,
+    simple_response,
+    write_script,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 R = research_response
@@ -123,8 +133,8 @@ def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
     """The same run on the built-in lite/wine task (scikit-learn): scaled logistic regression beats the k-NN starter."""
     from mlab.core import RunConfig
     from mlab.core.run import taskdata
-    from tests.fixtures.harnesses import measure_baseline
     from mlab.core.run.runner import Runner
+    from tests.fixtures.harnesses import measure_baseline
 
     registry = fixture_registry()
     if "lite/wine" not in registry.items["tasks"]:

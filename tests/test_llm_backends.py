@@ -11,8 +11,8 @@ import pytest
 from mlab.core import LLMError, Message, RunConfig, hookimpl
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import LLMClient, read_call_log, usage_of_log
-from mlab.core.llm.roles import build_backend
 from mlab.core.llm.retry import RetryPolicy
+from mlab.core.llm.roles import build_backend
 from mlab.core.run.runner import Runner
 from tests.fixtures.harness import TASK_NAME
 from tests.fixtures.llm_agent import AGENT_NAME, EDITED_SCRIPT, PLAN, UNDERSTOOD, llm_registry, respond
@@ -119,6 +119,7 @@ def test_error_classification_of_other_provider_failures():
     import email.utils
 
     import httpx
+
     from mlab_llm_litellm import _import_litellm, classify, parse_retry_after
 
     litellm = _import_litellm()
