@@ -46,7 +46,7 @@ def registry():
 
 def main() -> None:
     from mlab.core.models import RunConfig
-    from mlab.core.bench.results import eval_rows
+    from mlab.core.bench.evaluate import eval_rows
     from mlab.core.run.runner import Runner
 
     parser = argparse.ArgumentParser()

@@ -4,12 +4,17 @@ from __future__ import annotations
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import load_registry
+
+if TYPE_CHECKING:
+    from mlab.core.run.harness import Harness
 
 from .durations import Duration
 
@@ -32,12 +37,27 @@ def _fmt(value) -> str:
 @click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
               help="Time limit of the starter and of the reference script.")
 @click.option("--margin", type=click.FloatRange(0, None), help="Required improvement (default: the task's, 0.10).")
+@click.option("--sandbox", default="local", show_default=True, help="Sandbox the scripts run in.")
 @click.option("--json", "as_json", is_flag=True)
-def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json) -> None:
+def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None, home: str | None,
+               timeout_s: float, margin: float | None, sandbox: str, as_json: bool) -> None:
     """Self-check tasks: the reference solution must beat the baseline by the success margin."""
-    from mlab.core.run.checktask import check_task as run_check
+    from mlab.core.run.harness import Harness
+    from mlab.core.run.taskdata import TaskHome
 
     registry = load_registry()
+    with tempfile.TemporaryDirectory(prefix="mlab-check-") as scratch:
+        harness = Harness(registry, TaskHome(home or scratch), sandbox=sandbox)
+        harness.sandbox_cls  # an unknown sandbox fails before any work
+        _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
+
+
+def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,
+           timeout_s: float, margin: float | None, as_json: bool) -> None:
+    from mlab.core.run.checktask import check_task as run_check
+    from mlab.core.run.taskdata import source_for
+
+    registry = harness.registry
     if all_tasks and task_names:
         raise MlabError("give task names or --all, not both")
     if not all_tasks and not task_names:
@@ -51,16 +71,14 @@ def check_task(task_names, all_tasks, data_dir, home, timeout_s, margin, as_json
     reports = []
     for task in tasks:
         if all_tasks and not task.offline_ready and not data_dir:
-            from mlab.core.run import taskdata
-
-            if taskdata.source_for(task, None) is None:
+            if source_for(task, None) is None:
                 reports.append({"task": task.name, "status": "skipped",
                                 "reason": "no local data (set MLAB_DATA_DIR)"})
                 continue
         if not as_json:
             click.echo(f"checking {task.name} ...", err=True)
-        report = run_check(task, data_dir=data_dir, home=Path(home) if home else None, timeout_s=timeout_s,
-                           margin=margin, log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
+        report = run_check(harness, task, data_dir=data_dir, timeout_s=timeout_s, margin=margin,
+                           log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
         if all_tasks and report.status == "failed" and report.steps.get("prepare", "ok") != "ok" \
                 and not task.offline_ready:
             report.status, report.reason = "skipped", f"no usable local data: {report.steps['prepare']}"

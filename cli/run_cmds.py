@@ -25,14 +25,17 @@ from .durations import Duration
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Prepare from a local copy of the data.")
 def prepare(task_name: str, data_dir: str | None) -> None:
     """Prepare a task's data (once; a second call does nothing)."""
-    task = load_registry().get("tasks", task_name)
+    from mlab.core.run.harness import Harness
+
+    harness = Harness(load_registry())
+    task = harness.task(task_name)
     try:
-        done = taskdata.prepare(task, data_dir, log=lambda msg: click.echo(msg, err=True))
+        done = harness.prepare(task, data_dir, log=lambda msg: click.echo(msg, err=True))
     except MlabError:
         raise
     except FileNotFoundError as exc:
-        raise MlabError(f"preparing {task.name} failed: {exc}")
-    where = taskdata.task_dir(task)
+        raise MlabError(f"preparing {task.name} failed: {exc}") from exc
+    where = harness.home.task_dir(task)
     click.echo(f"{task.name}: {'prepared' if done else 'already prepared'} in {where}")
 
 
@@ -41,14 +44,23 @@ def prepare(task_name: str, data_dir: str | None) -> None:
 @click.option("--runs", default=1, show_default=True, type=click.IntRange(1, 100))
 @click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
               help="Time limit of the starter script.")
-def baseline(task_name: str, runs: int, timeout_s: float) -> None:
+@click.option("--sandbox", default="local", show_default=True, help="Sandbox the starter runs in (see: mlab list-plugins).")
+def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
     """Run a task's baseline and record the mean score that improvement is measured against."""
     from mlab.core.run.baseline import measure_baseline
+    from mlab.core.run.harness import Harness
 
-    task = load_registry().get("tasks", task_name)
-    scores = measure_baseline(task, runs=runs, timeout_s=timeout_s)
+    harness = Harness(load_registry(), sandbox=sandbox)
+    task = harness.task(task_name)
+    if task.fixed_baseline is not None:
+        click.echo(f"{task.name}: note: the task fixes its baseline at {task.fixed_baseline:.6g}; runs are judged "
+                   "against that, not against what is measured here", err=True)
+    task.check_runnable()
+    harness.ensure_prepared(task)
+    scores = measure_baseline(harness, task, runs=runs, timeout_s=timeout_s)
     click.echo(f"{task.name}: baseline {task.metric.name} = {statistics.fmean(scores):.6g} "
-               f"over {len(scores)} run(s), recorded in {taskdata.baseline_path(task)}")
+               f"over {len(scores)} run(s) in sandbox {harness.sandbox_name}, recorded in "
+               f"{harness.home.baseline_path(task)}")
 
 
 @click.command()
@@ -158,7 +170,7 @@ def _ask_human(request: str) -> str:
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes scoring at once (default: CPU count).")
 def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, workers: int | None) -> None:
     """Score each run (or every run of a bench folder, updating its results.db) from its final snapshot."""
-    from mlab.core.bench.results import eval_rows
+    from mlab.core.bench.evaluate import eval_rows
 
     rows = eval_rows([Path(p) for p in run_dirs], intermediate=intermediate, workers=workers,
                      registry=load_registry())

@@ -5,7 +5,8 @@ from typing import Callable
 
 import pluggy
 
-from mlab.core.models import LLMCallFinished, RunFinished, RunStarted, StepFinished
+from mlab.core.models import (BaselineMeasured, LLMCallFinished, RunFinished, RunStarted, StepFinished,
+                              SubmissionScored, TaskPrepared)
 
 PROJECT = "mlab"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -50,3 +51,18 @@ def run_finished(event: RunFinished) -> None:
 @hookspec
 def llm_call_finished(event: LLMCallFinished) -> None:
     """An LLM call ended (returned or failed for good), with its tokens, cost, latency, retries and error."""
+
+
+@hookspec
+def task_prepared(event: TaskPrepared) -> None:
+    """A task's data was prepared into a task home (not called when it was already there)."""
+
+
+@hookspec
+def baseline_measured(event: BaselineMeasured) -> None:
+    """A task's starter ran and was scored, once per requested run; event holds the scores and their mean."""
+
+
+@hookspec
+def submission_scored(event: SubmissionScored) -> None:
+    """A submission (a run's snapshot, or a baseline or reference workspace) was scored by its task."""

@@ -138,3 +138,26 @@ class LLMCallFinished(BaseModel):
     cached: bool = False
     step: int | None = None
     error: str | None = None  # set when the call failed for good
+
+
+class TaskPrepared(BaseModel):
+    task: str
+    home: str  # the task home the data went to
+    source_dir: str | None  # the local copy it was prepared from, if any
+    seconds: float
+
+
+class BaselineMeasured(BaseModel):
+    task: str
+    sandbox: str
+    scores: list[float]  # one per starter run
+    baseline: float  # their mean, the number improvement is measured against
+    recorded: bool  # written to the task home (False for check-task's own runs)
+
+
+class SubmissionScored(BaseModel):
+    task: str
+    run_dir: str | None  # None when a workspace outside any run was scored (baseline, check-task)
+    snapshot: str | None
+    score: float | None
+    error: str | None  # why there is no score

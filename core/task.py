@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 
 from mlab.core.errors import InvalidSubmission
 
+DEFAULT_SUCCESS_MARGIN = 0.10  # the original's "more than 10% better than the baseline"
+
 
 class Metric(BaseModel):
     name: str
@@ -36,6 +38,8 @@ class PrepareContext:
 
 @dataclass
 class BaselineContext:
+    """What Task.baseline gets: a fresh workspace, the answers, and a way to run a script in the sandbox."""
+
     workspace: Path
     hidden_dir: Path
     run_script: Callable[[str], "object"]  # runs a workspace script in the sandbox, returns an ExecResult
@@ -45,14 +49,25 @@ class Task(ABC):
     """One benchmark task. Subclasses set the class attributes and implement prepare and evaluate."""
 
     name: str = ""
+    """Registered name, `pack/task`."""
     description: str = ""
+    """One line for `mlab tasks`."""
     research_problem: str = ""
+    """What the agent is asked to do."""
     metric: Metric = Metric(name="score", higher_is_better=True)
+    """The score's name and direction."""
     read_only_files: list[str] = []
+    """Glob patterns of workspace files no action and no agent code may change."""
     resources: Resources = Resources()
+    """What the task needs of the machine."""
     starter_script: str = "train.py"
-    # Baseline used when the starter produces no valid submission (the original's worst-value rule).
+    """The script the baseline runs."""
     worst_score: float | None = None
+    """Baseline used when the starter produces no valid submission (the original's worst-value rule)."""
+    fixed_baseline: float | None = None
+    """A baseline fixed by the task (as the original fixes some) instead of one measured by running the starter."""
+    success_margin: float = DEFAULT_SUCCESS_MARGIN
+    """A run succeeds when its improvement over the baseline is above this fraction."""
 
     def check_runnable(self) -> None:
         """Raise MlabError when this machine cannot run the task (no GPU, a missing extra); called before a run."""
@@ -75,12 +90,12 @@ class Task(ABC):
                 raise
             return self.worst_score
 
+    def reference_solution(self, workspace: Path) -> str | None:
+        """Put a reference solution into a fresh copy of the public workspace and return the script to run;
+        None when the task has none. `mlab check-task` checks it beats the baseline by the success margin."""
+        return None
+
     @property
     def offline_ready(self) -> bool:
+        """Whether prepare needs no network (the task can be prepared on the fly before a run)."""
         return not self.resources.network_for_prepare
-
-    def improvement(self, score: float, baseline: float) -> float | None:
-        """Relative improvement over the baseline, positive when better, whatever the metric's direction."""
-        from mlab.core.bench.metrics import improvement
-
-        return improvement(score, baseline, self.metric.higher_is_better)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.models import RunConfig
-from mlab.core.bench.results import eval_rows, evaluate_runs
+from mlab.core.bench.evaluate import eval_rows, evaluate_runs
 from mlab.core.run.runner import Runner
 from tests.fixtures.bench_cli import REGISTRY, REPO, mlab
 from tests.fixtures.bench_plugins import bench_registry
@@ -55,7 +55,7 @@ def test_eval_of_a_bench_folder_stores_step_scores_and_best_step(tmp_path):
 
 
 def test_mlab_eval_intermediate_on_the_command_line(tmp_path):
-    """Through `mlab eval`, once cli/run_cmds.py delegates to mlab.core.bench.results.eval_rows."""
+    """Through `mlab eval`, through mlab.core.bench.evaluate.eval_rows."""
     help_text = mlab("eval", "--help").stdout
     if "--intermediate" not in help_text:
         pytest.skip("mlab eval has no --intermediate yet (the cli/run_cmds.py change is not applied)")

@@ -25,6 +25,7 @@ IMPLEMENTATION_ROOTS = (REPO / "tests" / "fixtures" / "plugins", REPO / "example
 META_TESTS = {"test_every_hookspec_has_a_docstring", "test_every_hookspec_is_documented_with_its_signature",
               "test_every_hookspec_is_exercised"}
 LIFECYCLE = ("run_started", "step_finished", "run_finished")
+TASK_HOOKS = ("task_prepared", "baseline_measured", "submission_scored")
 
 
 def hookspecs_by_name() -> dict[str, object]:
@@ -113,7 +114,7 @@ def run_observed(venv, tmp_path, *args, **env):
 def test_observer_plugin_is_discovered_with_its_hooks(venv):
     plugins = {p["name"]: p for p in venv.mlab_json("list-plugins")["plugins"]}
     assert plugins["fixture-observer"]["error"] is None
-    assert plugins["fixture-observer"]["hooks"] == sorted(["llm_call_finished", *LIFECYCLE])
+    assert plugins["fixture-observer"]["hooks"] == sorted(["llm_call_finished", *LIFECYCLE, *TASK_HOOKS])
     kit = plugins["fixture-kit"]
     assert kit["error"] is None
     assert kit["hooks"] == ["register_agents", "register_llms", "register_sandboxes"]
@@ -171,3 +172,38 @@ def test_failing_observer_cannot_break_a_run(venv, tmp_path):
     errors = (run_dir / "errors.log").read_text()
     assert "observer hook step_finished failed" in errors
     assert "fixture observer fails in step_finished" in errors
+
+
+def test_task_hooks_fire_for_prepare_baseline_run_and_eval(venv, tmp_path):
+    """task_prepared once per home, baseline_measured after the starter ran, submission_scored for the starter's
+    workspace, a run's final snapshot and every snapshot `mlab eval` scores."""
+    task_events = tmp_path / "task-events.jsonl"
+    env = {"MLAB_FIXTURE_TASK_EVENTS": str(task_events), "MLAB_HOME": str(tmp_path / "home")}
+
+    def events():
+        return [json.loads(line) for line in task_events.read_text().splitlines()]
+
+    assert venv.mlab("prepare", "example/line-fit", env=env).returncode == 0
+    assert venv.mlab("prepare", "example/line-fit", env=env).returncode == 0  # already there: no event
+    (prepared,) = events()
+    assert prepared["hook"] == "task_prepared" and prepared["event"]["task"] == "example/line-fit"
+    assert prepared["event"]["home"] == str((tmp_path / "home").resolve())
+
+    result = venv.mlab("baseline", "example/line-fit", env=env)
+    assert result.returncode == 0, result.stderr
+    scored, measured = events()[1:]
+    assert scored["hook"] == "submission_scored" and scored["event"]["run_dir"] is None
+    assert measured["hook"] == "baseline_measured" and measured["event"]["sandbox"] == "local"
+    assert measured["event"]["scores"] == [scored["event"]["score"]] and measured["event"]["recorded"] is True
+
+    run_dir = tmp_path / "run"
+    result = venv.mlab("run", "--task", "example/line-fit", "--agent", "baseline", "--run-dir", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    final = events()[3]
+    assert final["hook"] == "submission_scored" and final["event"]["snapshot"] == "final"
+    assert final["event"]["run_dir"] == str(run_dir.resolve())
+    result = venv.mlab("eval", "--json", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    again = events()[4]
+    assert again["hook"] == "submission_scored" and again["event"]["score"] == final["event"]["score"]
+    assert json.loads(result.stdout)[0]["score"] == final["event"]["score"]

@@ -5,10 +5,12 @@ import math
 
 import pytest
 
-from mlab.core.bench.metrics import (RunRecord, all_groups, group_metrics, improvement, mean_ci, overall, paired, run_metrics,
+from mlab.core.bench.metrics import (RunRecord, all_groups, group_metrics, mean_ci, overall, paired, run_metrics,
                                sign_test, wilson)
 from mlab.core.models import Action, RunConfig, Step, Trace
-from mlab.core.bench.results import classify, intermediate_steps
+from mlab.core.bench.evaluate import intermediate_steps
+from mlab.core.bench.results import classify
+from mlab.core.run.scoring import improvement
 
 
 def run(seed=0, score=None, agent="a", task="t", higher=True, status="finished", steps=(), tokens=0, cost=0.0,
@@ -24,7 +26,9 @@ def test_improvement_is_direction_aware_and_nonpositive_scores_are_invalid():
     assert improvement(25000.0, 20000.0, False) == pytest.approx(-0.25)
     assert improvement(0.0, 0.5, True) is None and improvement(-1.0, 0.5, False) is None
     assert improvement(None, 0.5, True) is None and improvement(0.6, None, True) is None
-    assert improvement(0.6, 0.0, True) is None
+    # a zero baseline: any better score is an unbounded gain, any worse one an unbounded loss (one rule for
+    # eval, report and check-task)
+    assert improvement(0.6, 0.0, True) == math.inf and improvement(0.6, 0.0, False) == -math.inf
 
 
 def test_success_at_each_threshold_and_at_any_step():

@@ -18,8 +18,8 @@ import pytest
 
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.run import taskdata
-from mlab.core.run.baseline import measure_baseline
-from mlab.core.run.checktask import check_task
+from tests.fixtures.harnesses import measure_baseline
+from tests.fixtures.harnesses import check_task
 from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import tabular
 

@@ -11,7 +11,7 @@ import pytest
 
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.run import taskdata
-from mlab.core.run.checktask import check_task
+from tests.fixtures.harnesses import check_task
 from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import images, text
 

@@ -183,7 +183,7 @@ def test_run_with_sandbox_auto(tmp_path, mlab_home):
     runner = Runner(tmp_path / "run", config, registry)
     bwrap = registry.items["sandboxes"].get("bwrap")
     expected = "bwrap" if bwrap is not None and bwrap.available()[0] else "local"
-    assert runner.sandbox_cls.name == expected
+    assert runner.harness.sandbox_cls.name == expected
     trace = runner.start()
     assert trace.status == "finished" and trace.steps[1].observation.startswith("The script ran")
     assert trace.config.sandbox == "auto"

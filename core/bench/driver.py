@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from mlab.core.run import taskdata
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
-from mlab.core.bench.results import DB_FILE, ResultsDB, registry_from
+from mlab.core.bench.evaluate import registry_from
+from mlab.core.bench.results import DB_FILE, ResultsDB
+from mlab.core.run.baseline import known_baseline
+from mlab.core.run.harness import Harness
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -199,13 +201,10 @@ class Bench:
 
     def _prepare_tasks(self, db: ResultsDB) -> None:
         """Prepare each task once, here: workers preparing the same task at once would race."""
+        harness = Harness(self.registry)
         for task in self.tasks:
-            if not taskdata.is_prepared(task):
-                if not task.offline_ready:
-                    raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {task.name}")
-                taskdata.prepare(task, log=lambda _msg: None)
-            recorded = taskdata.recorded_baseline(task)
-            db.set_baseline(task.name, recorded, "recorded" if recorded is not None else "missing")
+            harness.ensure_prepared(task)
+            db.set_baseline(task.name, *known_baseline(task, harness.home))
 
     def _open_results(self) -> ResultsDB:
         """The bench's database, created whole under a temporary name: whoever finds results.db (`mlab report`

@@ -22,7 +22,9 @@ from typing import Any
 from mlab.core.run.atomic import write_atomic
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
-from mlab.core.bench.results import Scorer, intermediate_steps, registry_from, summarize
+from mlab.core.bench.evaluate import intermediate_steps, registry_from
+from mlab.core.bench.results import summarize
+from mlab.core.run.harness import Harness
 
 
 # ---- the work of one run -----------------------------------------------------------------------------
@@ -55,8 +57,8 @@ def execute_job(job: dict, registry=None) -> dict:
         result["plugin_versions"] = trace.plugin_versions
         result["step_scores"] = []
         if job.get("intermediate"):
-            scorer = Scorer(registry)
-            result["step_scores"] = [(i, snap, *scorer.score(task, run_dir, snap))
+            harness = Harness(registry)
+            result["step_scores"] = [(i, snap, *harness.score_snapshot(task, run_dir, snap))
                                      for i, snap in intermediate_steps(trace)]
         return result
     except Exception as exc:

@@ -9,6 +9,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from mlab.core.run.scoring import ScoreRule, is_valid, judge
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN
+
 THRESHOLDS = (0.05, 0.10, 0.15, 0.20, 0.30)
 SUCCESS = 0.10  # the original's headline threshold: more than 10% better than the baseline at the last step
 
@@ -45,6 +48,9 @@ def mean_ci(values: list[float]) -> Estimate:
     if not values:
         return Estimate(0, None)
     mean = statistics.fmean(values)
+    if not math.isfinite(mean) or not all(math.isfinite(v) for v in values):
+        # an unbounded improvement (a zero baseline) has no interval; both signs at once have no mean
+        return Estimate(len(values), None if math.isnan(mean) else mean)
     if len(values) < 2:
         return Estimate(1, mean)
     half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
@@ -73,17 +79,6 @@ def sign_test(wins: int, losses: int) -> float:
 
 
 # ---- one run --------------------------------------------------------------------------------------
-def is_valid(score: float | None) -> bool:
-    return score is not None and math.isfinite(score) and score > 0
-
-
-def improvement(score: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
-    if not is_valid(score) or baseline is None or baseline == 0:
-        return None
-    change = (score - baseline) / abs(baseline)
-    return change if higher_is_better else 0.0 - change  # 0.0 - x: no negative zero in reports
-
-
 @dataclass
 class RunRecord:
     """What metrics need of a run; step_scores are (step, score or None) of evaluated snapshots."""
@@ -96,6 +91,7 @@ class RunRecord:
     status: str
     final_score: float | None
     higher_is_better: bool = True
+    success_margin: float = DEFAULT_SUCCESS_MARGIN
     failure: str | None = None
     tokens: int = 0
     cost_usd: float = 0.0
@@ -107,24 +103,30 @@ class RunRecord:
     def label(self) -> str:
         return self.agent if not self.llm else f"{self.agent} ({self.llm})"
 
+    @property
+    def rule(self) -> ScoreRule:
+        return ScoreRule(higher_is_better=self.higher_is_better, success_margin=self.success_margin)
+
 
 @dataclass
 class RunMetrics:
     final_improvement: float | None
     best_improvement: float | None  # over every evaluated step and the final snapshot
     valid_final: bool
+    succeeded: bool  # the run's success, as judged by the one rule (the task's margin)
     success: dict[float, bool]  # threshold -> final improvement above it
     success_any: bool
 
 
 def run_metrics(run: RunRecord, baseline: float | None) -> RunMetrics:
-    final = improvement(run.final_score, baseline, run.higher_is_better)
-    candidates = [final] + [improvement(s, baseline, run.higher_is_better) for _i, s in run.step_scores]
-    candidates = [c for c in candidates if c is not None]
-    best = max(candidates) if candidates else None
-    return RunMetrics(final_improvement=final, best_improvement=best, valid_final=is_valid(run.final_score),
-                      success={t: final is not None and final > t for t in THRESHOLDS},
-                      success_any=best is not None and best > SUCCESS)
+    verdict = judge(run.final_score, baseline, run.rule)
+    final = verdict.improvement
+    candidates = [final] + [judge(s, baseline, run.rule).improvement for _i, s in run.step_scores]
+    gains = [c for c in candidates if c is not None]
+    best = max(gains) if gains else None
+    return RunMetrics(final_improvement=final, best_improvement=best, valid_final=verdict.valid,
+                      succeeded=verdict.success, success={t: final is not None and final > t for t in THRESHOLDS},
+                      success_any=best is not None and best > run.success_margin)
 
 
 # ---- a group of runs (one task, one agent and model, many seeds) -----------------------------------
@@ -136,6 +138,7 @@ class GroupMetrics:
     failed: int
     valid_final: int
     baseline: float | None
+    success_rate: Estimate  # runs that succeeded by the task's own margin: the headline number
     success: dict[float, Estimate]
     success_any: Estimate
     improvement: Estimate  # over runs with a valid final submission
@@ -149,6 +152,7 @@ class GroupMetrics:
     def as_dict(self) -> dict:
         return {"task": self.task, "label": self.label, "runs": self.runs, "failed": self.failed,
                 "valid_final": self.valid_final, "baseline": self.baseline,
+                "success_rate": self.success_rate.as_dict(),
                 "success": {f"{int(round(t * 100))}": e.as_dict() for t, e in self.success.items()},
                 "success_any": self.success_any.as_dict(), "improvement": self.improvement.as_dict(),
                 "best_improvement": self.best_improvement.as_dict(), "final_score": self.final_score.as_dict(),
@@ -170,6 +174,7 @@ def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float 
     return GroupMetrics(
         task=task, label=label, runs=n, failed=sum(r.status == "failed" for r in done),
         valid_final=sum(m.valid_final for m in per_run), baseline=baseline,
+        success_rate=wilson(sum(m.succeeded for m in per_run), n),
         success={t: wilson(sum(m.success[t] for m in per_run), n) for t in THRESHOLDS},
         success_any=wilson(sum(m.success_any for m in per_run), n),
         improvement=mean_ci([m.final_improvement for m in per_run if m.final_improvement is not None]),
@@ -196,7 +201,7 @@ def overall(groups: list[GroupMetrics]) -> dict[str, dict]:
     for label, gs in sorted(by_label.items()):
         out[label] = {
             "tasks": len(gs),
-            "success": mean_ci([g.success[SUCCESS].mean for g in gs]).as_dict(),
+            "success": mean_ci([g.success_rate.mean for g in gs]).as_dict(),
             "success_any": mean_ci([g.success_any.mean for g in gs]).as_dict(),
             "improvement": mean_ci([g.improvement.mean for g in gs if g.improvement.mean is not None]).as_dict(),
             "tokens": mean_ci([g.tokens.mean for g in gs if g.tokens.mean is not None]).as_dict(),
@@ -233,14 +238,14 @@ def paired(groups: list[GroupMetrics], a: str, b: str) -> PairedComparison:
     wins = losses = ties = 0
     for task in tasks:
         ga, gb = by[(task, a)], by[(task, b)]
-        d = ga.success[SUCCESS].mean - gb.success[SUCCESS].mean
+        d = ga.success_rate.mean - gb.success_rate.mean
         sdiff.append(d)
         ia, ib = ga.improvement.mean, gb.improvement.mean
         di = ia - ib if ia is not None and ib is not None else None
         if di is not None:
             idiff.append(di)
         wins, losses, ties = wins + (d > 0), losses + (d < 0), ties + (d == 0)
-        rows.append({"task": task, "success_a": ga.success[SUCCESS].mean, "success_b": gb.success[SUCCESS].mean,
+        rows.append({"task": task, "success_a": ga.success_rate.mean, "success_b": gb.success_rate.mean,
                      "success_diff": d, "improvement_a": ia, "improvement_b": ib, "improvement_diff": di})
     return PairedComparison(a=a, b=b, tasks=rows, success_diff=mean_ci(sdiff), improvement_diff=mean_ci(idiff),
                             wins=wins, losses=losses, ties=ties, p_sign=sign_test(wins, losses))

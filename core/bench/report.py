@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
-from mlab.core.run import taskdata
 from mlab.core.bench.formatting import num, pct, signed_pct
 from mlab.core.bench.metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
                       overall, paired)
-from mlab.core.bench.results import FAILURES, ResultsDB
+from mlab.core.bench.results import FAILURES, ResultsDB, bench_baselines
+from mlab.core.run.scoring import Verdict, judge
+from mlab.core.run.taskdata import TaskHome
 
 
 @dataclass
@@ -24,6 +24,7 @@ class ReportData:
     overall: dict[str, dict]
     step_scores: dict[str, list[dict]]
     plugin_versions: dict[str, dict[str, str]]
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # run key -> its judged final score
     comparisons: list[PairedComparison] = field(default_factory=list)
 
     @property
@@ -38,40 +39,26 @@ class ReportData:
         return {"bench_dir": str(self.bench_dir), "baselines": self.baselines, "baseline_sources": self.baseline_sources,
                 "groups": [g.as_dict() for g in self.groups], "overall": self.overall,
                 "comparisons": [c.as_dict() for c in self.comparisons],
-                "runs": [{k: v for k, v in r.items() if k != "config"} for r in self.rows]}
+                "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r)} for r in self.rows]}
 
-
-def effective_baselines(db: ResultsDB, records: list[RunRecord]) -> tuple[dict, dict]:
-    """Per task: the recorded baseline (`mlab baseline`), else the mean valid final score of the bench's own
-    `baseline` agent runs (the original's definition), else none."""
-    stored = db.baselines()
-    scores, sources = {}, {}
-    for task in sorted({r.task for r in records} | set(stored)):
-        value = stored.get(task)
-        if value is None:
-            path = taskdata.baseline_path(SimpleNamespace(name=task))
-            if path.is_file():
-                value = json.loads(path.read_text()).get("score")
-        if value is not None:
-            scores[task], sources[task] = value, "recorded"
-            continue
-        own = [r.final_score for r in records if r.task == task and r.agent == "baseline" and is_valid(r.final_score)]
-        if own:
-            scores[task], sources[task] = sum(own) / len(own), f"baseline agent, {len(own)} runs"
-        else:
-            scores[task], sources[task] = None, "missing"
-    return scores, sources
+    def _judged(self, row: dict) -> dict:
+        verdict = self.verdicts.get(row["key"])
+        if verdict is None:
+            return {}
+        return {"baseline": self.baselines.get(row["task"]), "valid": verdict.valid,
+                "improvement": verdict.improvement, "success": verdict.success}
 
 
 def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     with ResultsDB.open_existing(bench_dir) as db:
         rows, records = db.runs(), db.records()
-        baselines, sources = effective_baselines(db, records)
+        baselines, sources = bench_baselines(db, records, TaskHome.from_env())
         steps, versions = db.step_scores(), db.plugin_versions()
     groups = all_groups(records, baselines)
+    verdicts = {r.key: judge(r.final_score, baselines.get(r.task), r.rule) for r in records}
     data = ReportData(bench_dir=Path(bench_dir), rows=rows, records=records, baselines=baselines,
                       baseline_sources=sources, groups=groups, overall=overall(groups), step_scores=steps,
-                      plugin_versions=versions)
+                      plugin_versions=versions, verdicts=verdicts)
     labels = data.labels
     if compare:
         from mlab.core.errors import MlabError
@@ -90,14 +77,14 @@ def tables(data: ReportData):
     from rich.table import Table
 
     out = []
-    t = Table(title=f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step; "
-                    "95% CI over seeds)")
+    t = Table(title=f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step, "
+                    "unless the task sets its own margin; 95% CI over seeds)")
     for col in ("task", "agent", "baseline", "runs", "failed", "success", "any step", "improvement", "tokens",
                 "time s", "cost $"):
         t.add_column(col, overflow="fold")
     for g in data.groups:
         base = "-" if g.baseline is None else f"{g.baseline:.4g}"
-        t.add_row(g.task, g.label, base, str(g.runs), str(g.failed), pct(g.success[SUCCESS]), pct(g.success_any),
+        t.add_row(g.task, g.label, base, str(g.runs), str(g.failed), pct(g.success_rate), pct(g.success_any),
                   signed_pct(g.improvement), num(g.tokens), num(g.time_s, ",.1f"), num(g.cost_usd, ".4f"))
     out.append(t)
 

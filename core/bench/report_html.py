@@ -12,7 +12,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from mlab.core.bench.metrics import SUCCESS, improvement
+from mlab.core.bench.metrics import SUCCESS
 from mlab.core.bench.formatting import num, pct, signed_pct
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.trace import read_trace
@@ -120,7 +120,8 @@ def write_html(data, out_dir: Path, images: list[Path]) -> Path:
         if has_trace:
             payload = run_data(run_dir, row, data.step_scores.get(row["key"], []))
             (runs_dir / f"{rid}.js").write_text(f"MLAB_LOADED({_js(rid)}, {_js(payload)});\n", encoding="utf-8")
-        imp = improvement(row["final_score"], data.baselines.get(row["task"]), bool(row["higher_is_better"]))
+        verdict = data.verdicts.get(row["key"])
+        imp = verdict.improvement if verdict else None
         index.append({"id": rid, "key": row["key"], "task": row["task"], "agent": row["agent"], "llm": row["llm"],
                       "seed": row["seed"], "status": row["status"], "failure": row["failure"],
                       "end_reason": row["end_reason"], "final_score": row["final_score"], "improvement": imp,
@@ -133,7 +134,7 @@ def write_html(data, out_dir: Path, images: list[Path]) -> Path:
         ["task", "agent", "baseline", "runs", "failed", f"success >{SUCCESS:.0%}", "any step", "improvement",
          "tokens", "time s", "cost $"],
         [[html.escape(g.task), html.escape(g.label), "-" if g.baseline is None else f"{g.baseline:.4g}", str(g.runs),
-          str(g.failed), pct(g.success[SUCCESS]), pct(g.success_any), signed_pct(g.improvement), num(g.tokens),
+          str(g.failed), pct(g.success_rate), pct(g.success_any), signed_pct(g.improvement), num(g.tokens),
           num(g.time_s, ",.1f"), num(g.cost_usd, ".4f")] for g in data.groups], "summary")
     comparisons = "".join(
         f"<p class='cmp'>{html.escape(c.a)} − {html.escape(c.b)}: mean success difference {signed_pct(c.success_diff)}"

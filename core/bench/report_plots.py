@@ -8,7 +8,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from mlab.core.bench.metrics import SUCCESS, Estimate, is_valid  # noqa: E402
+from mlab.core.bench.metrics import SUCCESS, Estimate  # noqa: E402
+from mlab.core.run.scoring import is_valid  # noqa: E402
 
 
 def _grouped_bars(ax, tasks: list[str], labels: list[str], value) -> None:
@@ -48,7 +49,7 @@ def write_plots(data, out_dir: Path) -> list[Path]:
             o = data.overall.get(label)
             return Estimate(**o["success"]) if o else None
         g = groups.get((task, label))
-        return g.success[SUCCESS] if g else None
+        return g.success_rate if g else None
 
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(tasks) * max(1, len(labels)) / 2 + 3), 4))
     _grouped_bars(ax, tasks, labels, success)

@@ -2,44 +2,42 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from mlab.core.run import taskdata
 from mlab.core.agent import AgentContext, RunState
-from mlab.core.run.environment import EnvSettings, Environment, is_final
-from mlab.core.errors import BudgetExceeded, LLMError, MlabError, InvalidSubmission
+from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.llm.client import LLMClient
 from mlab.core.llm.roles import backend_options, build_roles, client_options
 from mlab.core.models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
-from mlab.core.run.readonly import is_read_only
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.atomic import is_disk_full, write_atomic
-from mlab.core.sandbox.limits import Limits
-from mlab.core.sandbox.resolve import resolve_sandbox
+from mlab.core.run.environment import is_final
+from mlab.core.run.harness import Harness
+from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.trace import (
+    LLM_LOG_FILE,
+    WORKSPACE_DIR,
+    append_error,
+    json_safe,
+    read_trace,
+    write_config,
+    write_trace,
+)
+from mlab.core.sandbox.limits import Limits
 from mlab.core.task import Task
-from mlab.core.run.trace import (LLM_LOG_FILE, WORKSPACE_DIR, append_error, json_safe, read_trace, write_config, write_trace)
 
 INITIAL_SNAPSHOT = "step_0000"
 
 
 def step_snapshot_name(index: int) -> str:
     return f"step_{index:04d}"
-
-
-@dataclass
-class RunHandle:
-    run_dir: Path
-    trace: Trace
-    task: Task
 
 
 def new_run_dir(config: RunConfig, base: Path | None = None) -> Path:
@@ -61,17 +59,20 @@ class DiskFull(MlabError):
 class Runner:
     def __init__(self, run_dir: Path, config: RunConfig, registry: Registry | None = None,
                  on_step: Callable[[Step], None] | None = None, ask_human: Callable[[str], str] | None = None,
-                 limits: Limits | None = None, warn: Callable[[str], None] | None = None):
+                 limits: Limits | None = None, warn: Callable[[str], None] | None = None,
+                 home: TaskHome | None = None):
         self.registry = registry or load_registry()
         self.run_dir = Path(run_dir).resolve()
         self.config = config
         self.on_step = on_step
         self.ask_human = ask_human
-        self.limits = limits  # for agent code; the timeout always comes from config.action_timeout_s
         self.warn = warn or (lambda text: print(f"mlab: warning: {text}", file=sys.stderr))
-        self.task: Task = self.registry.get("tasks", config.task)
+        # Limits for agent code; the timeout always comes from config.action_timeout_s.
+        self.harness = Harness(self.registry, home, config.sandbox, limits,
+                               on_hook_error=lambda text: append_error(self.run_dir, text))
+        self.task: Task = self.harness.task(config.task)
+        self.harness.sandbox_cls  # an unknown sandbox fails here, before anything is written
         self.agent_cls = self.registry.get("agents", config.agent)
-        self.sandbox_cls = resolve_sandbox(self.registry, config.sandbox)  # `auto` picks the strongest here
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
         backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm,
@@ -102,45 +103,35 @@ class Runner:
     def _build(self) -> None:
         self._lock()
         self.store = SnapshotStore(self.run_dir)
-        pm = self.registry.pm
         if self._backends is not None:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
                                  on_call=lambda event: self._notify("llm_call_finished", event),
                                  **client_options(self.config))
-        limits = (self.limits or Limits()).model_copy(update={"timeout_s": self.config.action_timeout_s})
-        sandbox = self.sandbox_cls()
+        sandbox = self.harness.new_sandbox()
         self.warnings = [f"sandbox {sandbox.name}: {note}" for note in sandbox.limitations()]
-        self.env = Environment(EnvSettings(
-            workspace=self.workspace, read_only_patterns=list(self.task.read_only_files),
-            sandbox=sandbox, store=self.store, pristine_dir=taskdata.public_dir(self.task),
-            hidden_paths=[taskdata.data_root()], sandbox_home=self.run_dir / "home", limits=limits,
-            llm=self.llm, interactive=self.config.interactive, ask_human=self.ask_human))
+        self.env = self.harness.environment(
+            self.task, self.workspace, store=self.store, sandbox_home=self.run_dir / "home",
+            timeout_s=self.config.action_timeout_s, sandbox=sandbox, llm=self.llm,
+            interactive=self.config.interactive, ask_human=self.ask_human)
         self.agent = self.agent_cls(AgentContext(
             task_name=self.task.name, research_problem=self.task.research_problem,
             actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
             seed=self.config.seed, starter_script=self.task.starter_script,
             log=lambda msg: append_error(self.run_dir, f"[agent] {msg}")))
-        self._pm = pm
 
-    def _notify(self, hook: str, event) -> None:
-        try:
-            getattr(self._pm.hook, hook)(event=event)
-        except Exception:
-            append_error(self.run_dir, f"observer hook {hook} failed:\n{traceback.format_exc()}")
+    def _notify(self, hook: str, event: object) -> None:
+        self.harness.notify(hook, event)
 
     def start(self) -> Trace:
         self.task.check_runnable()
-        if not taskdata.is_prepared(self.task):
-            if not self.task.offline_ready:
-                raise MlabError(f"task {self.task.name!r} is not prepared; run: mlab prepare {self.task.name}")
-            taskdata.prepare(self.task, log=lambda _msg: None)
+        self.harness.ensure_prepared(self.task)
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise MlabError(f"run directory {str(self.run_dir)!r} is not empty; use --resume to continue it")
         existed = self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             write_config(self.run_dir, self.config)
-            shutil.copytree(taskdata.public_dir(self.task), self.workspace, symlinks=False)
+            self.harness.new_workspace(self.task, self.workspace)
             self._build()
             self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
@@ -297,7 +288,7 @@ class Runner:
         write_atomic(self.run_dir / "snapshots" / "final.json", manifest)
         final = trace.model_copy(deep=True)  # the trace in memory changes only once it is on disk
         final.final_snapshot = "final"
-        final.final_score, final.final_score_error = evaluate_snapshot(self.task, self.run_dir, "final")
+        final.final_score, final.final_score_error = self.harness.score_snapshot(self.task, self.run_dir, "final")
         final.status, final.end_reason, final.total_time_s = status, reason, total
         if self.llm is not None:
             final.usage = self.llm.usage
@@ -324,24 +315,3 @@ def _empty_folder(folder: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink()
-
-
-def evaluate_snapshot(task: Task, run_dir: Path, snapshot: str) -> tuple[float | None, str | None]:
-    """Score a snapshot in a scratch folder: its files plus the task's read-only files, linked not copied."""
-    store = SnapshotStore(run_dir)
-    with tempfile.TemporaryDirectory(prefix="mlab-eval-") as scratch:
-        target = Path(scratch)
-        store.materialize(snapshot, target)
-        public = taskdata.public_dir(task)
-        if public.is_dir():
-            for path in public.rglob("*"):
-                rel = path.relative_to(public).as_posix()
-                if path.is_file() and is_read_only(rel, task.read_only_files) and not (target / rel).exists():
-                    (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(path, target / rel)
-        try:
-            return float(task.evaluate(target, taskdata.hidden_dir(task))), None
-        except InvalidSubmission as exc:
-            return None, f"invalid submission: {exc}"
-        except Exception as exc:
-            return None, f"evaluation failed: {type(exc).__name__}: {exc}"

@@ -1,45 +1,106 @@
-"""Where prepared task data lives, and preparing it once, atomically."""
+"""Where prepared task data lives (a task home, MLAB_HOME by default), and preparing it once, atomically."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from mlab.core.run.atomic import write_atomic
 from mlab.core.errors import MlabError
+from mlab.core.run.atomic import write_atomic
 from mlab.core.task import PrepareContext, Task
 
 
-def mlab_home() -> Path:
-    if os.environ.get("MLAB_HOME"):
-        return Path(os.environ["MLAB_HOME"]).expanduser().resolve()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return (Path(cache) / "mlab").resolve()
+class Named(Protocol):
+    name: str
 
 
-def data_root() -> Path:
-    return mlab_home() / "tasks"
+class TaskHome:
+    """A folder of prepared tasks: each task's public files, hidden answers and recorded baseline.
+
+    Commands pass one around instead of reading MLAB_HOME at every use, so a check can work in a home of its
+    own without touching the process environment."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root).expanduser().resolve()
+
+    @classmethod
+    def from_env(cls) -> TaskHome:
+        """MLAB_HOME, else $XDG_CACHE_HOME/mlab (~/.cache/mlab)."""
+        if os.environ.get("MLAB_HOME"):
+            return cls(os.environ["MLAB_HOME"])
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        return cls(Path(cache) / "mlab")
+
+    def __repr__(self) -> str:
+        return f"TaskHome({str(self.root)!r})"
+
+    @property
+    def data_root(self) -> Path:
+        """Every task's data: agent code never sees below it except its own run's copy of the public files."""
+        return self.root / "tasks"
+
+    def task_dir(self, task: Named) -> Path:
+        return self.data_root / task.name.replace("/", "__")
+
+    def public_dir(self, task: Named) -> Path:
+        return self.task_dir(task) / "public"
+
+    def hidden_dir(self, task: Named) -> Path:
+        return self.task_dir(task) / "hidden"
+
+    def is_prepared(self, task: Named) -> bool:
+        return (self.task_dir(task) / "prepared.json").exists()
+
+    def prepare(self, task: Task, data_dir: str | Path | None = None,
+                log: Callable[[str], None] = print) -> bool:
+        """Prepare the task unless already done; True when work was done. A failure leaves nothing behind."""
+        if self.is_prepared(task):
+            return False
+        final = self.task_dir(task)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = final.parent / f".staging-{final.name}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        ctx = PrepareContext(public_dir=staging / "public", hidden_dir=staging / "hidden",
+                             source_dir=source_for(task, data_dir), log=log)
+        ctx.public_dir.mkdir(parents=True)
+        ctx.hidden_dir.mkdir(parents=True)
+        os.chmod(ctx.hidden_dir, 0o700)
+        started = time.time()
+        try:
+            task.prepare(ctx)
+            write_atomic(staging / "prepared.json", json.dumps(
+                {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
+                 "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())
+            if final.exists():  # a stale, unfinished folder from an older version: replace it
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return True
+
+    def baseline_path(self, task: Named) -> Path:
+        return self.task_dir(task) / "baseline.json"
+
+    def recorded_baseline(self, task: Named) -> float | None:
+        """The mean score `mlab baseline` recorded, or None."""
+        path = self.baseline_path(task)
+        if path.is_file():
+            score = json.loads(path.read_text()).get("score")
+            return float(score) if score is not None else None
+        return None
+
+    def record_baseline(self, task: Named, scores: list[float], sandbox: str) -> None:
+        write_atomic(self.baseline_path(task), json.dumps(
+            {"task": task.name, "score": statistics.fmean(scores), "runs": scores, "sandbox": sandbox}).encode())
 
 
-def task_dir(task: Task) -> Path:
-    return data_root() / task.name.replace("/", "__")
-
-
-def public_dir(task: Task) -> Path:
-    return task_dir(task) / "public"
-
-
-def hidden_dir(task: Task) -> Path:
-    return task_dir(task) / "hidden"
-
-
-def is_prepared(task: Task) -> bool:
-    return (task_dir(task) / "prepared.json").exists()
-
-
-def source_for(task: Task, data_dir: str | Path | None) -> Path | None:
+def source_for(task: Named, data_dir: str | Path | None) -> Path | None:
     """The local copy to prepare from: --data-dir, else MLAB_DATA_DIR/<task> or MLAB_DATA_DIR itself."""
     if data_dir is not None:
         path = Path(data_dir).expanduser()
@@ -55,40 +116,38 @@ def source_for(task: Task, data_dir: str | Path | None) -> Path | None:
     return None
 
 
-def prepare(task: Task, data_dir: str | Path | None = None, log=print) -> bool:
-    """Prepare the task unless already done; returns True when work was done. A failure leaves nothing behind."""
-    if is_prepared(task):
-        return False
-    final = task_dir(task)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = final.parent / f".staging-{final.name}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    ctx = PrepareContext(public_dir=staging / "public", hidden_dir=staging / "hidden",
-                         source_dir=source_for(task, data_dir), log=log)
-    ctx.public_dir.mkdir(parents=True)
-    ctx.hidden_dir.mkdir(parents=True)
-    os.chmod(ctx.hidden_dir, 0o700)
-    started = time.time()
-    try:
-        task.prepare(ctx)
-        write_atomic(staging / "prepared.json", json.dumps(
-            {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
-             "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())
-        if final.exists():  # a stale, unfinished folder from an older version: replace it
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return True
+# The default home, for callers (task packs' tests, one-off scripts) that do not carry a TaskHome around.
+def mlab_home() -> Path:
+    return TaskHome.from_env().root
 
 
-def baseline_path(task: Task) -> Path:
-    return task_dir(task) / "baseline.json"
+def data_root() -> Path:
+    return TaskHome.from_env().data_root
 
 
-def recorded_baseline(task: Task) -> float | None:
-    path = baseline_path(task)
-    if path.exists():
-        return json.loads(path.read_text())["score"]
-    return None
+def task_dir(task: Named) -> Path:
+    return TaskHome.from_env().task_dir(task)
+
+
+def public_dir(task: Named) -> Path:
+    return TaskHome.from_env().public_dir(task)
+
+
+def hidden_dir(task: Named) -> Path:
+    return TaskHome.from_env().hidden_dir(task)
+
+
+def is_prepared(task: Named) -> bool:
+    return TaskHome.from_env().is_prepared(task)
+
+
+def prepare(task: Task, data_dir: str | Path | None = None, log: Callable[[str], None] = print) -> bool:
+    return TaskHome.from_env().prepare(task, data_dir, log)
+
+
+def baseline_path(task: Named) -> Path:
+    return TaskHome.from_env().baseline_path(task)
+
+
+def recorded_baseline(task: Named) -> float | None:
+    return TaskHome.from_env().recorded_baseline(task)

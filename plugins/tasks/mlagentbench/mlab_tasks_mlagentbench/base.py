@@ -5,7 +5,6 @@ Nothing heavy is imported here (the plugin list must stay fast); tasks import pa
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import shutil
 import subprocess
@@ -113,13 +112,6 @@ class MLAgentBenchTask(Task):
     def baseline(self, ctx: BaselineContext) -> float:
         self.check_runnable()
         return super().baseline(ctx)
-
-    def improvement(self, score: float, baseline: float) -> float:
-        """As the core's, but a zero baseline (the worst accuracy) makes any better score an infinite gain."""
-        if baseline == 0:
-            better = score > 0 if self.metric.higher_is_better else score < 0
-            return math.inf if better else (0.0 if score == 0 else -math.inf)
-        return super().improvement(score, baseline)
 
     # ---- self-check --------------------------------------------------------------------------------
     def reference_solution(self, workspace: Path) -> str | None:

@@ -1,0 +1,173 @@
+"""`mlab eval`: score runs' final and intermediate snapshots in parallel, through the harness's scorer, and judge
+them against the same baselines the report uses."""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from mlab.core.bench.results import DB_FILE, ResultsDB, bench_baselines, classify
+from mlab.core.errors import MlabError
+from mlab.core.models import Trace
+from mlab.core.plugins.registry import Registry
+from mlab.core.run.baseline import known_baseline
+from mlab.core.run.harness import Harness
+from mlab.core.run.scoring import Score, judge
+from mlab.core.run.trace import read_trace
+
+MAX_INTERMEDIATE = 50  # snapshots scored per run, as in the original
+
+
+def registry_from(factory: str | None = None, sys_path: list[str] | None = None) -> Registry:
+    """The plugin registry; `factory` ("module:function") builds one programmatically, e.g. with test plugins."""
+    for entry in reversed(sys_path or []):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if not factory:
+        from mlab.core.plugins.registry import load_registry
+
+        return load_registry()
+    module, _, name = factory.partition(":")
+    try:
+        registry: Registry = getattr(importlib.import_module(module), name or "registry")()
+    except (ImportError, AttributeError) as exc:
+        raise MlabError(f"registry factory {factory!r} cannot be loaded: {exc}") from exc
+    return registry
+
+
+def intermediate_steps(trace: Trace, limit: int = MAX_INTERMEDIATE) -> list[tuple[int, str]]:
+    """(step, snapshot) of the steps to score: all of them, or `limit` evenly spaced ones ending with the last."""
+    steps = [(s.index, s.snapshot) for s in trace.steps]
+    if len(steps) <= limit:
+        return steps
+    picks = sorted({round(i * (len(steps) - 1) / (limit - 1)) for i in range(limit)})
+    return [steps[i] for i in picks]
+
+
+_worker_harness: Harness | None = None  # set before the pool forks, so workers share the parent's registry
+
+
+def _score_chunk(task_name: str, run_dir: str, snapshots: list[str]) -> list[Score]:
+    assert _worker_harness is not None
+    task = _worker_harness.task(task_name)
+    return [_worker_harness.scorer.score_snapshot(task, Path(run_dir), snap) for snap in snapshots]
+
+
+def score_many(jobs: list[tuple[str, Path, list[str]]], harness: Harness, workers: int = 1, chunk: int = 10,
+               on_done: Callable[[int], None] | None = None) -> list[list[Score]]:
+    """Scores of each (task, run_dir, snapshots) job, computed by `workers` forked processes in chunks.
+
+    Forked workers inherit the harness as built here, plugins registered in-process included; observer hooks
+    are told here, in this process, once every score is in."""
+    global _worker_harness
+    pieces = [(j, i, task, str(run_dir), snaps[i:i + chunk])
+              for j, (task, run_dir, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
+    out: list[list[Score]] = [[(None, None)] * len(snaps) for _t, _r, snaps in jobs]
+    _worker_harness = harness
+    if workers <= 1 or len(pieces) <= 1:
+        for j, i, task, run_dir, snaps in pieces:
+            out[j][i:i + len(snaps)] = _score_chunk(task, run_dir, snaps)
+            if on_done:
+                on_done(len(snaps))
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(pieces)),
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(_score_chunk, task, run_dir, snaps): (j, i)
+                       for j, i, task, run_dir, snaps in pieces}
+            for future in as_completed(futures):
+                j, i = futures[future]
+                result = future.result()
+                out[j][i:i + len(result)] = result
+                if on_done:
+                    on_done(len(result))
+    for (task_name, run_dir, snaps), scores in zip(jobs, out):
+        task = harness.task(task_name)
+        for snap, score in zip(snaps, scores):
+            harness.scored(task, score, run_dir, snap)
+    return out
+
+
+def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int | None = None,
+                  registry: Registry | None = None, on_done: Callable[[int], None] | None = None,
+                  harness: Harness | None = None) -> list[dict[str, Any]]:
+    """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel.
+
+    Returns per run: run_dir, trace, task, final (score, error) and steps [(step, snapshot, score, error)].
+    """
+    harness = harness or Harness(registry or registry_from())
+    workers = workers or os.cpu_count() or 1
+    plans = []
+    for run_dir in run_dirs:
+        trace = read_trace(Path(run_dir))
+        task = harness.task(trace.config.task)
+        final = trace.final_snapshot or (trace.steps[-1].snapshot if trace.steps else "step_0000")
+        steps = intermediate_steps(trace) if intermediate else []
+        plans.append((Path(run_dir), trace, task, final, steps))
+    jobs = [(task.name, run_dir, [final] + [snap for _i, snap in steps]) for run_dir, _t, task, final, steps in plans]
+    scores = score_many(jobs, harness, workers=workers, on_done=on_done)
+    results = []
+    for (run_dir, trace, task, _final, steps), got in zip(plans, scores):
+        results.append({"run_dir": run_dir, "trace": trace, "task": task, "final": got[0],
+                        "steps": [(i, snap, s, e) for (i, snap), (s, e) in zip(steps, got[1:])]})
+    return results
+
+
+def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None = None,
+              registry: Registry | None = None, on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
+    database); one row per run, with the best step when `intermediate`."""
+    harness = Harness(registry or registry_from())
+    run_dirs: list[Path] = []
+    bench_of: dict[Path, tuple[Path, str]] = {}
+    for path in map(Path, paths):
+        if (path / DB_FILE).is_file():
+            with ResultsDB(path / DB_FILE) as db:
+                for row in db.runs():
+                    run_dir = path / row["run_dir"]
+                    if row["status"] in ("finished", "failed") and (run_dir / "trace.json").is_file():
+                        run_dirs.append(run_dir)
+                        bench_of[run_dir] = (path, row["key"])
+        else:
+            run_dirs.append(path)
+    results = evaluate_runs(run_dirs, intermediate, workers, on_done=on_done, harness=harness)
+    for res in results:
+        if res["run_dir"] in bench_of:
+            bench, key = bench_of[res["run_dir"]]
+            trace = res["trace"]
+            trace.final_score, trace.final_score_error = res["final"]
+            with ResultsDB(bench / DB_FILE) as db:
+                db.upsert_run(key, final_score=res["final"][0], final_score_error=res["final"][1],
+                              failure=classify(trace))
+                if intermediate:
+                    db.set_step_scores(key, res["steps"])
+    # Baselines once every score is stored: a bench's own baseline-agent runs count with their new scores.
+    baselines: dict[Path, dict[str, float | None]] = {}
+    for bench in {b for b, _k in bench_of.values()}:
+        with ResultsDB(bench / DB_FILE) as db:
+            baselines[bench] = bench_baselines(db, db.records(), harness.home)[0]
+    return [_row(res, baselines[bench_of[res["run_dir"]][0]].get(res["task"].name) if res["run_dir"] in bench_of
+                 else known_baseline(res["task"], harness.home)[0], intermediate) for res in results]
+
+
+def _row(res: dict[str, Any], base: float | None, intermediate: bool) -> dict[str, Any]:
+    trace, task = res["trace"], res["task"]
+    (score, error), steps = res["final"], res["steps"]
+    trace.final_score, trace.final_score_error = score, error
+    verdict = judge(score, base, task)
+    valid = [(i, s) for i, _snap, s, _e in steps if judge(s, None, task).valid]
+    pick = max if task.metric.higher_is_better else min
+    best = pick(valid, key=lambda p: p[1]) if valid else None
+    row = {"run_dir": str(res["run_dir"]), "task": task.name, "agent": trace.config.agent, "status": trace.status,
+           "steps": len(trace.steps), "metric": task.metric.name, "higher_is_better": task.metric.higher_is_better,
+           "score": score, "error": error, "baseline": base, "valid": verdict.valid,
+           "improvement": verdict.improvement, "success": verdict.success, "failure": classify(trace),
+           "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2)}
+    if intermediate:
+        row.update({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
+                    "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]})
+    return row

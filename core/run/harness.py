@@ -1,0 +1,182 @@
+"""The one run harness: the single path from a task to its prepared data, workspace, environment, sandbox and
+scorer. `mlab run`, `baseline`, `check-task`, `eval`, `bench` and the report all go through it, so a fix to how
+a task is staged, confined or scored lands once."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlab.core.errors import EnvError, InvalidSubmission, MlabError
+from mlab.core.models import SubmissionScored, TaskPrepared
+from mlab.core.run.environment import Environment, EnvSettings
+from mlab.core.run.scoring import Score, Scorer
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.taskdata import TaskHome
+from mlab.core.sandbox.contract import Sandbox
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.resolve import resolve_sandbox
+from mlab.core.task import BaselineContext, Task
+
+if TYPE_CHECKING:
+    from mlab.core.llm.client import LLMClient
+    from mlab.core.plugins.registry import Registry
+
+
+@dataclass
+class ScriptRun:
+    """A script run in a fresh workspace and scored: the baseline's starter or check-task's reference."""
+
+    score: float | None
+    error: str | None = None  # why there is no score
+    output: str = ""  # what the last script printed
+    exit_code: int | None = None
+
+
+class Harness:
+    """Builds everything a task needs to run, in the sandbox the user chose and the task home given."""
+
+    def __init__(self, registry: Registry, home: TaskHome | None = None, sandbox: str = "local",
+                 limits: Limits | None = None, on_hook_error: Callable[[str], None] | None = None):
+        self.registry = registry
+        self.home = home or TaskHome.from_env()
+        self._sandbox_choice = sandbox
+        self._sandbox_cls: type[Sandbox] | None = None
+        self.limits = limits or Limits()
+        self.scorer = Scorer(self.home)
+        self.on_hook_error = on_hook_error
+
+    @property
+    def sandbox_cls(self) -> type[Sandbox]:
+        """The chosen sandbox, resolved on first use (`auto` picks the strongest that works here), so scoring
+        alone needs none."""
+        if self._sandbox_cls is None:
+            self._sandbox_cls = resolve_sandbox(self.registry, self._sandbox_choice)
+        return self._sandbox_cls
+
+    @property
+    def sandbox_name(self) -> str:
+        return self.sandbox_cls.name
+
+    # ---- plugins ------------------------------------------------------------------------------------
+    def task(self, name: str) -> Task:
+        task: Task = self.registry.get("tasks", name)
+        return task
+
+    def notify(self, hook: str, event: object) -> None:
+        """Tell observer plugins; an observer's failure never changes what the harness does."""
+        pm = self.registry.pm
+        if pm is None:
+            return
+        try:
+            getattr(pm.hook, hook)(event=event)
+        except Exception:
+            if self.on_hook_error is not None:
+                self.on_hook_error(f"observer hook {hook} failed:\n{traceback.format_exc()}")
+
+    # ---- task data ----------------------------------------------------------------------------------
+    def prepare(self, task: Task, data_dir: str | Path | None = None,
+                log: Callable[[str], None] = lambda _msg: None) -> bool:
+        """Prepare the task into the home unless it is there; True when work was done."""
+        started = time.monotonic()
+        done = self.home.prepare(task, data_dir, log=log)
+        if done:
+            source = self.home.task_dir(task) / "prepared.json"
+            self.notify("task_prepared", TaskPrepared(
+                task=task.name, home=str(self.home.root), seconds=time.monotonic() - started,
+                source_dir=_prepared_source(source)))
+        return done
+
+    def ensure_prepared(self, task: Task) -> None:
+        """Prepare on the fly when the task needs no network; otherwise say how to prepare it."""
+        if self.home.is_prepared(task):
+            return
+        if not task.offline_ready:
+            raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {task.name}")
+        self.prepare(task)
+
+    def new_workspace(self, task: Task, workspace: Path) -> Path:
+        """A fresh copy of the task's public files: the starting point of every run, baseline and check."""
+        shutil.copytree(self.home.public_dir(task), workspace, symlinks=False)
+        return workspace
+
+    # ---- confinement --------------------------------------------------------------------------------
+    def new_sandbox(self) -> Sandbox:
+        return self.sandbox_cls()
+
+    def environment(self, task: Task, workspace: Path, *, store: SnapshotStore, sandbox_home: Path,
+                    timeout_s: float, sandbox: Sandbox | None = None, llm: LLMClient | None = None,
+                    interactive: bool = False, ask_human: Callable[[str], str] | None = None) -> Environment:
+        """The actions' environment over a workspace, running agent code in this harness's sandbox with the
+        task data hidden."""
+        limits = self.limits.model_copy(update={"timeout_s": timeout_s})
+        return Environment(EnvSettings(
+            workspace=workspace, read_only_patterns=list(task.read_only_files),
+            sandbox=sandbox or self.new_sandbox(), store=store, pristine_dir=self.home.public_dir(task),
+            hidden_paths=[self.home.data_root], sandbox_home=sandbox_home, limits=limits, llm=llm,
+            interactive=interactive, ask_human=ask_human))
+
+    # ---- scoring ------------------------------------------------------------------------------------
+    def score_snapshot(self, task: Task, run_dir: Path, snapshot: str) -> Score:
+        score = self.scorer.score_snapshot(task, run_dir, snapshot)
+        self.scored(task, score, run_dir, snapshot)
+        return score
+
+    def scored(self, task: Task, score: Score, run_dir: Path | None = None, snapshot: str | None = None) -> None:
+        self.notify("submission_scored", SubmissionScored(
+            task=task.name, run_dir=str(run_dir) if run_dir else None, snapshot=snapshot, score=score[0],
+            error=score[1]))
+
+    def run_script_fresh(self, task: Task, timeout_s: float,
+                         put_files: Callable[[Path], str | None] | None = None) -> ScriptRun:
+        """Run the task's baseline (the starter, scored by Task.baseline) in a fresh sandboxed workspace, or,
+        with `put_files`, the script it returns after putting its files in the workspace (check-task's
+        reference solution)."""
+        self.ensure_prepared(task)
+        seen = ScriptRun(score=None)
+        with tempfile.TemporaryDirectory(prefix="mlab-script-") as scratch:
+            workspace = self.new_workspace(task, Path(scratch) / "workspace")
+            env = self.environment(task, workspace, store=SnapshotStore(Path(scratch) / "store"),
+                                   sandbox_home=Path(scratch) / "home", timeout_s=timeout_s)
+
+            def run_script(name: str) -> object:
+                try:
+                    result, _changed = env.run_script(name)
+                except EnvError as exc:
+                    raise MlabError(f"{task.name}: script {name} failed: {exc}") from exc
+                seen.output, seen.exit_code = result.output, result.exit_code
+                return result
+
+            ctx = BaselineContext(workspace=workspace, hidden_dir=self.home.hidden_dir(task), run_script=run_script)
+            try:
+                if put_files is None:
+                    seen.score = float(task.baseline(ctx))
+                else:
+                    script = put_files(workspace)
+                    if script is None:
+                        raise MlabError(f"{task.name}: the task has no reference solution")
+                    run_script(script)
+                    seen.score, seen.error = self.scorer.score_folder(task, workspace)
+            except InvalidSubmission as exc:
+                seen.error = f"no valid submission: {exc}"
+            except MlabError as exc:
+                seen.error = str(exc)
+            finally:
+                env.close()
+        self.scored(task, (seen.score, seen.error))
+        return seen
+
+
+def _prepared_source(marker: Path) -> str | None:
+    import json
+
+    try:
+        source = json.loads(marker.read_text()).get("source")
+        return str(source) if source else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,119 @@
+"""Scoring: a submission's score (a snapshot or workspace scored by its task in a scratch folder) and the one
+definition of what a score means against a baseline (validity, improvement, success)."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlab.core.errors import InvalidSubmission
+from mlab.core.run.readonly import is_read_only
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.taskdata import TaskHome
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
+
+
+# ---- what a score means ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScoreRule:
+    """What judging a task's score needs: the metric's direction and the task's success margin."""
+
+    higher_is_better: bool = True
+    success_margin: float = DEFAULT_SUCCESS_MARGIN
+
+    @classmethod
+    def of(cls, task: Task) -> ScoreRule:
+        return cls(higher_is_better=task.metric.higher_is_better, success_margin=float(task.success_margin))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    valid: bool  # a finite score above 0 (the original's validity rule)
+    improvement: float | None  # relative to the baseline, positive when better; None without both numbers
+    success: bool  # improvement above the task's success margin
+
+
+def is_valid(score: float | None) -> bool:
+    return score is not None and math.isfinite(score) and score > 0
+
+
+def improvement(score: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
+    """(score - baseline) / |baseline|, sign flipped when lower is better. A zero baseline makes any change
+    an unbounded one: +inf when better, -inf when worse."""
+    if not is_valid(score) or baseline is None or not math.isfinite(baseline):
+        return None
+    assert score is not None
+    if baseline == 0:
+        better = score > 0 if higher_is_better else score < 0
+        return math.inf if better else (0.0 if score == 0 else -math.inf)
+    change = (score - baseline) / abs(baseline)
+    return change if higher_is_better else 0.0 - change  # 0.0 - x: no negative zero in reports
+
+
+def judge(score: float | None, baseline: float | None, rule: ScoreRule | Task) -> Verdict:
+    """The one place that turns (score, baseline, task) into validity, improvement and success."""
+    if isinstance(rule, Task):
+        rule = ScoreRule.of(rule)
+    gain = improvement(score, baseline, rule.higher_is_better)
+    return Verdict(valid=is_valid(score), improvement=gain, success=gain is not None and gain > rule.success_margin)
+
+
+# ---- scoring submissions -----------------------------------------------------------------------------
+SHM_MAX_BYTES = 64 * 2**20
+
+
+def _scratch_root(size: int) -> str | None:
+    """Small snapshots are scored in memory: creating and deleting thousands of scratch folders on a disk
+    mounted with `discard` costs more than the scoring itself."""
+    if size <= SHM_MAX_BYTES and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return "/dev/shm"
+    return None
+
+
+Score = tuple[float | None, str | None]  # (score, why there is none)
+
+
+class Scorer:
+    """Scores snapshots in scratch folders: the snapshot's files plus links to the task's read-only files."""
+
+    def __init__(self, home: TaskHome):
+        self.home = home
+        self._read_only: dict[str, list[Path]] = {}
+
+    def _read_only_files(self, task: Task) -> list[Path]:
+        if task.name not in self._read_only:  # listing a large public folder once per task, not per snapshot
+            public = self.home.public_dir(task)
+            self._read_only[task.name] = [p for p in public.rglob("*") if p.is_file() and is_read_only(
+                p.relative_to(public).as_posix(), task.read_only_files)] if public.is_dir() else []
+        return self._read_only[task.name]
+
+    def score_folder(self, task: Task, folder: Path) -> Score:
+        """The task's score of a folder holding a submission; never raises for a bad submission."""
+        try:
+            return float(task.evaluate(folder, self.home.hidden_dir(task))), None
+        except InvalidSubmission as exc:
+            return None, f"invalid submission: {exc}"
+        except Exception as exc:
+            return None, f"evaluation failed: {type(exc).__name__}: {exc}"
+
+    def score_snapshot(self, task: Task, run_dir: Path, snapshot: str) -> Score:
+        store = SnapshotStore(Path(run_dir))
+        public = self.home.public_dir(task)
+        try:
+            size = sum(entry["size"] for entry in store.manifest(snapshot).values())
+        except (OSError, ValueError) as exc:
+            return None, f"snapshot {snapshot} is unreadable: {exc}"
+        with tempfile.TemporaryDirectory(prefix="mlab-eval-", dir=_scratch_root(size)) as scratch:
+            target = Path(scratch)
+            try:
+                store.materialize(snapshot, target)
+            except FileNotFoundError as exc:
+                return None, f"snapshot {snapshot} is missing: {exc}"
+            for path in self._read_only_files(task):
+                link = target / path.relative_to(public)
+                if not link.exists():
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(path, link)
+            return self.score_folder(task, target)

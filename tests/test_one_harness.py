@@ -1,0 +1,139 @@
+"""One run harness: every command stages, confines and scores a task the same way, and judges scores by one rule."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from mlab.core.plugins.registry import load_registry
+from mlab.core.run.checktask import check_task
+from mlab.core.run.harness import Harness
+from mlab.core.run.scoring import ScoreRule, judge
+from mlab.core.run.taskdata import TaskHome
+from tests.fixtures.bench_cli import REPO, env
+from tests.fixtures.one_harness import ReferenceTask, harness_registry
+
+REGISTRY = "tests.fixtures.one_harness:harness_registry"
+
+
+def mlab(*args, home=None, timeout=300) -> subprocess.CompletedProcess:
+    extra = {"MLAB_HOME": str(home)} if home else {}
+    return subprocess.run([sys.executable, "-m", "tests.fixtures.one_harness", *map(str, args)], cwd=REPO,
+                          env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def test_judge_is_direction_aware_and_uses_the_task_margin():
+    assert judge(1.2, 1.0, ScoreRule()).success and not judge(1.08, 1.0, ScoreRule()).success
+    assert judge(1.08, 1.0, ScoreRule(success_margin=0.05)).success
+    lower = ScoreRule(higher_is_better=False)
+    assert judge(8.0, 10.0, lower).improvement == pytest.approx(0.2) and judge(8.0, 10.0, lower).success
+    zero = judge(0.742, 0.0, ScoreRule())
+    assert zero.valid and zero.improvement == math.inf and zero.success
+    assert judge(None, 1.0, ScoreRule()) == judge(0.0, 1.0, ScoreRule())  # no score and score 0: both invalid
+    assert not judge(0.9, None, ScoreRule()).success and judge(0.9, None, ScoreRule()).improvement is None
+
+
+def test_eval_json_and_the_bench_report_agree_on_every_run(tmp_path):
+    """Fixed baselines (one of them 0), a baseline measured by the bench's own baseline agent: `mlab eval --json`
+    and `mlab report --json` give each run the same score, baseline, improvement and success."""
+    bench = tmp_path / "bench"
+    result = mlab("bench", "--tasks", "fixture/fixed-zero,fixture/fixed-two,fixture/counter",
+                  "--agents", "fixture-appender,baseline", "--runs", "2", "--agent-option", "steps=3",
+                  "--bench-dir", bench, "--registry", REGISTRY, home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    evaluated = mlab("eval", "--json", bench, home=tmp_path / "home")
+    assert evaluated.returncode == 0, evaluated.stderr
+    reported = mlab("report", bench, "--json", "--no-plots", "--no-html", home=tmp_path / "home")
+    assert reported.returncode == 0, reported.stderr
+    eval_rows = {os.path.basename(r["run_dir"]): r for r in json.loads(evaluated.stdout)}
+    report_rows = {r["run_dir"].rstrip("/").split("/")[-1]: r for r in json.loads(reported.stdout)["runs"]}
+    assert len(eval_rows) == 12 and eval_rows.keys() == report_rows.keys()
+    for name, ours in eval_rows.items():
+        theirs = report_rows[name]
+        got = {k: ours[k] for k in ("score", "baseline", "improvement", "success")}
+        assert got == {"score": theirs["final_score"], **{k: theirs[k] for k in ("baseline", "improvement", "success")}}, name
+    by_task = {}
+    for row in eval_rows.values():
+        by_task.setdefault((row["task"], row["agent"]), set()).add(
+            (row["score"], row["baseline"], row["improvement"], row["success"]))
+    assert by_task[("fixture/fixed-zero", "fixture-appender")] == {(2.0, 0.0, math.inf, True)}
+    assert by_task[("fixture/fixed-two", "fixture-appender")] == {(2.0, 2.0, 0.0, False)}
+    assert by_task[("fixture/fixed-two", "baseline")] == {(1.0, 2.0, -0.5, False)}
+    # counter has no fixed or recorded baseline: the bench's own baseline-agent runs define it
+    assert by_task[("fixture/counter", "fixture-appender")] == {(2.0, 1.0, 1.0, True)}
+    groups = {(g["task"], g["label"]): g for g in json.loads(reported.stdout)["groups"]}
+    assert groups[("fixture/fixed-zero", "fixture-appender")]["success_rate"]["mean"] == 1.0
+    assert groups[("fixture/fixed-two", "fixture-appender")]["success_rate"]["mean"] == 0.0
+
+
+class _Listener:
+    """A TCP server on the host's loopback that accepts whatever connects."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.close()
+
+
+@pytest.mark.parametrize("sandbox, expected", [("local", 1.0), ("bwrap", 2.0)])
+def test_baseline_runs_the_starter_in_the_sandbox_the_user_chose(tmp_path, sandbox, expected):
+    """The local sandbox leaves the network alone, bwrap removes it: the starter's view tells which one ran it."""
+    if sandbox == "bwrap":
+        bwrap = load_registry().items["sandboxes"].get("bwrap")
+        if bwrap is None or not bwrap.available()[0]:
+            pytest.skip("bwrap is not installed or does not work here")
+    home = tmp_path / "home"
+    assert mlab("prepare", "fixture/network-probe", home=home).returncode == 0
+    listener = _Listener()
+    public = TaskHome(home).data_root / "fixture__network-probe" / "public"
+    (public / "port.txt").write_text(str(listener.port))
+    result = mlab("baseline", "fixture/network-probe", "--sandbox", sandbox, home=home)
+    listener.sock.close()
+    assert result.returncode == 0, result.stderr
+    assert f"in sandbox {sandbox}" in result.stdout
+    recorded = json.loads((public.parent / "baseline.json").read_text())
+    assert recorded["score"] == expected and recorded["sandbox"] == sandbox
+
+
+def test_baseline_with_an_unknown_sandbox_is_a_one_line_error(tmp_path):
+    result = mlab("baseline", "fixture/counter", "--sandbox", "nope", home=tmp_path / "home")
+    assert result.returncode == 2
+    assert result.stderr.startswith("mlab: error: unknown sandbox 'nope'") and "Traceback" not in result.stderr
+
+
+def test_check_task_works_in_the_home_it_is_given_and_leaves_the_process_environment_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "user-home"))
+    before = dict(os.environ)
+    home = TaskHome(tmp_path / "check-home")
+    harness = Harness(harness_registry(), home)
+    report = check_task(harness, ReferenceTask(), timeout_s=60)
+    assert report.passed, report.reason
+    assert (report.baseline, report.reference, report.improvement) == (1.0, 5.0, 4.0)
+    assert dict(os.environ) == before
+    assert home.is_prepared(ReferenceTask()) and not (tmp_path / "user-home").exists()
+    # prepare ran with the caller's environment untouched: it saw the user's MLAB_HOME, not the check's home
+    assert (home.hidden_dir(ReferenceTask()) / "mlab_home_seen.txt").read_text() == str(tmp_path / "user-home")
+
+
+def test_check_task_cli_uses_the_chosen_sandbox_and_a_fresh_home(tmp_path):
+    result = mlab("check-task", "fixture/with-reference", "--sandbox", "local", "--json", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)
+    assert report["status"] == "passed" and report["baseline"] == 1.0 and report["reference"] == 5.0
+    assert not (tmp_path / "home").exists()  # the check prepared into a temporary home of its own
