@@ -16,10 +16,12 @@ class EnvError(Exception):
 class LLMError(Exception):
     """An LLM backend failed for good (after any retries)."""
 
-    def __init__(self, message: str, *, transient: bool = False, context_too_long: bool = False):
+    def __init__(self, message: str, *, transient: bool = False, context_too_long: bool = False,
+                 retry_after: float | None = None):
         super().__init__(message)
         self.transient = transient
         self.context_too_long = context_too_long
+        self.retry_after = retry_after  # seconds the server asked to wait (Retry-After), if it said
 
 
 class BudgetExceeded(Exception):
