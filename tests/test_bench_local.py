@@ -50,6 +50,7 @@ def bench(bench_dir: Path, *args: str, timeout: float = 120) -> subprocess.Compl
     return result
 
 
+@pytest.mark.slow
 def test_every_run_isolated_results_in_sqlite_and_rerun_skips_them(tmp_path):
     out = tmp_path / "bench"
     result = bench(out, "--agents", "fixture-appender,baseline", "--runs", "3", "--workers", "2", "--intermediate",
@@ -82,6 +83,7 @@ def test_every_run_isolated_results_in_sqlite_and_rerun_skips_them(tmp_path):
     assert {r["key"]: (out / r["run_dir"] / "trace.json").stat().st_mtime_ns for r in db_rows(out)} == stamps
 
 
+@pytest.mark.slow
 def test_failure_taxonomy_and_retry_of_failed_runs(tmp_path):
     out = tmp_path / "bench"
     args = ("--agents", "fixture-scenario", "--runs", str(len(SCENARIOS)), "--workers", "2", "--max-steps", "3",
@@ -105,6 +107,7 @@ def test_failure_taxonomy_and_retry_of_failed_runs(tmp_path):
     assert len(kept) == 1 and (kept[0] / "trace.json").is_file()  # the failed attempt is kept for post-mortems
 
 
+@pytest.mark.slow
 def test_models_tokens_cost_and_llm_errors(tmp_path):
     script = tmp_path / "replies.jsonl"
     script.write_text('"first"\n"second"\n')  # runs out at the third call: an LLM error
@@ -130,6 +133,7 @@ def test_models_tokens_cost_and_llm_errors(tmp_path):
     assert json.loads(row["config"])["max_tokens"] == 250 and row["steps"] < 9
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
     out = tmp_path / "bench"
     args = ("--agents", "fixture-stepper", "--runs", "4", "--workers", "2", "--agent-option", "steps=8",

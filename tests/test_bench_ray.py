@@ -19,6 +19,7 @@ def test_ray_engine_without_ray_is_a_one_line_error(tmp_path):
     assert result.stderr.strip().splitlines() == ["mlab: error: --engine ray needs Ray: pip install 'mlab[ray]'"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'mlab[ray]'); the local engine is tested")
 def test_ray_engine_runs_the_same_bench(tmp_path):
     out = tmp_path / "bench"

@@ -49,6 +49,7 @@ def test_list_plugins_shows_the_backends_without_importing_litellm():
         assert plugins[name]["llms"] == [name] and plugins[name]["error"] is None
 
 
+@pytest.mark.slow
 def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
     with FakeLLMServer(respond) as server:
         common = ["--llm", "openai/gpt-4o-mini", "--fast-llm", "openai/gpt-4o", "--llm-api-base", server.base_url,
@@ -74,6 +75,7 @@ def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
         assert first_trace["end_reason"] == second_trace["end_reason"]
 
 
+@pytest.mark.slow
 def test_a_run_killed_during_a_model_call_resumes_and_then_replays(tmp_path):
     from mlab.core.llm.client import read_call_log, usage_of_log
     from mlab.core.run.runner import Runner

@@ -14,6 +14,7 @@ def bench(tmp_path_factory):
     return report_bench(tmp_path_factory.mktemp("report"))
 
 
+@pytest.mark.slow
 def test_tables_metrics_and_files(bench):
     out, home = bench
     result = mlab("report", out, "--compare", "fixture-appender", "baseline", extra_env=home)
@@ -37,6 +38,7 @@ def test_tables_metrics_and_files(bench):
     assert cmp["success_diff"]["mean"] == 1.0
 
 
+@pytest.mark.slow
 def test_png_plots(bench):
     pytest.importorskip("matplotlib", reason="plots need the report extra: pip install 'mlab[report]'")
     out, home = bench
@@ -48,6 +50,7 @@ def test_png_plots(bench):
         assert f"{name}.png" in (out / "r2" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_html_report_has_every_run_and_its_trace(bench):
     out, home = bench
     result = mlab("report", out, "--no-plots", "--out", out / "r3", extra_env=home)
@@ -65,6 +68,7 @@ def test_html_report_has_every_run_and_its_trace(bench):
     assert step2["entries"] == {"thought": "adding line 2"}
 
 
+@pytest.mark.slow
 def test_json_output_and_bad_input(bench, tmp_path):
     out, home = bench
     result = mlab("report", out, "--json", "--no-plots", "--no-html", "--out", out / "r4", extra_env=home)
@@ -75,3 +79,24 @@ def test_json_output_and_bad_input(bench, tmp_path):
                            ((tmp_path,), "not a bench folder")):
         bad = mlab("report", *args, extra_env=home)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and fragment in bad.stderr
+
+
+def test_estimates_as_short_strings():
+    from mlab.core.bench.formatting import num, pct, signed_pct
+    from mlab.core.bench.metrics import Estimate
+
+    assert pct(Estimate(n=8, mean=0.625, lo=0.31, hi=0.86)) == "62% (31-86)"
+    assert signed_pct(Estimate(n=8, mean=0.123, lo=0.078, hi=0.168)) == "+12.3% ±4.5"
+    assert num(Estimate(n=8, mean=1234.0, lo=1000.0, hi=1500.0)) == "1,234 ±266"
+    assert num(Estimate(n=1, mean=0.5), ".2f", "$") == "$0.50"
+    assert pct(Estimate(n=0, mean=None)) == signed_pct(Estimate(n=0, mean=None)) == "-"
+
+
+def test_viewer_page_is_filled_from_its_package_files_in_one_pass():
+    from mlab.core.bench.report_html import fill_page
+
+    page = fill_page({"TITLE": "task %SUMMARY%", "SUMMARY": "<table></table>", "FIGURES": "", "DATA": '{"runs": []}',
+                      "SCRIPT": "MLAB_SCRIPT"})
+    assert page.startswith("<!DOCTYPE html>") and page.count("task %SUMMARY%") == 2  # inserted text stays as is
+    assert "window.MLAB_REPORT = {\"runs\": []};" in page and "<script>MLAB_SCRIPT</script>" in page
+    assert re.findall(r"%[A-Z]+%", page) == ["%SUMMARY%", "%SUMMARY%"]  # every placeholder filled

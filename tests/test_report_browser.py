@@ -10,9 +10,9 @@ import pytest
 from tests.fixtures.bench_cli import REGISTRY, mlab
 
 CHROMIUM = next(filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))), None)
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium chromium-driver; "
-                             "`make test` installs it when run as root)")
+                             "`make test` installs it when run as root)")]
 
 
 class TextById(HTMLParser):
