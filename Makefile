@@ -1,4 +1,6 @@
-# `make run` and `make test` do all the set-up on a fresh machine.
+# `make run`, `make test` and `make check` do all the set-up on a fresh machine.
+# bash, for `set -o pipefail` in the mypy recipe.
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,8 +8,12 @@ MLAB := $(VENV)/bin/mlab
 PLUGINS := $(sort $(dir $(wildcard plugins/*/*/pyproject.toml)))
 LITE_TASKS := lite/digits lite/diabetes lite/wine
 DEMO_DIR ?= runs/demo
+# mypy cannot map setuptools' package-dir (core/ is mlab.core): it reads them through links here (see pyproject).
+MYPY_PATH_DIR := build/mypy-path
+STRESS_CPUS ?= 4
+STRESS_RUNS ?= 1
 
-.PHONY: setup run test test-shared bench clean browser sandbox-tools
+.PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools
 
 setup: $(VENV)/.installed
 
@@ -29,8 +35,57 @@ run: setup
 	done
 	$(MLAB) eval $(DEMO_DIR)/*
 
+# Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
+# (which skips with a reason when ../shared/data is absent).
 test: setup browser sandbox-tools
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The quick tier for the edit-test loop: under two minutes on two cores.
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not shared_data"
+
+# Only the tier that needs ../shared/data (the original competitions' files).
+test-shared: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m shared_data
+
+# Lint and type check, as configured in pyproject.toml ([tool.ruff], [tool.mypy]); .pre-commit-config.yaml runs the same.
+check: lint mypy
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+mypy: setup
+	@mkdir -p $(MYPY_PATH_DIR)/mlab
+	@ln -sfn ../../../core $(MYPY_PATH_DIR)/mlab/core
+	@ln -sfn ../../../cli $(MYPY_PATH_DIR)/mlab/cli
+	@# A plugin missing from [tool.mypy]'s mypy_path and packages would go unchecked without a word.
+	@for dir in $(patsubst %/,%,$(PLUGINS)); do \
+		grep -q "/$$dir\"" pyproject.toml || { echo "pyproject.toml [tool.mypy] mypy_path lacks $$dir"; exit 1; }; \
+		for init in $$dir/*/__init__.py; do pkg=$$(basename $$(dirname $$init)); \
+			grep -q "\"$$pkg\"" pyproject.toml || { echo "pyproject.toml [tool.mypy] packages lacks $$pkg"; exit 1; }; \
+		done; \
+	done
+	@# Paths through the links are shown as the files' own (build/mypy-path/mlab/core/x.py is core/x.py).
+	set -o pipefail; $(VENV)/bin/mypy | sed 's#$(MYPY_PATH_DIR)/mlab/##'
+
+# `make test` while stress-ng loads every core (STRESS_CPUS workers), STRESS_RUNS times in a row; stops at the
+# first failure and prints each run's wall time.
+stress-test: setup browser sandbox-tools stress-tools
+	@stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & stress=$$!; \
+	trap 'kill $$stress 2>/dev/null' EXIT INT TERM; \
+	for run in $$(seq $(STRESS_RUNS)); do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory test; rc=$$?; \
+		echo "stress-test run $$run/$(STRESS_RUNS): make test exited $$rc after $$(( $$(date +%s) - start ))s wall time" \
+			"beside stress-ng --cpu $(STRESS_CPUS)"; \
+		[ $$rc = 0 ] || exit $$rc; \
+	done
+
+stress-tools:
+	@command -v stress-ng >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng >/dev/null; } || \
+		{ echo "stress-ng is missing and cannot be installed here (needs root and apt-get)"; exit 1; }
 
 # Headless Chromium for the HTML report test; without it (not root, no apt) that test skips with a reason.
 browser:
@@ -54,4 +109,4 @@ bench: setup
 	$(PY) benchmarks/bench_eval.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build/mypy-path build/mypy-cache build/ruff-cache
