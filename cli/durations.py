@@ -33,3 +33,11 @@ class Duration(click.ParamType):
             return parse_duration(value)
         except ValueError:
             self.fail(f"{value!r} is not a duration; use e.g. 90s, 30m, 5h or 1h30m", param, ctx)
+
+
+def format_duration(seconds: float) -> str:
+    """The largest whole unit that fits, as users type durations: 45s, 10m, 3h."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.3g}s"

@@ -10,6 +10,7 @@ from rich.table import Table
 from mlab.core.plugins.registry import load_registry
 
 from .console import make_console
+from .durations import format_duration
 
 
 
@@ -40,7 +41,7 @@ def list_plugins(as_json: bool) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 def tasks(as_json: bool) -> None:
-    """Available tasks with their metric, direction and whether they prepare offline."""
+    """Available tasks: metric, direction, whether they prepare offline, and what they need of the machine."""
     from mlab.core.run import taskdata
 
     registry = load_registry()
@@ -49,16 +50,19 @@ def tasks(as_json: bool) -> None:
         rows.append({
             "name": name, "description": task.description, "metric": task.metric.name,
             "direction": "higher" if task.metric.higher_is_better else "lower",
-            "offline_ready": task.offline_ready, "gpu": task.resources.gpu,
+            "offline_ready": task.offline_ready, "gpu": task.resources.gpu, "ram_gb": task.resources.ram_gb,
+            "baseline_seconds": task.resources.baseline_seconds, "extras": list(task.resources.extras),
             "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name)})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="mlab tasks")
-    for column in ("task", "metric", "better", "offline", "gpu", "prepared", "description"):
+    for column in ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "extras", "prepared",
+                   "description"):
         table.add_column(column)
     for r in rows:
         table.add_row(r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
+                      f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), ", ".join(r["extras"]) or "-",
                       "yes" if r["prepared"] else "no", r["description"])
     make_console().print(table)
     for conflict in registry.conflicts:

@@ -19,11 +19,13 @@ class Metric(BaseModel):
 
 
 class Resources(BaseModel):
+    """What a task needs of the machine; `mlab tasks` shows it, so users pick what their machine can run."""
+
     gpu: Literal["none", "optional", "required"] = "none"
-    ram_gb: float = 2.0
-    network_for_prepare: bool = False
-    baseline_seconds: float = 60.0
-    extras: list[str] = Field(default_factory=list)
+    ram_gb: float = 2.0  # memory the starter needs
+    network_for_prepare: bool = False  # prepare downloads data unless given a local copy
+    baseline_seconds: float = 60.0  # about how long the starter runs on the machine the task targets
+    extras: list[str] = Field(default_factory=list)  # optional installs the task needs (pip extras, tools)
 
 
 @dataclass

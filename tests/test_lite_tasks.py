@@ -100,6 +100,10 @@ def test_lite_tasks_are_listed_with_their_metrics(home):
         assert (rows[name]["metric"], rows[name]["direction"]) == (metric, direction)
         assert rows[name]["offline_ready"] and rows[name]["gpu"] == "none"
         assert rows[name]["provider"].startswith("mlab-tasks-lite")
+        # what the task needs of the machine, as its Resources declare it
+        resources = TASKS[name].resources
+        assert (rows[name]["ram_gb"], rows[name]["baseline_seconds"], rows[name]["extras"]) == (
+            resources.ram_gb, resources.baseline_seconds, resources.extras)
     for task in TASKS.values():
         assert 0 < task.resources.baseline_seconds <= 60 and task.resources.gpu == "none"
         assert "submission.csv" in task.research_problem and "hidden" in task.research_problem
@@ -113,6 +117,7 @@ def test_makefile_lite_tasks_match_the_pack():
 # ---- the whole flow through the CLI -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
     task = TASKS[name]
     prepared, base = measured(name)
@@ -160,6 +165,7 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_reference_solution_beats_the_baseline_by_more_than_10_percent(name, home, measured, tmp_path):
     task = TASKS[name]
     measured(name)
@@ -328,6 +334,7 @@ def test_malformed_submission_is_invalid_with_a_reason(name, kind, in_process, t
     assert not re.search(r"Traceback|Error\b", message)
 
 
+@pytest.mark.slow
 def test_check_task_passes_for_a_lite_task(tmp_path):
     """`mlab check-task` runs the starter and the pack's reference in the sandbox; the reference must win."""
     result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "check-task", "lite/wine", "--json"],
