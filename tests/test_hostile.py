@@ -12,22 +12,22 @@ import glob
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from test_sandbox import make_sandbox
 
 from mlab.core import Action, Agent, InvalidSubmission, Metric, RunConfig, RunState, Task
-from mlab.core.run.environment import MAX_ARG_CHARS
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import load_registry
-from mlab.core.run.runner import Runner
-from mlab.core.sandbox.limits import Limits
-from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run import taskdata
-
-from test_sandbox import make_sandbox
+from mlab.core.run.environment import MAX_ARG_CHARS
+from mlab.core.run.runner import Runner
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.limits import Limits
 
 SECRET = "SECRET-ANSWER-7f3a"
 API_KEY = "sk-hostile-test-key-0042"
@@ -35,8 +35,11 @@ TRAIN = "id,label\n1,0\n2,1\n"
 TASK_NAME = "hostile/box"
 SANDBOXES = ["local", "bwrap", "docker"]
 TIMEOUT = 3.0  # per action; the slowest cases (endless loops) cost this much
-LIMITS = dict(memory_bytes=768 * 2**20, max_processes=64, output_bytes=100_000, file_size_bytes=64 * 2**20,
-              disk_bytes=64 * 2**20)
+# The disk limit counts what the whole file system gains, which other processes share, and a file at the size
+# limit takes a little more than that on disk: it is kept far from the other limits so that only the limit a
+# case tests can fire (test_filling_the_disk_quota sets its own).
+LIMITS = {"memory_bytes": 768 * 2**20, "max_processes": 64, "output_bytes": 100_000, "file_size_bytes": 64 * 2**20,
+          "disk_bytes": 2**30}
 
 
 class HostileTask(Task):
@@ -156,7 +159,8 @@ def home_marked(run_dir: Path) -> list[int]:
 
 
 def run_case(tmp_path: Path, sandbox: str, playbook: list[Any], monkeypatch=None, timeout: float = TIMEOUT,
-             **limits) -> Run:
+             step_bound_s: float | None = None, **limits) -> Run:
+    """Run playbook; every step must end within step_bound_s (by default the action timeout and a margin)."""
     make_sandbox(sandbox)  # skips, with the reason, where this sandbox cannot run
     if monkeypatch is not None:
         monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
@@ -184,9 +188,10 @@ def run_case(tmp_path: Path, sandbox: str, playbook: list[Any], monkeypatch=None
     assert (data["status"], data["end_reason"]) == ("finished", "final answer"), data["end_reason"]
     assert len(data["steps"]) == len(actions) + 1 == len(trace.steps)
     assert [s["index"] for s in data["steps"]] == list(range(1, len(actions) + 2))
+    bound = timeout + 6 if step_bound_s is None else step_bound_s
     for step in data["steps"]:
-        assert step["duration_s"] < timeout + 6, (step["action"]["name"], step["duration_s"])
-    assert took < (timeout + 6) * len(actions) + 20
+        assert step["duration_s"] < bound, (step["action"]["name"], step["duration_s"])
+    assert took < bound * len(actions) + 20
     # Nothing got out.
     deadline = time.monotonic() + 3
     while home_marked(run_dir) and time.monotonic() < deadline:
@@ -392,13 +397,15 @@ def test_reading_harness_environment_variables(tmp_path, sandbox, monkeypatch):
 
 # ---- processes, memory, time ----------------------------------------------------------------------
 
+@pytest.mark.slow
 @parametrize
 def test_fork_bomb(tmp_path, sandbox):
     bomb = ("import os\nprint('bomb', flush=True)\n"
             "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     run = run_case(tmp_path, sandbox, [
-        *script(bomb), *script("import subprocess, time\nsubprocess.run(['bash', '-c', ':(){ :|:& };:'])\n"
-                                  "time.sleep(30)  # bash returns at once; stay alive while its bomb grows\n", "shell.py"),
+        *script(bomb),
+        *script("import subprocess, time\nsubprocess.run(['bash', '-c', ':(){ :|:& };:'])\n"
+                "time.sleep(30)  # bash returns at once; stay alive while its bomb grows\n", "shell.py"),
         act("Python REPL",
             command="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
         act("List Files", dir_path="."),
@@ -412,6 +419,7 @@ def test_fork_bomb(tmp_path, sandbox):
     assert not run.step(6)[1]
 
 
+@pytest.mark.slow
 @parametrize
 def test_memory_bomb(tmp_path, sandbox):
     single = "hog = []\nwhile True:\n    hog.append(bytearray(20_000_000))\n"
@@ -423,8 +431,9 @@ def test_memory_bomb(tmp_path, sandbox):
             "        time.sleep(30)\n"
             "        os._exit(0)\n"
             "time.sleep(30)\n")
+    # Eight children filling 200 MB each reach the bound slowly on a loaded machine: a timeout well beyond that.
     run = run_case(tmp_path, sandbox, [*script(single), *script(many, "many.py"),
-                                       act("Python REPL", command="x = bytearray(4_000_000_000)")])
+                                       act("Python REPL", command="x = bytearray(4_000_000_000)")], timeout=20)
     for i in (2, 4):
         obs, err = run.step(i)
         assert err and env_error(obs, "hit the memory limit (768 MiB)"), obs
@@ -432,6 +441,7 @@ def test_memory_bomb(tmp_path, sandbox):
     assert "MemoryError" in obs
 
 
+@pytest.mark.slow
 @parametrize
 def test_infinite_loop(tmp_path, sandbox):
     run = run_case(tmp_path, sandbox, [*script("print('spin', flush=True)\nwhile True:\n    pass\n"),
@@ -442,6 +452,7 @@ def test_infinite_loop(tmp_path, sandbox):
     assert err and env_error(obs, "REPL command ran past the time limit"), obs
 
 
+@pytest.mark.slow
 @parametrize
 def test_cpu_time_limit(tmp_path, sandbox):
     run = run_case(tmp_path, sandbox, [*script("while True:\n    pass\n")], timeout=10, cpu_seconds=1)
@@ -450,6 +461,7 @@ def test_cpu_time_limit(tmp_path, sandbox):
     assert run.steps[1]["duration_s"] < 5
 
 
+@pytest.mark.slow
 @parametrize
 def test_sleeping_after_closing_stdout(tmp_path, sandbox):
     run = run_case(tmp_path, sandbox, [
@@ -459,6 +471,7 @@ def test_sleeping_after_closing_stdout(tmp_path, sandbox):
     assert err and env_error(obs, "time limit", "bye"), obs
 
 
+@pytest.mark.slow
 @parametrize
 def test_child_that_daemonizes_and_outlives_the_script(tmp_path, sandbox):
     code = ("import os, time\n"
@@ -492,6 +505,7 @@ def test_killing_every_process_it_can_see(tmp_path, sandbox):
 
 # ---- output ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @parametrize
 def test_100_mb_of_output(tmp_path, sandbox):
     code = ("import os\nos.write(1, b'FIRST\\n')\nblock = b'y' * 1_000_000\n"
@@ -527,6 +541,7 @@ def test_binary_and_non_utf8_output_and_files(tmp_path, sandbox):
     assert os.fsdecode(b"name-\xff.txt") in SnapshotStore(run.run_dir).manifest("final")
 
 
+@pytest.mark.slow
 @parametrize
 def test_one_gb_file(tmp_path, sandbox):
     make = ("f = open('huge.txt', 'wb')\nf.write(b''.join(b'line %d\\n' % i for i in range(1, 3001)))\n"
@@ -539,7 +554,7 @@ def test_one_gb_file(tmp_path, sandbox):
         act("Inspect Script Lines", script_name="huge.txt", start_line_number=1, end_line_number=2),
         *script("data = open('huge.txt', 'rb').read()\nprint(len(data))\n", "slurp.py"),
         *script("import os\nos.remove('huge.txt')\n", "clean.py"),
-    ], file_size_bytes=2 * 2**30)
+    ], file_size_bytes=2 * 2**30, step_bound_s=120)  # a step that snapshots 1 GiB hashes all of it
     assert "made" in run.step(2)[0]
     for i in (3, 4, 5, 6):
         obs, err = run.step(i)
@@ -565,6 +580,7 @@ def test_deleting_the_workspace_root(tmp_path, sandbox):
     assert run.trace["final_score"] == 2.0
 
 
+@pytest.mark.slow
 @parametrize
 def test_filling_the_disk_quota(tmp_path, sandbox):
     code = ("import os\nos.makedirs('fill', exist_ok=True)\nblock = bytes(4_000_000)\n"
@@ -654,6 +670,7 @@ def test_network(tmp_path, sandbox):
     assert "CONNECTED" not in obs and "refused 1.1.1.1" in obs and "['lo']" in obs, obs
 
 
+@pytest.mark.slow
 @parametrize
 def test_file_size_limit(tmp_path, sandbox):
     code = ("block = bytes(1_000_000)\n"
@@ -803,13 +820,18 @@ def test_planting_code_in_the_python_environment(tmp_path, sandbox):
                 os.remove(target)
 
 
+@pytest.mark.slow
 @parametrize
 def test_a_flood_of_files(tmp_path, sandbox):
-    code = ("import os\nos.mkdir('many')\n"
-            "for i in range(20_000):\n    open(f'many/f{i:05d}', 'w').close()\nprint('made')\n")
+    code = ("import os, time\nstarted = time.monotonic()\nos.mkdir('many')\n"
+            "for i in range(20_000):\n    open(f'many/f{i:05d}', 'w').close()\n"
+            "print('made in', time.monotonic() - started)\n")
+    # Making 20,000 files is disk-bound: a loaded machine needs far more than the usual action timeout.
     run = run_case(tmp_path, sandbox, [*script(code), act("List Files", dir_path="many"),
-                                       *script("import shutil\nshutil.rmtree('many')\n", "clean.py")])
-    assert "made" in run.step(2)[0]
+                                       *script("import shutil\nshutil.rmtree('many')\n", "clean.py")], timeout=60)
+    assert "made in" in run.step(2)[0]
     obs, err = run.step(3)
     assert not err and obs.endswith("[... and 19000 more entries]")
-    assert run.steps[1]["duration_s"] < 10  # the snapshot of 20,000 files included
+    # What the harness adds to the script's own time, the snapshot of 20,000 files included, stays small.
+    script_s = float(run.step(2)[0].split("made in")[1].split()[0])
+    assert run.steps[1]["duration_s"] - script_s < 20

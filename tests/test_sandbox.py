@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.run.environment import EnvSettings, Environment
-from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run.environment import Environment, EnvSettings
+from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 from mlab.core.sandbox.limits import Limits
-from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 
 SECRET = "SECRET-ANSWER-42"
 TRAIN = "id,label\n1,0\n2,1\n"
@@ -194,7 +194,8 @@ def test_script_cannot_modify_read_only_files(env):
                         "try:\n    os.remove('data/train.csv')\n    print('REMOVED')\n"
                         "except OSError as e:\n    print('refused', e.strerror)\n"
                         "import subprocess\n"
-                        "for cmd in (['mount', '-o', 'remount,bind,rw', 'data/train.csv'], ['umount', 'data/train.csv']):\n"
+                        "for cmd in (['mount', '-o', 'remount,bind,rw', 'data/train.csv'],\n"
+                        "            ['umount', 'data/train.csv']):\n"
                         "    print('mount rc', subprocess.run(cmd, capture_output=True).returncode)\n"
                         "try:\n    open('data/train.csv', 'w').write('hacked')\n    print('WROTE after mount')\n"
                         "except OSError as e:\n    print('refused', e.strerror)\n")
@@ -361,15 +362,18 @@ def test_daemonized_child_is_killed(tmp_path, sandbox, keeps_stdout):
         assert gone(int((env.workspace / "daemon.pid").read_text()))
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.slow
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_script_that_closes_stdout_and_sleeps_is_bounded(tmp_path, sandbox):
-    env = make_env(tmp_path, timeout=1.0, sandbox=sandbox)
+    # The timeout leaves a loaded machine's cold interpreter start time to print; the bounds stay far below the
+    # script's 60 s sleep, which is what the harness must not wait for once the pipe is closed.
+    env = make_env(tmp_path, timeout=5.0, sandbox=sandbox)
     started = time.monotonic()
     obs, err = run(env, "import os, time\nprint('bye', flush=True)\nos.close(1)\nos.close(2)\ntime.sleep(60)\n")
-    assert err and "time limit of 1 s" in obs and "bye" in obs
-    assert time.monotonic() - started < 6
-    assert wait_gone(env.mark) == []
+    assert err and "time limit of 5 s" in obs and "bye" in obs
+    assert time.monotonic() - started < 20
+    assert wait_gone(env.mark, seconds=15) == []
 
 
 @pytest.mark.parametrize("name", EVERY)
@@ -467,6 +471,7 @@ run(env, "import time\\nopen('started.txt', 'w').write('1')\\ntime.sleep(30)\\no
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_script_dies_with_a_killed_harness(tmp_path, sandbox):
