@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mlab.core.run.atomic import write_atomic
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.bench.evaluate import intermediate_steps, registry_from

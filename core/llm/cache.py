@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlab.core.run.atomic import write_atomic
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import Completion, Message
 
 

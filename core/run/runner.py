@@ -15,7 +15,7 @@ from mlab.core.llm.client import LLMClient
 from mlab.core.llm.roles import backend_options, build_roles, client_options
 from mlab.core.models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
 from mlab.core.plugins.registry import Registry, load_registry
-from mlab.core.run.atomic import is_disk_full, write_atomic
+from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
 from mlab.core.run.readonly import is_read_only

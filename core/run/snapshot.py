@@ -15,7 +15,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from mlab.core.run.atomic import write_atomic
+from mlab.core.fs.atomic import write_atomic
 
 _BLOCK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block the harness

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlab.core.errors import MlabError
-from mlab.core.run.atomic import write_atomic
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.task import PrepareContext, Task
 
 

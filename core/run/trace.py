@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mlab.core.run.atomic import write_atomic
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig, Trace
 

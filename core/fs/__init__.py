@@ -1,0 +1,1 @@
+"""File-system primitives shared by every layer (atomic writes, disk-full detection)."""
