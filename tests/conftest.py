@@ -1,4 +1,9 @@
-"""Shared test set-up: an isolated MLAB_HOME for every test, and the shared-data tier."""
+"""Shared test set-up: an isolated MLAB_HOME for every test, and the shared-data tier.
+
+Tiers (markers in pyproject.toml): unmarked tests are the fast tier (`make test-fast`, under two minutes on two
+cores); `slow` ones train models, run whole bench loops, start a browser or Ray, or stress a sandbox;
+`shared_data` ones need ../shared/data and skip with a reason without it. `make test` runs all three.
+"""
 from __future__ import annotations
 
 import os

@@ -215,6 +215,7 @@ def check_trace_after_kill(run_dir: Path) -> int:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", range(10))
+@pytest.mark.slow
 def test_sigkill_during_llm_call_script_or_snapshot_then_resume(tmp_path, seed):
     rng = random.Random(seed)
     steps = 7

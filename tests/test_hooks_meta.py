@@ -174,6 +174,7 @@ def test_failing_observer_cannot_break_a_run(venv, tmp_path):
     assert "fixture observer fails in step_finished" in errors
 
 
+@pytest.mark.slow
 def test_task_hooks_fire_for_prepare_baseline_run_and_eval(venv, tmp_path):
     """task_prepared once per home, baseline_measured after the starter ran, submission_scored for the starter's
     workspace, a run's final snapshot and every snapshot `mlab eval` scores."""

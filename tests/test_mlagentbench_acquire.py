@@ -140,6 +140,7 @@ def run_cli(*args, env=None):
                           env={**os.environ, **(env or {})}, cwd=REPO, timeout=600)
 
 
+@pytest.mark.slow
 def test_check_task_command(tmp_path):
     out = run_cli("check-task", "vectorization", "--json")
     assert out.returncode == 0, out.stderr

@@ -72,6 +72,7 @@ def test_cifar10_prepare_hides_test_labels_and_evaluate(tmp_path):
         "nan": with_nan.to_csv(), "no index": good.to_csv(index=False), "words": "a,b\nc,d\n"})
 
 
+@pytest.mark.slow
 def test_cifar10_check_task(tmp_path):
     passed(check_task(get_task("cifar10"), data_dir=cifar.cifar(tmp_path / "src", per_batch=40, n_test=60),
                       timeout_s=300))
@@ -88,6 +89,7 @@ def test_vectorization_scores_the_last_recorded_time(tmp_path):
                                                 "zero": "1.0\n0\n", "nan": "nan\n", "negative": "-1\n"})
 
 
+@pytest.mark.slow
 def test_vectorization_check_task():
     report = check_task(get_task("vectorization"), timeout_s=300)
     passed(report)
@@ -114,6 +116,7 @@ def test_ogbn_arxiv_prepare_and_evaluate(tmp_path):
         "fraction": good.assign(**{"0": 0.5}).to_csv(index=False), "nan": "0\n1\n\n" + "nan\n" * len(truth)})
 
 
+@pytest.mark.slow
 def test_ogbn_arxiv_check_task(tmp_path):
     passed(check_task(get_task("ogbn-arxiv"), data_dir=graph.arxiv(tmp_path / "src"), timeout_s=300))
 
@@ -139,6 +142,7 @@ def test_feedback_split_and_evaluate(tmp_path):
         "nan": off.assign(syntax=np.nan).to_csv(index=False)})
 
 
+@pytest.mark.slow
 def test_feedback_check_task(tmp_path):
     report = check_task(get_task("feedback"), data_dir=kaggle.feedback(tmp_path / "src"), timeout_s=300)
     passed(report)
@@ -173,5 +177,6 @@ def test_parkinsons_holds_out_two_patients_behind_the_api(tmp_path):
         "missing rows": exact.iloc[3:].to_csv(index=False), "no rating": exact[["prediction_id"]].to_csv(index=False)})
 
 
+@pytest.mark.slow
 def test_parkinsons_check_task(tmp_path):
     passed(check_task(get_task("parkinsons"), data_dir=kaggle.parkinsons(tmp_path / "src"), timeout_s=300))

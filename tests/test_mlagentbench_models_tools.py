@@ -72,6 +72,7 @@ def test_babylm_prepare_hides_the_test_split(tmp_path):
 
 
 @needs("transformers")
+@pytest.mark.slow
 def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path, monkeypatch):
     task = get_task("babylm-cpu")
     report = check_task(task, data_dir=text.babylm(tmp_path / "src", lines_per_file=30), home=tmp_path / "home")
@@ -87,6 +88,7 @@ def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path, monkeypatch):
 
 # ---- llama-inference -----------------------------------------------------------------------------
 @needs("transformers", "accelerate")
+@pytest.mark.slow
 def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch, outside_tmp):
     monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
     task = get_task("llama-inference")
@@ -135,6 +137,7 @@ def test_clrs_test_set_is_32_graphs_of_64_nodes():
         assert test["pi"].shape == (32, 64, 64) and set(test.files) == {"pos", "A", "adj", "pi"}
 
 
+@pytest.mark.slow
 def test_clrs_short_training_is_evaluated_in_the_sandbox(tmp_path):
     task = type(get_task("clrs"))()
     task.test_graphs, task.test_length = 4, 24  # a smaller held-out set keeps the test quick
@@ -230,6 +233,7 @@ def test_tool_checks_score_structure(tmp_path):
     assert 0 < review.evaluate(poor.parent, hidden) < 0.5
 
 
+@pytest.mark.slow
 def test_tool_tasks_check_task_and_worst_baseline():
     for name in ("bibtex-generation", "literature-review-tool"):
         report = check_task(get_task(name))

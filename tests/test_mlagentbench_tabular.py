@@ -135,6 +135,7 @@ def test_house_evaluate_scores_mae_and_rejects_malformed_submissions(house, tmp_
             task.evaluate(ws, hidden)
 
 
+@pytest.mark.slow
 def test_house_baseline_is_the_worst_value_and_the_reference_beats_it(tmp_path):
     source = tabular.house_prices(tmp_path / "src", rows=60)
     report = check_task(get_task("house-price"), data_dir=source, timeout_s=120)
@@ -218,6 +219,7 @@ def test_shared_data_metrics_are_the_originals(tmp_path):
     ("house-price", "house-prices", 1e10, 5000, 30000),
     ("spaceship-titanic", "spaceship-titanic", 0.0, 0.72, 0.9),
 ])
+@pytest.mark.slow
 def test_shared_data_check_task_passes(short, folder, worst, lo, hi):
     report = check_task(get_task(short), data_dir=SHARED_DATA / folder, timeout_s=300)
     assert report.status == "passed", report

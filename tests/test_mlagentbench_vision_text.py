@@ -75,6 +75,7 @@ def test_imdb_prepare_shuffles_and_hides_test_labels(tmp_path):
             task.evaluate(workspace_with(tmp_path, label.replace(" ", "-"), content), hidden)
 
 
+@pytest.mark.slow
 def test_imdb_cpu_check_task(tmp_path):
     report = check_task(get_task("imdb-cpu"), data_dir=text.acl_imdb(tmp_path / "src", per_class=40))
     assert report.status == "passed", report
@@ -114,6 +115,7 @@ def test_fathomnet_prepare_split_and_map_at_20(tmp_path, no_gpu_check):
 
 
 @needs_pillow
+@pytest.mark.slow
 def test_fathomnet_cpu_check_task(tmp_path):
     report = check_task(get_task("fathomnet-cpu"), data_dir=images.fathomnet(tmp_path / "src", n_images=120))
     assert report.status == "passed", report
@@ -154,6 +156,7 @@ def test_contrails_prepare_moves_validation_to_test_and_scores_dice(tmp_path, no
         task.evaluate(workspace_with(tmp_path, "short", exact.iloc[:-1].to_csv(index=False)), hidden)
 
 
+@pytest.mark.slow
 def test_contrails_cpu_check_task(tmp_path):
     report = check_task(get_task("identify-contrails-cpu"),
                         data_dir=images.contrails(tmp_path / "src", n_train=4, n_valid=2, times=5))

@@ -39,6 +39,7 @@ def test_judge_is_direction_aware_and_uses_the_task_margin():
     assert not judge(0.9, None, ScoreRule()).success and judge(0.9, None, ScoreRule()).improvement is None
 
 
+@pytest.mark.slow
 def test_eval_json_and_the_bench_report_agree_on_every_run(tmp_path):
     """Fixed baselines (one of them 0), a baseline measured by the bench's own baseline agent: `mlab eval --json`
     and `mlab report --json` give each run the same score, baseline, improvement and success."""

@@ -38,6 +38,7 @@ def table_row(output: str, plugin: str) -> str:
 
 # ---- the example pack --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_example_pack_installs_lists_runs_and_uninstalls(tmp_path):
     name, dist, version, task = EXAMPLE
     venv = make_venv(tmp_path / "venv")
@@ -76,6 +77,7 @@ def test_example_pack_installs_lists_runs_and_uninstalls(tmp_path):
     assert f"unknown task '{task}'" in gone.stderr and "Traceback" not in gone.stderr
 
 
+@pytest.mark.slow
 def test_example_pack_own_tests_pass(zoo):
     # The tests the example ships for its authors run green against the installed pack.
     copy = zoo.copy_of(EXAMPLE_PACK)
@@ -84,6 +86,7 @@ def test_example_pack_own_tests_pass(zoo):
     assert re.search(r"\d+ passed", result.stdout)
 
 
+@pytest.mark.slow
 def test_example_task_is_offered_with_its_metric(zoo):
     rows = {row["name"]: row for row in zoo.mlab_json("tasks")}
     row = rows["example/line-fit"]
@@ -93,6 +96,7 @@ def test_example_task_is_offered_with_its_metric(zoo):
 
 # ---- broken plugins ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_plugin_whose_import_raises_is_listed_with_its_error(zoo):
     info = zoo.plugins()["fixture-broken"]
     assert (info["distribution"], info["version"]) == ("mlab-fixture-broken-import", "0.3.1")
@@ -108,6 +112,7 @@ def test_plugin_whose_import_raises_is_listed_with_its_error(zoo):
     assert "baseline" in {a["name"] for a in agents}
 
 
+@pytest.mark.slow
 def test_plugin_registering_an_invalid_object_is_reported(zoo):
     plugins = zoo.plugins()
     info = plugins["fixture-invalid"]
@@ -118,6 +123,7 @@ def test_plugin_registering_an_invalid_object_is_reported(zoo):
     assert "fixture/not-a-task" not in {t["name"] for t in zoo.mlab_json("tasks")}
 
 
+@pytest.mark.slow
 def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
     conflicts = [c for c in zoo.plugins()[None] if "'fixture/dup'" in c]
     assert len(conflicts) == 1
@@ -139,12 +145,14 @@ def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
     assert "fixture/dup" in tasks.stderr and "mlab-fixture-dup-b" in tasks.stderr
 
 
+@pytest.mark.slow
 def test_short_name_of_a_contested_task_fails_too(zoo):
     result = zoo.mlab("prepare", "dup")
     assert result.returncode == 2
     assert "mlab-fixture-dup-a" in result.stderr and "mlab-fixture-dup-b" in result.stderr
 
 
+@pytest.mark.slow
 def test_misspelled_hookimpl_is_reported_by_check_pending(zoo):
     info = zoo.plugins()["fixture-misspelled"]
     assert info["distribution"] == "mlab-fixture-misspelled"
@@ -154,6 +162,7 @@ def test_misspelled_hookimpl_is_reported_by_check_pending(zoo):
     assert "fixture/never" not in {t["name"] for t in zoo.mlab_json("tasks")}
 
 
+@pytest.mark.slow
 def test_broken_plugins_do_not_stop_a_run(zoo, tmp_path):
     run_dir = tmp_path / "run"
     result = zoo.mlab("run", "--task", "line-fit", "--agent", "baseline", "--run-dir", str(run_dir))
@@ -163,6 +172,7 @@ def test_broken_plugins_do_not_stop_a_run(zoo, tmp_path):
 
 # ---- MLAB_LOAD_PLUGINS ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_load_plugins_empty_loads_nothing(zoo):
     env = {"MLAB_LOAD_PLUGINS": ""}
     plugins = zoo.plugins(env=env)
@@ -173,6 +183,7 @@ def test_load_plugins_empty_loads_nothing(zoo):
     assert result.returncode == 2 and "(none installed)" in result.stderr
 
 
+@pytest.mark.slow
 def test_load_plugins_limits_loading_to_the_names_given(zoo):
     env = {"MLAB_LOAD_PLUGINS": "example, baseline"}
     plugins = zoo.plugins(env=env)
@@ -211,6 +222,7 @@ def test_list_plugins_imports_nothing_heavy():
 
 # ---- the built-in plugin ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_local_sandbox_is_a_builtin_plugin_that_mlab_load_plugins_governs(zoo, tmp_path):
     info = zoo.plugins()["local"]
     assert (info["distribution"], info["module"]) == ("mlab", "mlab.core.plugins.builtin")

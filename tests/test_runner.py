@@ -81,6 +81,7 @@ def test_unchanged_files_are_stored_once(tmp_path, mlab_home):
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume(tmp_path, mlab_home, seed):
     rng = random.Random(seed)
     run_dir = tmp_path / "run"
