@@ -4,10 +4,13 @@ It is loaded like an installed plugin, so `MLAB_LOAD_PLUGINS` governs it and `ml
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from mlab.core.hookspecs import hookimpl
 from mlab.core.sandbox.local import LocalSandbox
 
 
 @hookimpl
-def register_sandboxes(register):
+def register_sandboxes(register: Callable[[Any], None]) -> None:
     register(LocalSandbox)

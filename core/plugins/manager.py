@@ -2,8 +2,10 @@
 so one broken plugin breaks nothing else."""
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
 
@@ -56,7 +58,7 @@ def build_plugin_manager() -> tuple[pluggy.PluginManager, list[PluginInfo]]:
             continue
         info = PluginInfo(name=name, distribution=BUILTIN_DISTRIBUTION, version=_mlab_version(), module=module_name)
         infos.append(info)
-        _load(pm, info, lambda m=module_name: importlib.import_module(m))
+        _load(pm, info, functools.partial(importlib.import_module, module_name))
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if allowed is not None and ep.name not in allowed:
             continue
@@ -68,7 +70,7 @@ def build_plugin_manager() -> tuple[pluggy.PluginManager, list[PluginInfo]]:
     return pm, infos
 
 
-def _load(pm: pluggy.PluginManager, info: PluginInfo, load) -> None:
+def _load(pm: pluggy.PluginManager, info: PluginInfo, load: Callable[[], object]) -> None:
     """Import one plugin and register it under info.name; what goes wrong is written to info.error."""
     try:
         module = load()
@@ -91,7 +93,7 @@ def _load(pm: pluggy.PluginManager, info: PluginInfo, load) -> None:
     info.hooks = sorted(caller.name for caller in pm.get_hookcallers(module) or [])
 
 
-def _unregister_quietly(pm: pluggy.PluginManager, plugin) -> None:
+def _unregister_quietly(pm: pluggy.PluginManager, plugin: object) -> None:
     try:
         pm.unregister(plugin)
     except ValueError:

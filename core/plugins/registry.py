@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +28,12 @@ def _validate_task(obj: Any) -> str | None:
     return None
 
 
-def _validate_class(base: type, hook: str):
+def _validate_class(base: type, hook: str) -> Callable[[Any], str | None]:
     def check(obj: Any) -> str | None:
         if not (isinstance(obj, type) and issubclass(obj, base)):
             return f"{hook} got {obj!r}, not a {base.__name__} subclass"
-        if not isinstance(obj.name, str) or not obj.name.strip():
+        name = getattr(obj, "name", None)
+        if not isinstance(name, str) or not name.strip():
             return f"{obj.__name__} has no name"
         return None
     return check

@@ -54,13 +54,17 @@ class Sandbox(ABC):
     description: str = ""
     """One line on how it confines commands, for listings."""
 
-    confined: bool = False
-    """True when a command cannot see hidden paths nor write read-only ones (namespaces, a container);
-    False when only the harness's restoring afterwards protects them."""
+    @property
+    def confined(self) -> bool:
+        """True when a command cannot see hidden paths nor write read-only ones (namespaces, a container);
+        False when only the harness's restoring afterwards protects them."""
+        return False
 
-    signal_exit_codes: bool = False
-    """True when the command runs under an init of its own that exits with 128+N when the command dies of
-    signal N: such codes are reported as -N, the way Popen does."""
+    @property
+    def signal_exit_codes(self) -> bool:
+        """True when the command runs under an init of its own that exits with 128+N when the command dies of
+        signal N: such codes are reported as -N, the way Popen does."""
+        return False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -109,7 +113,7 @@ class Sandbox(ABC):
 
     def check(self, proc: subprocess.Popen, spec: ExecSpec) -> str | None:
         """A limit the running command has broken (it is then killed), or None."""
-        cgroup = getattr(proc, "mlab_cgroup", None)
+        cgroup: CommandCgroup | None = getattr(proc, "mlab_cgroup", None)
         if cgroup is not None:
             hit = cgroup.limit_hit()
             if hit:

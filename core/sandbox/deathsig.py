@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None
 try:  # looked up here: loading a library between fork and exec can deadlock
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):

@@ -78,9 +78,9 @@ def python_dirs(python: str) -> set[str]:
 def confine_options(spec: ExecSpec, argv: list[str] | None = None) -> list[str]:
     """The options of the confine script for spec (writable first: later mounts must land on those binds)."""
     writable = {os.path.realpath(spec.cwd)}
-    for path in spec.writable_paths:
-        if os.path.isdir(path) and not os.path.islink(path):
-            writable.add(os.path.realpath(path))
+    for folder in spec.writable_paths:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            writable.add(os.path.realpath(folder))
     ordered = sorted(writable, key=lambda p: (p.count("/"), p))  # parents before children
     options: list[str] = []
     tmp = os.path.realpath("/tmp")
@@ -98,15 +98,15 @@ def confine_options(spec: ExecSpec, argv: list[str] | None = None) -> list[str]:
         ordered = sorted({*ordered, tmp}, key=lambda p: (p.count("/"), p))
     for path in ordered:
         options += ["-w", path]
-    for path in spec.hidden_paths:
-        if os.path.isdir(path):
-            options += ["-h", os.path.realpath(path)]
-        elif os.path.exists(path):
-            options += ["-f", os.path.realpath(path)]
-    for path in spec.read_only_paths:
+    for hidden in spec.hidden_paths:
+        if os.path.isdir(hidden):
+            options += ["-h", os.path.realpath(hidden)]
+        elif os.path.exists(hidden):
+            options += ["-f", os.path.realpath(hidden)]
+    for protected in spec.read_only_paths:
         # A symlink would make mount follow it, possibly out of the workspace; the harness restores those.
-        if os.path.lexists(path) and not os.path.islink(path):
-            options += ["-r", os.path.realpath(path)]
+        if os.path.lexists(protected) and not os.path.islink(protected):
+            options += ["-r", os.path.realpath(protected)]
     return options
 
 

@@ -1,6 +1,7 @@
 """A command's output: read from its pipe as it comes, and kept within a byte budget (head and tail)."""
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 
 
@@ -39,7 +40,7 @@ class CappedOutput:
         return head + marker + self.tail.decode("utf-8", errors="replace")
 
 
-def pump(stream, output: CappedOutput, on_output: Callable[[bytes], None] | None) -> None:
+def pump(stream: io.BufferedIOBase, output: CappedOutput, on_output: Callable[[bytes], None] | None) -> None:
     """Read stream to its end into output, showing each chunk to on_output as it arrives (for a thread)."""
     try:
         while True:

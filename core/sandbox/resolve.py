@@ -13,19 +13,19 @@ AUTO_ORDER = ("bwrap", "local")  # what `--sandbox auto` tries, strongest first
 def resolve_sandbox(registry: Any, name: str) -> type[Sandbox]:
     """The sandbox class for a `--sandbox` name; `auto` is the first of AUTO_ORDER usable here."""
     if name != AUTO:
-        cls = registry.get("sandboxes", name)
+        cls: type[Sandbox] = registry.get("sandboxes", name)
         ok, why = cls.available()
         if not ok:
             raise MlabError(f"sandbox {name!r} is not available here: {why}")
         return cls
     reasons = []
     for candidate in AUTO_ORDER:
-        cls = registry.items["sandboxes"].get(candidate)
-        if cls is None:
+        found: type[Sandbox] | None = registry.items["sandboxes"].get(candidate)
+        if found is None:
             reasons.append(f"{candidate}: not installed")
             continue
-        ok, why = cls.available()
+        ok, why = found.available()
         if ok:
-            return cls
+            return found
         reasons.append(f"{candidate}: {why}")
     raise MlabError(f"no sandbox is available here ({'; '.join(reasons)})")

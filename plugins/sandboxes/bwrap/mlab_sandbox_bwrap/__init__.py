@@ -109,14 +109,14 @@ def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list
     for path in writable:
         cmd += ["--bind", path, path]
         shown.append(path)
-    for path in spec.read_only_paths:
+    for protected in spec.read_only_paths:
         # A symlink would make the bind follow it, possibly out of the workspace; the harness restores those.
-        if os.path.lexists(path) and not os.path.islink(path):
-            real = os.path.realpath(path)
+        if os.path.lexists(protected) and not os.path.islink(protected):
+            real = os.path.realpath(protected)
             if _inside(workspace, real):
                 cmd += ["--ro-bind", real, real]
-    for path in spec.hidden_paths:  # only matters where a hidden folder lies inside something shown
-        real = os.path.realpath(path)
+    for hidden in spec.hidden_paths:  # only matters where a hidden folder lies inside something shown
+        real = os.path.realpath(hidden)
         if any(_inside(s, real) for s in shown):
             if os.path.isdir(real):
                 cmd += ["--tmpfs", real, "--remount-ro", real]

@@ -91,14 +91,15 @@ def command_for(argv: list[str], spec: ExecSpec, name: str) -> list[str]:
             mount(path, "ro")
     workspace = os.path.realpath(spec.cwd)
     mount(workspace, "rw")
-    for path in spec.writable_paths:
-        if os.path.isdir(path) and not os.path.islink(path):
-            mount(os.path.realpath(path), "rw")
-    for path in spec.read_only_paths:
-        if os.path.lexists(path) and not os.path.islink(path) and _inside(workspace, os.path.realpath(path)):
-            mount(os.path.realpath(path), "ro")
-    for path in spec.hidden_paths:
-        real = os.path.realpath(path)
+    for folder in spec.writable_paths:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            mount(os.path.realpath(folder), "rw")
+    for protected in spec.read_only_paths:
+        if (os.path.lexists(protected) and not os.path.islink(protected)
+                and _inside(workspace, os.path.realpath(protected))):
+            mount(os.path.realpath(protected), "ro")
+    for hidden in spec.hidden_paths:
+        real = os.path.realpath(hidden)
         if any(_inside(s, real) for s in shown):
             if os.path.isdir(real):
                 cmd += ["--tmpfs", f"{real}:ro,size=4k"]
