@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -281,9 +282,10 @@ def register_sandboxes(register):
 '''
 
 
-def order_fixture(root: Path) -> Path:
-    """A distribution with one plugin per ORDER_PLUGINS entry, and one plugin that only wraps the hook."""
-    package = root / "mlab_fixture_order"
+def order_fixture(site: Path) -> Path:
+    """An installed distribution (package and .dist-info) in folder site, with one plugin per ORDER_PLUGINS entry
+    and one plugin that only wraps the hook. No pip: a folder on sys.path is all entry-point discovery needs."""
+    package = site / "mlab_fixture_order"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(ORDER_COMMON)
     entry_points = {"order-wrap": "mlab_fixture_order.wrap"}
@@ -295,23 +297,23 @@ def order_fixture(root: Path) -> Path:
             f"@hookimpl({options})\ndef register_sandboxes(register):\n"
             f"    CALLS.append({name!r})\n    {body}\n")
         entry_points[name] = f"mlab_fixture_order.{module}"
-    (root / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        '[project]\nname = "mlab-fixture-order"\nversion = "0.1.0"\n\n[project.entry-points.mlab]\n'
-        + "".join(f'{name} = "{value}"\n' for name, value in sorted(entry_points.items()))
-        + '\n[tool.setuptools]\npackages = ["mlab_fixture_order"]\n')
-    return root
+    dist_info = site / "mlab_fixture_order-0.1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: mlab-fixture-order\nVersion: 0.1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "[mlab]\n" + "".join(f"{name} = {value}\n" for name, value in sorted(entry_points.items())))
+    return site
 
 
 def test_registration_hooks_honour_tryfirst_trylast_and_wrappers(tmp_path):
-    venv = make_venv(tmp_path / "venv")
-    venv.install(order_fixture(tmp_path / "order"))
+    site = order_fixture(tmp_path / "site")
     probe = ("import json\nfrom mlab.core.plugins.registry import load_registry\nfrom mlab_fixture_order import CALLS\n"
              "registry = load_registry()\n"
              "print(json.dumps({'calls': CALLS, 'sandboxes': list(registry.items['sandboxes']),\n"
              "                  'errors': {p.name: p.error for p in registry.plugins}}))\n")
     loaded = ",".join(["local", "order-wrap", *ORDER_PLUGINS])
-    result = venv.run("-c", probe, env={"MLAB_LOAD_PLUGINS": loaded})
+    result = subprocess.run([MAIN_PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(site), "MLAB_LOAD_PLUGINS": loaded})
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     # pluggy's order: tryfirst, then the others last registered first (built-in `local` was registered first),
