@@ -49,7 +49,9 @@ test-shared: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m shared_data
 
 # Lint and type check, as configured in pyproject.toml ([tool.ruff], [tool.mypy]); .pre-commit-config.yaml runs the same.
-check: lint mypy
+# Both run even when the first finds something; the target fails if either did.
+check: setup
+	@status=0; $(MAKE) --no-print-directory lint || status=1; $(MAKE) --no-print-directory mypy || status=1; exit $$status
 
 lint: setup
 	$(VENV)/bin/ruff check .
