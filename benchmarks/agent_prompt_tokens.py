@@ -148,7 +148,7 @@ def system_parts(system: str) -> dict[str, int]:
              ("how-to-work instructions", system.index("\n\nHow to work:")),
              ("response format", system.index("\n\nResponse format."))]
     ends = [m[1] for m in marks[1:]] + [len(system)]
-    return {name: tokens(system[start:end]) for (name, start), end in zip(marks, ends)}
+    return {name: tokens(system[start:end]) for (name, start), end in zip(marks, ends, strict=True)}
 
 
 def parts(call: dict) -> dict[str, int]:
@@ -162,7 +162,7 @@ def parts(call: dict) -> dict[str, int]:
 
 def common_prefix(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the strings may differ in length
         if x != y:
             break
         n += 1

@@ -45,8 +45,8 @@ def registry():
 
 
 def main() -> None:
-    from mlab.core.models import RunConfig
     from mlab.core.bench.evaluate import eval_rows
+    from mlab.core.models import RunConfig
     from mlab.core.run.runner import Runner
 
     parser = argparse.ArgumentParser()
@@ -66,7 +66,8 @@ def main() -> None:
         t = time.perf_counter()
         trace = Runner(root / "template", config, reg).start()
         made = time.perf_counter() - t
-        assert len(trace.steps) == args.steps and trace.final_score is not None, (trace.end_reason, trace.final_score_error)
+        assert len(trace.steps) == args.steps and trace.final_score is not None, (
+            trace.end_reason, trace.final_score_error)
         runs = []
         for i in range(args.runs):
             shutil.copytree(root / "template", root / f"run{i:03d}", symlinks=True)

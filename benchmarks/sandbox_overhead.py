@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlab.core.run.environment import EnvSettings, Environment
-from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.limits import Limits
+from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
 
 TARGET_MS = 50.0
 

@@ -15,9 +15,9 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from mlab.core import MlabError
 
@@ -113,9 +113,9 @@ def extract(archive: Path, dest: Path) -> Path:
     root = dest.resolve()
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
-            for member in zf.namelist():
-                if not _inside(root, member):
-                    raise MlabError(f"{archive.name}: unsafe path in archive: {member!r}")
+            for name in zf.namelist():
+                if not _inside(root, name):
+                    raise MlabError(f"{archive.name}: unsafe path in archive: {name!r}")
             zf.extractall(dest)
     elif tarfile.is_tarfile(archive):
         with tarfile.open(archive) as tf:
@@ -151,7 +151,8 @@ def find(root: Path, names: Iterable[str], max_depth: int = 4) -> Path | None:
     return None
 
 
-def find_folder_with(root: Path, required: Iterable[str], aliases: Iterable[str] = (), max_depth: int = 3) -> Path | None:
+def find_folder_with(root: Path, required: Iterable[str], aliases: Iterable[str] = (),
+                     max_depth: int = 3) -> Path | None:
     """A folder under root (root itself, an alias sub-folder, or deeper) holding every required path."""
     required = list(required)
     candidates = [root] + [root / a for a in aliases]

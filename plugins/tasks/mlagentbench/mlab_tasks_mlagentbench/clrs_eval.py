@@ -4,6 +4,7 @@ python -m mlab_tasks_mlagentbench.clrs_eval WORKSPACE INPUTS.npz OUTPUT.npy
 """
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -16,9 +17,8 @@ def main(argv=None) -> int:
     import torch
 
     try:
-        from model import BaselineModel
-
-        model = BaselineModel.load(workspace / "checkpoints")
+        # The workspace's own model.py, found on sys.path only at run time.
+        model = importlib.import_module("model").BaselineModel.load(workspace / "checkpoints")
     except Exception as exc:
         print(json.dumps({"error": f"checkpoints/ cannot be loaded with model.BaselineModel.load: "
                                    f"{type(exc).__name__}: {exc}"}))

@@ -31,7 +31,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
 steps_per_epoch = -(-len(x_train) // BATCH_SIZE)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=EPOCHS * steps_per_epoch)
 
-for epoch in range(EPOCHS):
+for _epoch in range(EPOCHS):
     model.train()
     order = torch.randperm(len(x_train))
     for start in range(0, len(order), BATCH_SIZE):

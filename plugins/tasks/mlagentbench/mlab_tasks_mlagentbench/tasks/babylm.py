@@ -31,7 +31,7 @@ class Babylm(MLAgentBenchTask):
     files = "babylm"
     reference = "babylm"
     needs = {"torch": "text", "transformers": "text"}
-    cpu_variant = f"{PACK}/babylm-cpu"
+    cpu_variant: str | None = f"{PACK}/babylm-cpu"
     max_eval_tokens: int = 0  # 0: the whole test split
     eval_timeout_s: float = 4 * 3600.0
     metric = Metric(name="perplexity", higher_is_better=False)
@@ -110,7 +110,8 @@ class BabylmCpu(Babylm):
         ("MODEL = dict(n_layer=12, n_head=12, n_embd=768)  # the standard gpt2 size",
          "MODEL = dict(n_layer=4, n_head=4, n_embd=256)  # CPU-scaled: a small gpt2"),
         ("BLOCK_SIZE = 1024", "BLOCK_SIZE = 128"),
-        ("MAX_TRAIN_TOKENS = None  # use the whole corpus", "MAX_TRAIN_TOKENS = 2_000_000  # CPU-scaled: the first 2M tokens"),
+        ("MAX_TRAIN_TOKENS = None  # use the whole corpus",
+         "MAX_TRAIN_TOKENS = 2_000_000  # CPU-scaled: the first 2M tokens"),
     ]}
     cpu_variant = None
     max_eval_tokens = 100_000

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
 
@@ -25,7 +26,10 @@ TEST_GRAPHS = 32
 
 
 def clrs_data():
-    spec = importlib.util.spec_from_file_location("mlagentbench_clrs_data", FILES_DIR / "clrs" / "clrs_data.py")
+    path = FILES_DIR / "clrs" / "clrs_data.py"
+    spec = importlib.util.spec_from_file_location("mlagentbench_clrs_data", path)
+    if spec is None or spec.loader is None:
+        raise MlabError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -104,8 +108,9 @@ class Clrs(MLAgentBenchTask):
         try:
             from mlab.core import ExecSpec, Limits, LocalSandbox
 
-            options = dict(cwd=workspace, env=env, limits=Limits(timeout_s=self.eval_timeout_s),
-                           hidden_paths=[hidden_dir])
+            # ExecSpec's keywords, of several types; writable_paths only where this core's ExecSpec has it.
+            options: dict[str, Any] = {"cwd": workspace, "env": env, "limits": Limits(timeout_s=self.eval_timeout_s),
+                                       "hidden_paths": [hidden_dir]}
             if "writable_paths" in getattr(ExecSpec, "model_fields", {}):
                 options["writable_paths"] = [scratch]  # a sandbox with a private /tmp must still see it
             spec = ExecSpec(**options)

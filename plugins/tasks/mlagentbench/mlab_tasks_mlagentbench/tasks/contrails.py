@@ -43,7 +43,7 @@ def decode(text, row: int):
     if len(values) % 2:
         raise InvalidSubmission(f"submission.csv row {row}: encoded_pixels needs start/length pairs")
     end = 0
-    for start, length in zip(values[0::2], values[1::2]):
+    for start, length in zip(values[0::2], values[1::2], strict=True):
         if start < 1 or length < 1 or start - 1 < end or start - 1 + length > mask.size:
             raise InvalidSubmission(f"submission.csv row {row}: runs must be positive, sorted, non-overlapping "
                                     f"and inside the {SHAPE[0]}x{SHAPE[1]} image")
@@ -60,7 +60,7 @@ class IdentifyContrails(MLAgentBenchTask):
     reference = "identify-contrails"
     reference_script = "reference_train.py"
     needs = {"torch": "torch"}
-    cpu_variant = f"{PACK}/identify-contrails-cpu"
+    cpu_variant: str | None = f"{PACK}/identify-contrails-cpu"
     max_train_records: int | None = None
     max_test_records: int | None = None
     metric = Metric(name="dice", higher_is_better=True)
@@ -121,7 +121,7 @@ class IdentifyContrails(MLAgentBenchTask):
         require_columns(frame, ["record_id", "encoded_pixels"])
         frame = align(frame, "record_id", records)
         scores = []
-        for row, (record, text) in enumerate(zip(records, frame["encoded_pixels"]), start=1):
+        for row, (record, text) in enumerate(zip(records, frame["encoded_pixels"], strict=True), start=1):
             predicted = decode(text, row).astype(np.float64)
             target = truth[record].astype(np.float64)
             intersection = float((predicted * target).sum())

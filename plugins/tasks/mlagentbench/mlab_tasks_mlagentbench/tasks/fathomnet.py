@@ -67,7 +67,7 @@ class Fathomnet(MLAgentBenchTask):
     files = "fathomnet"
     reference = "fathomnet"
     needs = {"torch": "vision", "PIL": "vision"}
-    cpu_variant = f"{PACK}/fathomnet-cpu"
+    cpu_variant: str | None = f"{PACK}/fathomnet-cpu"
     metric = Metric(name="map@20", higher_is_better=True)
     read_only_files = ["images/*", "multilabel_classification/*", "object_detection/*", "category_key.csv",
                        "evaluation_details.txt", "data_description.txt", "sample_submission.csv"]
@@ -156,7 +156,7 @@ class Fathomnet(MLAgentBenchTask):
         require_columns(frame, ["id", "categories"])
         frame = align(frame, "id", answer["id"].tolist())
         scores = []
-        for row, (truth, predicted) in enumerate(zip(answer["categories"], frame["categories"])):
+        for row, (truth, predicted) in enumerate(zip(answer["categories"], frame["categories"], strict=True)):
             try:
                 ids = category_ids(predicted)
             except ValueError:

@@ -50,8 +50,8 @@ class Feedback(MLAgentBenchTask):
         train.to_csv(ctx.public_dir / "train.csv", index=False)
         test[["text_id", "full_text"]].to_csv(ctx.public_dir / "test.csv", index=False)
         test[["text_id"] + DIMENSIONS].to_csv(ctx.hidden_dir / "answer.csv", index=False)
-        test[["text_id"]].assign(**{d: 3.0 for d in DIMENSIONS}).to_csv(ctx.public_dir / "sample_submission.csv",
-                                                                        index=False)
+        test[["text_id"]].assign(**dict.fromkeys(DIMENSIONS, 3.0)).to_csv(ctx.public_dir / "sample_submission.csv",
+                                                                          index=False)
         ctx.log(f"{self.name}: {len(train)} training essays, {len(test)} test essays")
 
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:

@@ -35,7 +35,7 @@ class Imdb(MLAgentBenchTask):
     files = "imdb"
     reference = "imdb"
     needs = {"torch": "torch"}
-    cpu_variant = f"{PACK}/imdb-cpu"
+    cpu_variant: str | None = f"{PACK}/imdb-cpu"
     metric = Metric(name="accuracy", higher_is_better=True)
     # The starter leaves the model to the agent and submits nothing: the worst accuracy, as the original.
     worst_score = 0.0

@@ -1,4 +1,5 @@
-"""Reference solution (ours, for `mlab check-task`): a small GPT-2 with a higher learning rate. Train a GPT-2 language model from scratch on the BabyLM 10M-word corpus; save it to output/."""
+"""Reference solution (ours, for `mlab check-task`): a small GPT-2 with a higher learning rate.
+Train a GPT-2 language model from scratch on the BabyLM 10M-word corpus; save it to output/."""
 import math
 import os
 import random
@@ -12,7 +13,7 @@ SOURCES = ["aochildes", "bnc_spoken", "cbt", "children_stories", "gutenberg", "o
            "simple_wikipedia", "switchboard", "wikipedia"]
 
 # Model and training settings.
-MODEL = dict(n_layer=4, n_head=4, n_embd=256)
+MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 256}
 BLOCK_SIZE = 128
 BATCH_SIZE = 16
 EPOCHS = 2

@@ -1,7 +1,6 @@
 """Reference solution (ours, for `mlab check-task`): a wider CNN with batch norm, Adam and flips, 10 epochs."""
 import pickle
 
-import numpy as np
 import pandas as pd
 import torch
 import torch.nn as nn

@@ -1,10 +1,9 @@
 """Reference solution (ours, for `mlab check-task`): the same model and budget, trained on some larger graphs
 too and selected on 32-node validation graphs, for better generalisation to the 64-node test graphs.
 Train the baseline model on Floyd-Warshall and save the best checkpoint (by validation score)."""
+import clrs_data
 import numpy as np
 import torch
-
-import clrs_data
 from model import BaselineModel
 
 SEED = 42

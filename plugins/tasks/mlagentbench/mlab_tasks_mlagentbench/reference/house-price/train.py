@@ -35,8 +35,8 @@ def fit(X_, y_):
 model = fit(train_X, train_y)
 train_mae = mean_absolute_error(train_y, np.exp(model.predict(train_X)))
 valid_mae = mean_absolute_error(valid_y, np.exp(model.predict(valid_X)))
-print("Train MAE: {:,.0f}".format(train_mae))
-print("Validation MAE: {:,.0f}".format(valid_mae))
+print(f"Train MAE: {train_mae:,.0f}")
+print(f"Validation MAE: {valid_mae:,.0f}")
 
 model = fit(X, y)
 pd.DataFrame({"Id": test_data.Id, "SalePrice": np.exp(model.predict(test_X))}).to_csv("submission.csv", index=False)

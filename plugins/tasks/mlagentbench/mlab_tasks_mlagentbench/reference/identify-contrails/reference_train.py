@@ -5,7 +5,6 @@ import os
 import pandas as pd
 import torch
 import torch.nn as nn
-
 from encode import list_to_string, rle_encode
 from train import ICRGWDataset, ce_loss
 
@@ -36,7 +35,7 @@ submission = pd.read_csv("sample_submission.csv", index_col="record_id", dtype={
 test_ids = sorted(os.listdir("test"))
 model.eval()
 with torch.no_grad():
-    for record, (image, _label) in zip(test_ids, ICRGWDataset("test", test_ids, 2)):
+    for record, (image, _label) in zip(test_ids, ICRGWDataset("test", test_ids, 2), strict=True):
         pred = model(image.unsqueeze(0))[:, :, 2:-2, 2:-2].argmax(1)[0].numpy()
         submission.loc[record, "encoded_pixels"] = list_to_string(rle_encode(pred))
 submission.to_csv("submission.csv")

@@ -2,9 +2,8 @@
 and the visit's protein levels, trained with an absolute-error loss (SMAPE rewards median-like forecasts)."""
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import HistGradientBoostingRegressor
-
 from public_timeseries_testing_util import MockApi
+from sklearn.ensemble import HistGradientBoostingRegressor
 
 TARGETS = ["updrs_1", "updrs_2", "updrs_3", "updrs_4"]
 HORIZONS = [0, 6, 12, 24]
@@ -37,14 +36,14 @@ for target in TARGETS:
         models[target, horizon] = model.fit(X_all[keep], y[keep]) if keep.sum() >= 5 else float(np.nanmedian(y))
 
 env = MockApi()
-for test_clinical, test_peptides, test_proteins, sample_submission in env.iter_test():
+for test_clinical, _test_peptides, test_proteins, sample_submission in env.iter_test():
     X = visit_features(test_clinical.drop_duplicates("visit_id"), test_proteins)
     ratings = {}
     for target in TARGETS:
         for horizon in HORIZONS:
             model = models[target, horizon]
             values = model.predict(X) if not isinstance(model, float) else np.full(len(X), model)
-            for visit_id, value in zip(X.index, values):
+            for visit_id, value in zip(X.index, values, strict=True):
                 ratings[f"{visit_id}_{target}_plus_{horizon}_months"] = max(0.0, float(value))
     sample_submission["rating"] = sample_submission["prediction_id"].map(ratings).fillna(0).round(0)
     env.predict(sample_submission)

@@ -12,7 +12,8 @@ def features(frame, vocabulary=None):
     X = pd.DataFrame(index=frame.index)
     X["Age"] = pd.to_numeric(frame["Age"], errors="coerce")
     X["Cabin_num"] = pd.to_numeric(frame["Cabin_num"], errors="coerce")
-    X["GroupSize"] = frame["PassengerId"].str.split("_").str[0].map(frame["PassengerId"].str.split("_").str[0].value_counts())
+    group = frame["PassengerId"].str.split("_").str[0]
+    X["GroupSize"] = group.map(group.value_counts())
     for column in SPEND:
         X[column] = pd.to_numeric(frame[column], errors="coerce")
     X["Spent"] = X[SPEND].fillna(0).sum(axis=1)

@@ -5,7 +5,6 @@ numpy vectorisation only (no other libraries); the layer must still compute the 
 """
 import csv
 import time
-from typing import Union
 
 import numpy as np
 
@@ -15,7 +14,7 @@ def relu(x: np.ndarray) -> np.ndarray:
     return x * (x > 0)
 
 
-def add_padding(x: np.ndarray, pad_size: Union[int, list, tuple], pad_val: int = 0) -> np.ndarray:
+def add_padding(x: np.ndarray, pad_size: int | list | tuple, pad_val: int = 0) -> np.ndarray:
     """Pad a [batch, height, width, channels] array on the height and width axes.
 
     pad_size is one int for both axes, or (height_pad, width_pad).
@@ -33,7 +32,7 @@ class Conv2DLayer:
     """A convolution layer: num_filters square kernels slide over the input with the given stride."""
 
     def __init__(self, input_channels: int, num_filters: int, kernel_size: int, stride: int,
-                 padding: Union[int, None], activation: Union[None, str] = "relu"):
+                 padding: int | None, activation: None | str = "relu"):
         # kernels: [kernel_size, kernel_size, input_channels, num_filters]; one bias per filter
         self.kernel_matrices = np.random.randn(kernel_size, kernel_size, input_channels, num_filters)
         self.biases = np.random.randn(1, 1, 1, num_filters)
@@ -62,7 +61,8 @@ class Conv2DLayer:
 
         # Every window at once: [batch, h_new, w_new, channels, k, k] views of the padded batch.
         windows = np.lib.stride_tricks.sliding_window_view(padded_batch, (filter_size, filter_size), axis=(1, 2))
-        windows = windows[:, : (h_new - 1) * self.stride + 1 : self.stride, : (w_new - 1) * self.stride + 1 : self.stride]
+        windows = windows[:, : (h_new - 1) * self.stride + 1 : self.stride,
+                          : (w_new - 1) * self.stride + 1 : self.stride]
         # Contract channels and both kernel axes with the kernels [k, k, channels, filters].
         output = np.einsum("bhwcij,ijcf->bhwf", windows, self.kernel_matrices, optimize=True) + self.biases
 
