@@ -74,7 +74,7 @@ mypy: setup
 # first failure and prints each run's wall time.
 stress-test: setup browser sandbox-tools stress-tools
 	@stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & stress=$$!; \
-	trap 'kill $$stress 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for run in $$(seq $(STRESS_RUNS)); do \
 		start=$$(date +%s); \
 		$(MAKE) --no-print-directory test; rc=$$?; \
