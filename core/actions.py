@@ -18,7 +18,8 @@ class ActionSpec(BaseModel):
         return f"{self.name} with Action Input {json.dumps(example, indent=4)}"
 
 
-def _spec(name: str, description: str, uses_llm: bool = False, interactive_only: bool = False, **args: str):
+def _spec(name: str, description: str, uses_llm: bool = False, interactive_only: bool = False,
+          **args: str) -> ActionSpec:
     return ActionSpec(name=name, description=description, args=args, uses_llm=uses_llm,
                       interactive_only=interactive_only)
 

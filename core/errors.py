@@ -1,4 +1,7 @@
 """Exceptions shared by the core, the CLI and plugins."""
+from __future__ import annotations
+
+from typing import Any
 
 
 class MlabError(Exception):
@@ -15,6 +18,9 @@ class EnvError(Exception):
 
 class LLMError(Exception):
     """An LLM backend failed for good (after any retries)."""
+
+    retries: list[dict[str, Any]]
+    """The retried tries, one dict each; set by call_with_retries on the error it raises."""
 
     def __init__(self, message: str, *, transient: bool = False, context_too_long: bool = False,
                  retry_after: float | None = None):

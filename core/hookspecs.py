@@ -1,12 +1,19 @@
 """Every hook a plugin can implement. Registration hooks take a `register` callback; lifecycle hooks observe."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pluggy
 
-from mlab.core.models import (BaselineMeasured, LLMCallFinished, RunFinished, RunStarted, StepFinished,
-                              SubmissionScored, TaskPrepared)
+from mlab.core.models import (
+    BaselineMeasured,
+    LLMCallFinished,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    SubmissionScored,
+    TaskPrepared,
+)
 
 PROJECT = "mlab"
 hookspec = pluggy.HookspecMarker(PROJECT)

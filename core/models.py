@@ -89,10 +89,13 @@ class Step(BaseModel):
     usage: Usage = Field(default_factory=Usage)
 
 
+RunStatus = Literal["running", "finished", "failed"]
+
+
 class Trace(BaseModel):
     run_id: str
     config: RunConfig
-    status: Literal["running", "finished", "failed"] = "running"
+    status: RunStatus = "running"
     end_reason: str | None = None
     steps: list[Step] = Field(default_factory=list)
     started_at: float

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from mlab.core.errors import InvalidSubmission
+
+if TYPE_CHECKING:
+    from mlab.core.sandbox.contract import ExecResult
 
 DEFAULT_SUCCESS_MARGIN = 0.10  # the original's "more than 10% better than the baseline"
 
@@ -44,7 +48,7 @@ class BaselineContext:
 
     workspace: Path
     hidden_dir: Path
-    run_script: Callable[[str], "object"]  # runs a workspace script in the sandbox, returns an ExecResult
+    run_script: Callable[[str], ExecResult]  # runs a workspace script in the sandbox
 
 
 class Task(ABC):
@@ -71,7 +75,7 @@ class Task(ABC):
     success_margin: float = DEFAULT_SUCCESS_MARGIN
     """A run succeeds when its improvement over the baseline is above this fraction."""
 
-    def check_runnable(self) -> None:
+    def check_runnable(self) -> None:  # noqa: B027 (optional: runnable everywhere by default)
         """Raise MlabError when this machine cannot run the task (no GPU, a missing extra); called before a run."""
 
     @abstractmethod

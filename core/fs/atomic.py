@@ -9,11 +9,12 @@ import errno
 import os
 import secrets
 from pathlib import Path
+from typing import TypeGuard
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-def is_disk_full(exc: BaseException) -> bool:
+def is_disk_full(exc: BaseException) -> TypeGuard[OSError]:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 

@@ -7,8 +7,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mlab.core.errors import BudgetExceeded, LLMError
 from mlab.core.llm.backend import LLM
@@ -80,6 +81,7 @@ class LLMClient:
                                    and e.get("error") is None and e.get("cost_usd") is None), None)
 
     def model_name(self, role: str = "main") -> str:
+        """The `NAME:MODEL` string of the role's backend (just NAME when it has no model)."""
         backend = self.backends[role]
         return f"{backend.name}:{backend.model}" if backend.model else backend.name
 
@@ -99,6 +101,7 @@ class LLMClient:
 
     # ---- calls ----------------------------------------------------------------------------------
     def complete(self, messages: list[Message] | str, role: str = "main", **params: Any) -> Completion:
+        """Complete messages (a string is one user message) with the role's model, cache, retries and budgets."""
         if isinstance(messages, str):
             messages = [Message(role="user", content=messages)]
         if role not in self.backends:
@@ -115,23 +118,26 @@ class LLMClient:
         retries: list[dict[str, Any]] = []
         cached = False
         error: BaseException | None = None
-        key, occurrence = None, 0
+        cache = self.cache if backend.cacheable else None
+        key: str | None = None
+        occurrence = 0
         try:
-            if self.cache is not None and getattr(backend, "cacheable", True):
+            if cache is not None:
                 key = request_key({"name": backend.name, "model": backend.model,
                                    "api_base": backend.options.get("api_base")}, messages, params)
                 with self._lock:
                     occurrence = self._occurrences.get(key, 0)
-                completion = self.cache.get(key, occurrence)
+                completion = cache.get(key, occurrence)
                 cached = completion is not None
             if completion is None:
-                completion, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
-                                                        describe=f"LLM {role} call ({model})", sleep=self._sleep)
-                if key is not None:
+                fresh, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
+                                                   describe=f"LLM {role} call ({model})", sleep=self._sleep)
+                completion = fresh
+                if cache is not None and key is not None:
                     try:
-                        self.cache.put(key, occurrence, completion, {"model": model, "params": params})
+                        cache.put(key, occurrence, fresh, {"model": model, "params": params})
                     except OSError as exc:  # a full disk must not throw away an answer already paid for
-                        log.warning("LLM cache: could not store an answer in %s: %s", self.cache.root, exc)
+                        log.warning("LLM cache: could not store an answer in %s: %s", cache.root, exc)
             if key is not None:
                 with self._lock:
                     self._occurrences[key] = occurrence + 1
@@ -188,6 +194,7 @@ class LLMClient:
 
     # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Backend states by role, usage and cache positions: saved with each step for --resume."""
         seen: dict[int, str] = {}
         state = {}
         for role, backend in self.backends.items():
@@ -203,6 +210,7 @@ class LLMClient:
         return result
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what state_dict saved, when a killed run resumes."""
         for role, backend_state in state.get("backends", {}).items():
             if role in self.backends and "same_as" not in backend_state:
                 self.backends[role].load_state_dict(backend_state)

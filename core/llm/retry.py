@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -29,7 +30,7 @@ class RetryPolicy:
     jitter: float = 0.5  # each backoff is multiplied by a random factor in [1, 1 + jitter]
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> "RetryPolicy":
+    def from_dict(cls, values: dict[str, Any] | None) -> RetryPolicy:
         values = dict(values or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
@@ -41,7 +42,7 @@ class RetryPolicy:
         return policy
 
     def backoff(self, retry_number: int, rng: random.Random) -> float:
-        base = min(self.max_wait_s, self.initial_s * 2 ** (retry_number - 1))
+        base = min(self.max_wait_s, self.initial_s * 2.0 ** (retry_number - 1))
         return base * (1 + self.jitter * rng.random())
 
 
@@ -93,7 +94,7 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, describe: str = 
         return True
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception()
+        exc = state.outcome.exception() if state.outcome else None
         log.warning("%s failed (%s); retry %d of %d in %.1f s", describe, exc, state.attempt_number,
                     policy.max_attempts - 1, plan["wait"])
 

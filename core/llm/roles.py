@@ -5,19 +5,24 @@ Each role gets exactly the model it was given; fast and edit default to the main
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlab.core.errors import MlabError
 from mlab.core.llm.backend import LLM
 from mlab.core.llm.retry import RetryPolicy
 
+if TYPE_CHECKING:
+    from mlab.core.models import RunConfig
+    from mlab.core.plugins.registry import Registry
 
-def build_backend(registry, spec: str, **options: Any) -> LLM:
+
+def build_backend(registry: Registry, spec: str, **options: Any) -> LLM:
     """'NAME:MODEL' picks backend NAME; anything else goes to the backend that handles unprefixed models."""
     llms = registry.items["llms"]
     name, _, model = spec.partition(":")
     valid = ", ".join(sorted(llms)) or "(none installed)"
     guessed = name not in llms
+    cls: type[LLM]
     if not guessed:
         cls = registry.get("llms", name)
     else:
@@ -35,13 +40,15 @@ def build_backend(registry, spec: str, **options: Any) -> LLM:
         raise
     except LookupError as exc:  # the backend does not know this model
         if guessed:
-            raise MlabError(f"no LLM backend for {spec!r} ({exc}); or use NAME:MODEL with NAME one of: {valid}")
-        raise MlabError(f"LLM {spec!r}: {exc}")
+            raise MlabError(
+                f"no LLM backend for {spec!r} ({exc}); or use NAME:MODEL with NAME one of: {valid}") from exc
+        raise MlabError(f"LLM {spec!r}: {exc}") from exc
     except (ValueError, FileNotFoundError, OSError) as exc:
-        raise MlabError(f"LLM {spec!r}: {exc}")
+        raise MlabError(f"LLM {spec!r}: {exc}") from exc
 
 
-def build_roles(registry, main: str | None, fast: str | None, edit: str | None, **options: Any) -> dict[str, LLM] | None:
+def build_roles(registry: Registry, main: str | None, fast: str | None, edit: str | None,
+                **options: Any) -> dict[str, LLM] | None:
     """Backends by role; fast and edit default to the main model (and share its backend object).
 
     Each backend gets a `roles` attribute naming the roles it serves (a replay uses it to pick its calls).
@@ -73,7 +80,7 @@ def build_roles(registry, main: str | None, fast: str | None, edit: str | None, 
     return roles
 
 
-def _provider(registry, spec: str) -> str | None:
+def _provider(registry: Registry, spec: str) -> str | None:
     """The provider of a model served by the backend of provider/model names: 'openai/x' and
     'litellm:openai/x' -> 'openai', 'gpt-4o' -> ''; None for other backends (scripted:, replay:, human)."""
     llms = registry.items["llms"]
@@ -87,22 +94,22 @@ def _provider(registry, spec: str) -> str | None:
     return spec.split("/", 1)[0] if "/" in spec else ""
 
 
-def backend_options(config) -> dict[str, Any]:
+def backend_options(config: RunConfig) -> dict[str, Any]:
     """Options every backend is built with, from a RunConfig (only those that were set)."""
     options: dict[str, Any] = {}
-    if getattr(config, "llm_api_base", None):
+    if config.llm_api_base:
         options["api_base"] = config.llm_api_base
-    if getattr(config, "llm_timeout_s", None):
+    if config.llm_timeout_s:
         options["timeout"] = float(config.llm_timeout_s)
     return options
 
 
-def client_options(config) -> dict[str, Any]:
+def client_options(config: RunConfig) -> dict[str, Any]:
     """LLMClient keyword arguments from a RunConfig: retry policy, budgets, cache folder."""
     try:
-        retry = RetryPolicy.from_dict(getattr(config, "llm_retry", None))
+        retry = RetryPolicy.from_dict(config.llm_retry)
     except (TypeError, ValueError) as exc:
-        raise MlabError(f"llm_retry: {exc}")
-    cache = getattr(config, "llm_cache", None)
-    return {"retry": retry, "max_tokens": getattr(config, "max_tokens", None),
-            "max_cost": getattr(config, "max_cost", None), "cache_dir": Path(cache) if cache else None}
+        raise MlabError(f"llm_retry: {exc}") from exc
+    cache = config.llm_cache
+    return {"retry": retry, "max_tokens": config.max_tokens, "max_cost": config.max_cost,
+            "cache_dir": Path(cache) if cache else None}

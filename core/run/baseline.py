@@ -39,7 +39,8 @@ def known_baseline(task: Task, home: TaskHome) -> tuple[float | None, str]:
     return None, "missing"
 
 
-def bench_baseline(known: tuple[float | None, str], baseline_agent_scores: list[float | None]) -> tuple[float | None, str]:
+def bench_baseline(known: tuple[float | None, str],
+                   baseline_agent_scores: list[float | None]) -> tuple[float | None, str]:
     """Within a bench: the known baseline, else the mean valid final score of the bench's own `baseline`
     agent runs (the original's definition)."""
     if known[0] is not None:

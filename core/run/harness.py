@@ -18,7 +18,7 @@ from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.scoring import Score, Scorer
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
-from mlab.core.sandbox.contract import Sandbox
+from mlab.core.sandbox.contract import ExecResult, Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.resolve import resolve_sandbox
 from mlab.core.task import BaselineContext, Task
@@ -144,7 +144,7 @@ class Harness:
             env = self.environment(task, workspace, store=SnapshotStore(Path(scratch) / "store"),
                                    sandbox_home=Path(scratch) / "home", timeout_s=timeout_s)
 
-            def run_script(name: str) -> object:
+            def run_script(name: str) -> ExecResult:
                 try:
                     result, _changed = env.run_script(name)
                 except EnvError as exc:

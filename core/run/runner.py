@@ -8,14 +8,25 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from mlab.core.agent import AgentContext, RunState
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
+from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.llm.client import LLMClient
 from mlab.core.llm.roles import backend_options, build_roles, client_options
-from mlab.core.models import Action, RunConfig, RunFinished, RunStarted, Step, StepFinished, StopRun, Trace
+from mlab.core.models import (
+    Action,
+    RunConfig,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    Step,
+    StepFinished,
+    StopRun,
+    Trace,
+)
 from mlab.core.plugins.registry import Registry, load_registry
-from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
 from mlab.core.run.readonly import is_read_only
@@ -69,9 +80,9 @@ class Runner:
         self.warn = warn or (lambda text: print(f"mlab: warning: {text}", file=sys.stderr))
         # Limits for agent code; the timeout always comes from config.action_timeout_s.
         self.harness = Harness(self.registry, home, config.sandbox, limits,
-                               on_hook_error=lambda text: append_error(self.run_dir, text))
+                               on_hook_error=self._append_error)
         self.task: Task = self.harness.task(config.task)
-        self.harness.sandbox_cls  # an unknown sandbox fails here, before anything is written
+        _ = self.harness.sandbox_cls  # resolved now: an unknown sandbox fails before anything is written
         self.agent_cls = self.registry.get("agents", config.agent)
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
@@ -79,25 +90,35 @@ class Runner:
                                **backend_options(config))
         self.workspace = self.run_dir / WORKSPACE_DIR
         self.store: SnapshotStore | None = None
-        self.llm = None
+        self.llm: LLMClient | None = None
         self._backends = backends
+        self._lock_file: TextIO | None = None
 
     # ---- set-up ---------------------------------------------------------------------------------
+    def _append_error(self, text: str) -> None:
+        append_error(self.run_dir, text)  # best effort: whether it could write changes nothing here
+
+    @property
+    def _store(self) -> SnapshotStore:
+        """The snapshot store, typed without None: _build makes it before any step."""
+        if self.store is None:
+            raise RuntimeError("the run's snapshot store is used before the run was built")
+        return self.store
+
     def _skip_read_only(self, rel: str) -> bool:
         return is_read_only(rel, self.task.read_only_files)
 
     def _lock(self) -> None:
         """One process per run directory: a second `--resume` while the first is alive would corrupt it."""
-        self._lock_file = open(self.run_dir / ".lock", "w")
+        lock = self._lock_file = open(self.run_dir / ".lock", "w")
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise MlabError(f"run {str(self.run_dir)!r} is in use by another mlab process")
+            raise MlabError(f"run {str(self.run_dir)!r} is in use by another mlab process") from None
 
     def _release_lock(self) -> None:
-        lock = getattr(self, "_lock_file", None)
-        if lock is not None:
-            lock.close()
+        if self._lock_file is not None:
+            self._lock_file.close()
             self._lock_file = None
 
     def _build(self) -> None:
@@ -117,7 +138,7 @@ class Runner:
             task_name=self.task.name, research_problem=self.task.research_problem,
             actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
             seed=self.config.seed, starter_script=self.task.starter_script,
-            log=lambda msg: append_error(self.run_dir, f"[agent] {msg}")))
+            log=lambda msg: self._append_error(f"[agent] {msg}")))
 
     def _notify(self, hook: str, event: object) -> None:
         self.harness.notify(hook, event)
@@ -133,7 +154,7 @@ class Runner:
             write_config(self.run_dir, self.config)
             self.harness.new_workspace(self.task, self.workspace)
             self._build()
-            self.store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+            self._store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins})
             self._record_warnings(trace)
@@ -159,7 +180,7 @@ class Runner:
             raise MlabError(f"run {str(self.run_dir)!r} already ended ({trace.status}: {trace.end_reason})")
         self._build()
         last = trace.steps[-1] if trace.steps else None
-        self.store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
+        self._store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
         if last:
             self.agent.load_state_dict(last.agent_state)
             self.env.load_state_dict(last.env_state)
@@ -182,7 +203,8 @@ class Runner:
     def _loop(self, trace: Trace) -> Trace:
         clock_start = time.monotonic()
         time_before = trace.total_time_s
-        reason, status = None, "finished"
+        reason: str | None = None
+        status: RunStatus = "finished"
         try:
             while reason is None:
                 elapsed = time_before + time.monotonic() - clock_start
@@ -247,7 +269,7 @@ class Runner:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
         try:
-            self.store.take(self.workspace, name, skip=self._skip_read_only)
+            self._store.take(self.workspace, name, skip=self._skip_read_only)
             return ""
         except OSError as exc:
             if not is_disk_full(exc):
@@ -256,8 +278,8 @@ class Runner:
         previous = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
         append_error(self.run_dir, f"disk full while storing snapshot {name} ({first}); the workspace goes back "
                                    f"to {previous}")
-        self.store.restore(previous, self.workspace, skip=self._skip_read_only)
-        self.store.take(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
+        self._store.restore(previous, self.workspace, skip=self._skip_read_only)
+        self._store.take(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
         return ("\n[The disk is full, so the files this step produced could not be kept: the workspace was put "
                 "back as it was before this step. Write smaller files or delete ones you do not need.]")
 
@@ -271,7 +293,7 @@ class Runner:
         append_error(self.run_dir, message)
         raise DiskFull(message) from exc
 
-    def _finish(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
+    def _finish(self, trace: Trace, status: RunStatus, reason: str | None, total: float) -> Trace:
         try:
             return self._finish_writing(trace, status, reason, total)
         except OSError as exc:
@@ -282,7 +304,7 @@ class Runner:
         finally:
             self._release_lock()  # the run is over: the folder may be opened again (eval, a later resume)
 
-    def _finish_writing(self, trace: Trace, status: str, reason: str | None, total: float) -> Trace:
+    def _finish_writing(self, trace: Trace, status: RunStatus, reason: str | None, total: float) -> Trace:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
         manifest = (self.run_dir / "snapshots" / f"{last}.json").read_bytes()
         write_atomic(self.run_dir / "snapshots" / "final.json", manifest)

@@ -7,6 +7,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from mlab.core.errors import InvalidSubmission
 from mlab.core.run.readonly import is_read_only
@@ -35,7 +36,7 @@ class Verdict:
     success: bool  # improvement above the task's success margin
 
 
-def is_valid(score: float | None) -> bool:
+def is_valid(score: float | None) -> TypeGuard[float]:
     return score is not None and math.isfinite(score) and score > 0
 
 

@@ -13,12 +13,18 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from mlab.core.fs.atomic import write_atomic
 
 _BLOCK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block the harness
+
+# A manifest entry: {sha256, size, mode}, plus `link` (its target) for a symbolic link.
+Entry = dict[str, Any]
+Manifest = dict[str, Entry]
 
 
 def file_digest(path: str) -> str:
@@ -40,7 +46,7 @@ def _digest_fd(fd: int) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def is_link(entry: dict) -> bool:
+def is_link(entry: Entry) -> bool:
     return "link" in entry
 
 
@@ -59,9 +65,9 @@ class SnapshotStore:
     def _object_path(self, digest: str) -> Path:
         return self.objects / digest[:2] / digest
 
-    def take(self, workspace: Path, name: str, skip: "callable[[str], bool]" = lambda _rel: False) -> dict:
+    def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False) -> Manifest:
         """Record the workspace under `name`; returns the manifest."""
-        manifest: dict[str, dict] = {}
+        manifest: Manifest = {}
         for rel, full, st in _walk(workspace, skip):
             if stat.S_ISLNK(st.st_mode):
                 try:
@@ -141,13 +147,14 @@ class SnapshotStore:
     def read_object(self, digest: str) -> bytes:
         return self._object_path(digest).read_bytes()
 
-    def manifest(self, name: str) -> dict:
-        return json.loads((self.manifests / f"{name}.json").read_text())
+    def manifest(self, name: str) -> Manifest:
+        manifest: Manifest = json.loads((self.manifests / f"{name}.json").read_text())
+        return manifest
 
     def has(self, name: str) -> bool:
         return (self.manifests / f"{name}.json").exists()
 
-    def restore(self, name: str, workspace: Path, skip: "callable[[str], bool]" = lambda _rel: False) -> None:
+    def restore(self, name: str, workspace: Path, skip: Callable[[str], bool] = lambda _rel: False) -> None:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
         manifest = self.manifest(name)
         workspace.mkdir(parents=True, exist_ok=True)
@@ -200,7 +207,7 @@ class SnapshotStore:
 _ZEROS = bytes(_BLOCK)
 
 
-def _copy_sparse(src: int, dst: int, h=None) -> int:
+def _copy_sparse(src: int, dst: int, h: hashlib._Hash | None = None) -> int:
     """Copy from fd src to fd dst leaving blocks of zeros as holes (a 1 GB sparse file stays small);
     returns the bytes copied, feeding them to the hash h."""
     size = 0
@@ -234,15 +241,16 @@ def _copy_object(source: Path, target: Path) -> None:
         os.close(src)
 
 
-def _same_file(target: Path, entry: dict) -> bool:
+def _same_file(target: Path, entry: Entry) -> bool:
     try:
         st = os.lstat(target)
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode) or st.st_size != entry["size"]:
         return False
+    expected: str = entry["sha256"]
     try:
-        return file_digest(str(target)) == entry["sha256"]
+        return file_digest(str(target)) == expected
     except OSError:
         return False
 
@@ -273,7 +281,8 @@ def _clear_path(workspace: Path, rel: str) -> None:
             return
 
 
-def _walk(workspace: Path, skip, every_kind: bool = False):
+def _walk(workspace: Path, skip: Callable[[str], bool],
+          every_kind: bool = False) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relpath, fullpath, lstat) of every regular file and symlink below workspace (with every_kind, of
     every non-folder entry: FIFOs, sockets...); symlinks are never followed."""
     root = str(workspace)

@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mlab.core.fs.atomic import write_atomic
 from mlab.core.errors import MlabError
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import RunConfig, Trace
 
 TRACE_FILE = "trace.json"
@@ -57,7 +57,7 @@ def read_trace(run_dir: Path) -> Trace:
     try:
         return Trace.model_validate_json(path.read_text())
     except ValueError as exc:
-        raise MlabError(f"{path} is not a valid trace: {str(exc).splitlines()[0]}")
+        raise MlabError(f"{path} is not a valid trace: {str(exc).splitlines()[0]}") from exc
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:
