@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Group
@@ -17,13 +19,16 @@ from .console import make_console
 from .durations import Duration
 from .run_cmds import parse_agent_options
 
+if TYPE_CHECKING:
+    from mlab.core.bench.driver import BenchStatus
+
 
 def _names(values: tuple[str, ...]) -> list[str]:
     """Repeatable options that also take comma lists: --tasks a,b --tasks c."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
-def _run_options(**given) -> dict:
+def _run_options(**given: object) -> dict[str, object]:
     """Only the options given, so runs keep the core's defaults for the rest."""
     return {key: value for key, value in given.items() if value is not None}
 
@@ -38,16 +43,17 @@ class BenchView:
         self.live = Live(console=self.console, refresh_per_second=4, transient=False) \
             if self.console.is_terminal else None
 
-    def __enter__(self):
+    def __enter__(self) -> BenchView:
         if self.live:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self.live:
-            self.live.__exit__(*exc)
+            self.live.__exit__(exc_type, exc, tb)
 
-    def update(self, status) -> None:
+    def update(self, status: BenchStatus) -> None:
         if self.live:
             self.live.update(self._render(status))
             return
@@ -55,10 +61,11 @@ class BenchView:
             self.console.print(line, markup=False, highlight=False)
         self.printed = len(status.last)
 
-    def _render(self, status):
+    def _render(self, status: BenchStatus) -> Group:
         head = Text.assemble(
             (f"{self.title}: ", "bold"), f"{status.done}/{status.total} done, ",
-            (f"{len(status.running)} running", "cyan"), ", ", (f"{status.failed} failed", "red" if status.failed else ""),
+            (f"{len(status.running)} running", "cyan"), ", ",
+            (f"{status.failed} failed", "red" if status.failed else ""),
             f", {status.pending} pending — {status.tokens + sum(r.tokens for r in status.running):,} tokens, "
             f"${status.cost_usd + sum(r.cost_usd for r in status.running):.4f}")
         table = Table(box=None, pad_edge=False)
@@ -92,16 +99,20 @@ class BenchView:
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
 @click.option("--max-tokens", type=click.IntRange(1), help="Token budget of each run (prompt + completion).")
 @click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of each run in USD.")
-@click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
+@click.option("--llm-api-base", metavar="URL",
+              help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request.")
 @click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure.")
 @click.option("--retry-failed", is_flag=True, help="Run failed runs again (finished runs are always kept).")
 @click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run).")
 @click.option("--registry", "registry_factory", hidden=True,
               help="module:function building the plugin registry (plugins under development, tests).")
-def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_address, cpus_per_run, bench_dir,
-          max_steps, max_time_s, action_timeout_s, sandbox, agent_options, max_tokens, max_cost, llm_api_base,
-          llm_timeout_s, llm_retries, retry_failed, intermediate, registry_factory) -> None:
+def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
+          edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
+          cpus_per_run: float | None, bench_dir: str, max_steps: int, max_time_s: float, action_timeout_s: float,
+          sandbox: str, agent_options: tuple[str, ...], max_tokens: int | None, max_cost: float | None,
+          llm_api_base: str | None, llm_timeout_s: float | None, llm_retries: int | None, retry_failed: bool,
+          intermediate: bool, registry_factory: str | None) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
@@ -144,13 +155,14 @@ def bench(tasks, agents, llms, fast_llm, edit_llm, runs, workers, engine, ray_ad
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON instead of tables.")
-def report(bench_dir, out_dir, compare, no_plots, no_html, as_json) -> None:
+def report(bench_dir: str, out_dir: str | None, compare: tuple[str, str] | None, no_plots: bool, no_html: bool,
+           as_json: bool) -> None:
     """Tables of a bench's metrics, PNG plots and a static HTML report with a trace viewer."""
     import json
 
     from mlab.core.bench import report as rep
 
-    data = rep.load(Path(bench_dir), tuple(compare) if compare else None)
+    data = rep.load(Path(bench_dir), compare or None)
     if not data.rows:
         raise MlabError(f"bench {bench_dir!r} has no runs yet")
     console = make_console(stderr=as_json)

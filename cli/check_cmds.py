@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 from .durations import Duration
 
 
-def _fmt(value) -> str:
+def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
     if isinstance(value, float) and math.isinf(value):
@@ -48,7 +48,7 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
     registry = load_registry()
     with tempfile.TemporaryDirectory(prefix="mlab-check-") as scratch:
         harness = Harness(registry, TaskHome(home or scratch), sandbox=sandbox)
-        harness.sandbox_cls  # an unknown sandbox fails before any work
+        _ = harness.sandbox_cls  # resolving it makes an unknown sandbox fail before any work
         _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
 
 
@@ -84,9 +84,10 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
             report.status, report.reason = "skipped", f"no usable local data: {report.steps['prepare']}"
         reports.append(report.to_dict())
         if not as_json:
+            gain = report.improvement
+            shown = "-" if gain is None else "+inf" if math.isinf(gain) else f"{gain:+.1%}"
             click.echo(f"{task.name}: {report.status.upper()}  baseline {_fmt(report.baseline)}  reference "
-                       f"{_fmt(report.reference)}  improvement "
-                       f"{'-' if report.improvement is None else ('+inf' if math.isinf(report.improvement) else f'{report.improvement:+.1%}')}"
+                       f"{_fmt(report.reference)}  improvement {shown}"
                        f" (margin {report.margin:.0%})" + (f"\n  {report.reason}" if report.reason else ""))
             if report.status == "failed":
                 for step, tail in report.output_tail.items():

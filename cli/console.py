@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from rich.console import Console
 
 PIPED_WIDTH = 160
 
 
-def make_console(stderr: bool = False, **options) -> Console:
+def make_console(stderr: bool = False, **options: Any) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if "COLUMNS" not in os.environ and not stream.isatty():
         options.setdefault("width", PIPED_WIDTH)

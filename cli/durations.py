@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import click
 
@@ -26,7 +27,7 @@ def parse_duration(text: str) -> float:
 class Duration(click.ParamType):
     name = "duration"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         try:

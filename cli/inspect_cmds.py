@@ -13,8 +13,6 @@ from .console import make_console
 from .durations import format_duration
 
 
-
-
 @click.command("list-plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_plugins(as_json: bool) -> None:

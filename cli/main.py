@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("mlab: aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:
-        hint = f" (see: mlab {exc.ctx.command_path.split(' ', 1)[-1]} --help)" if exc.ctx and " " in exc.ctx.command_path else ""
+        hint = (f" (see: mlab {exc.ctx.command_path.split(' ', 1)[-1]} --help)"
+                if exc.ctx and " " in exc.ctx.command_path else "")
         click.echo(f"mlab: error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)
     except click.ClickException as exc:

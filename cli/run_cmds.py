@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
-from mlab.core.run import taskdata
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run import taskdata
 
 from .console import make_console
 from .durations import Duration
@@ -44,7 +43,8 @@ def prepare(task_name: str, data_dir: str | None) -> None:
 @click.option("--runs", default=1, show_default=True, type=click.IntRange(1, 100))
 @click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
               help="Time limit of the starter script.")
-@click.option("--sandbox", default="local", show_default=True, help="Sandbox the starter runs in (see: mlab list-plugins).")
+@click.option("--sandbox", default="local", show_default=True,
+              help="Sandbox the starter runs in (see: mlab list-plugins).")
 def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
     """Run a task's baseline and record the mean score that improvement is measured against."""
     from mlab.core.run.baseline import measure_baseline
@@ -87,9 +87,11 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of the run in USD.")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
-def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, action_timeout_s, run_dir, seed,
-        sandbox, agent_options, interactive, resume_dir, llm_api_base, llm_timeout_s, llm_retries, max_tokens,
-        max_cost, llm_cache) -> None:
+def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str | None, edit_llm: str | None,
+        max_steps: int, max_time_s: float, action_timeout_s: float, run_dir: str | None, seed: int, sandbox: str,
+        agent_options: tuple[str, ...], interactive: bool, resume_dir: str | None, llm_api_base: str | None,
+        llm_timeout_s: float | None, llm_retries: int | None, max_tokens: int | None, max_cost: float | None,
+        llm_cache: str | None) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
     from mlab.core.run.runner import Runner, new_run_dir
     from mlab.core.run.trace import read_trace
@@ -115,7 +117,7 @@ def run(task_name, agent_name, llm, fast_llm, edit_llm, max_steps, max_time_s, a
         target = Path(run_dir) if run_dir else new_run_dir(config)
         runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
     view = StepView(f"{config.agent} on {config.task}", config.max_steps)
-    if any(getattr(b, "uses_terminal", False) for b in (runner._backends or {}).values()):
+    if any(b.uses_terminal for b in (runner._backends or {}).values()):
         view.live = None  # a person answers model calls in this terminal: no live redraw over their typing
     with view:
         runner.on_step = view.add
@@ -141,12 +143,12 @@ def _cache_dir(value: str | None) -> str | None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise MlabError(f"--llm-cache: cannot use {str(path)!r}: {exc.strerror}")
+        raise MlabError(f"--llm-cache: cannot use {str(path)!r}: {exc.strerror}") from exc
     return str(path.resolve())
 
 
-def parse_agent_options(pairs: tuple[str, ...]) -> dict:
-    options = {}
+def parse_agent_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:

@@ -1,6 +1,8 @@
 """Showing a run's steps as they happen: a live table on a terminal, one line a step otherwise."""
 from __future__ import annotations
 
+from types import TracebackType
+
 from rich.live import Live
 from rich.table import Table
 
@@ -20,7 +22,8 @@ class StepView:
         self.title = title
         self.max_steps = max_steps
         self.rows: list[tuple[str, ...]] = []
-        self.live = Live(self._table(), console=self.console, refresh_per_second=4) if self.console.is_terminal else None
+        self.live = (Live(self._table(), console=self.console, refresh_per_second=4) if self.console.is_terminal
+                     else None)
 
     def _table(self) -> Table:
         table = Table(title=f"{self.title} — {len(self.rows)}/{self.max_steps} steps")
@@ -30,14 +33,15 @@ class StepView:
             table.add_row(*row)
         return table
 
-    def __enter__(self):
+    def __enter__(self) -> StepView:
         if self.live:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self.live:
-            self.live.__exit__(*exc)
+            self.live.__exit__(exc_type, exc, tb)
 
     def add(self, step: Step) -> None:
         args = ", ".join(f"{k}={_short(v, 30)}" for k, v in step.action.args.items())

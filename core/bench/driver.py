@@ -1,6 +1,6 @@
 """Benches: every (task, agent, model, seed) run in its own run directory, many at once, results in SQLite.
 
-The driver (this process) plans the runs, hands each to an engine (core/bench_engines.py), and is the only writer
+The driver (this process) plans the runs, hands each to an engine (core/bench/engines.py), and is the only writer
 of the database. `local` forks one worker process per run from a pre-loaded helper process; `ray` submits each run
 as a Ray task. Workers report progress through small files in BENCH/.progress and return a summary of their
 run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries failed
@@ -13,16 +13,20 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from mlab.core.bench.evaluate import registry_from
+from mlab.core.bench.results import DB_FILE, ResultsDB, Row
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
-from mlab.core.bench.evaluate import registry_from
-from mlab.core.bench.results import DB_FILE, ResultsDB
 from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
+
+if TYPE_CHECKING:
+    from mlab.core.bench.engines import JobSpec, LocalEngine, RayEngine, WorkerSettings
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -134,7 +138,7 @@ class Bench:
 
     # planning
     def combos(self) -> list[tuple[str, str, str | None, int]]:
-        out = []
+        out: list[tuple[str, str, str | None, int]] = []
         for task in self.tasks:
             for cls in self.agent_classes:
                 llms = [m for m in self.spec.llms if m] if cls.needs_llm else [None]
@@ -157,8 +161,8 @@ class Bench:
         status = BenchStatus(total=len(combos))
         for task, agent, llm, seed in combos:
             key, name = run_key(task, agent, llm, seed), run_name(task, agent, llm, seed)
-            row = db.run(key)
-            state = row["status"] if row else None
+            row = db.run(key) or {}  # {}: not run before
+            state = row.get("status")
             if state == "finished" or (state == "failed" and not self.retry_failed):
                 status.skipped += 1
                 status.done += state == "finished"
@@ -185,12 +189,12 @@ class Bench:
         status.pending = len(jobs)
         return jobs, status
 
-    def _settings(self) -> dict:
+    def _settings(self) -> WorkerSettings:
         """What a worker needs to build the same registry in the same environment as this driver."""
         env = {k: os.environ[k] for k in ("MLAB_HOME", "MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR") if k in os.environ}
         return {"registry_factory": self.registry_factory, "sys_path": [os.getcwd()], "env": env}
 
-    def _job_dict(self, job: Job) -> dict:
+    def _job_dict(self, job: Job) -> JobSpec:
         return {**self._settings(), "key": job.key, "mode": job.mode, "config": job.config.model_dump(),
                 "run_dir": str(self.dir / RUNS_DIR / job.name),
                 "progress": str(self.dir / PROGRESS_DIR / f"{job.name}.json"),
@@ -217,7 +221,7 @@ class Bench:
             os.replace(fresh, path)
         return ResultsDB(path)
 
-    def _engine(self):
+    def _engine(self) -> LocalEngine | RayEngine:
         from mlab.core.bench.engines import LocalEngine, RayEngine
 
         if self.engine_name == "ray":
@@ -246,7 +250,8 @@ class Bench:
         finally:
             db.close()
 
-    def _drive(self, engine, db: ResultsDB, jobs: list[Job], status: BenchStatus, on_update, tick_s) -> None:
+    def _drive(self, engine: LocalEngine | RayEngine, db: ResultsDB, jobs: list[Job], status: BenchStatus,
+               on_update: Callable[[BenchStatus], None] | None, tick_s: float) -> None:
         queue = list(jobs)
         running: dict[str, Job] = {}
         by_key = {job.key: job for job in jobs}
@@ -283,7 +288,7 @@ class Bench:
                       attempts=(row["attempts"] if row else 0) + (job.mode == "start"),
                       config=job.config.model_dump_json())
 
-    def _ended(self, db: ResultsDB, job: Job, result: dict | None, status: BenchStatus) -> None:
+    def _ended(self, db: ResultsDB, job: Job, result: Row | None, status: BenchStatus) -> None:
         if result is None:
             db.upsert_run(job.key, status="interrupted")
             status.last.append(f"{job.key}: interrupted (resumable)")

@@ -17,18 +17,46 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypedDict
 
-from mlab.core.fs.atomic import write_atomic
-from mlab.core.errors import MlabError
-from mlab.core.models import RunConfig
 from mlab.core.bench.evaluate import intermediate_steps, registry_from
-from mlab.core.bench.results import summarize
+from mlab.core.bench.results import Row, summarize
+from mlab.core.errors import MlabError
+from mlab.core.fs.atomic import write_atomic
+from mlab.core.models import RunConfig, Step
+from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
 
 
+class WorkerSettings(TypedDict):
+    """What a worker needs to build the same registry in the same environment as the driver."""
+
+    registry_factory: str | None
+    sys_path: list[str]
+    env: dict[str, str]
+
+
+class JobSpec(WorkerSettings):
+    """One run handed to a worker, as JSON: what to do and where its files go."""
+
+    key: str
+    mode: str  # start | resume | collect
+    config: dict[str, Any]  # a RunConfig's fields
+    run_dir: str
+    progress: str
+    job_file: str
+    result: str
+    log: str
+    intermediate: bool
+
+
+# The summary of an ended run (runs-table fields plus plugin_versions and step_scores), or None when it was
+# interrupted and can be resumed.
+Result = Row | None
+
+
 # ---- the work of one run -----------------------------------------------------------------------------
-def execute_job(job: dict, registry=None) -> dict:
+def execute_job(job: JobSpec, registry: Registry | None = None) -> Row:
     """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task."""
     for key, value in job.get("env", {}).items():
         os.environ[key] = value
@@ -37,7 +65,7 @@ def execute_job(job: dict, registry=None) -> dict:
     progress = Path(job["progress"])
     started = time.time()
 
-    def on_step(step) -> None:
+    def on_step(step: Step) -> None:
         write_atomic(progress, json.dumps({
             "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
             "action": step.action.name, "started": started}).encode())
@@ -69,12 +97,13 @@ def execute_job(job: dict, registry=None) -> dict:
                 "end_reason": f"harness error: {type(exc).__name__}: {exc}", "traceback": text}
 
 
-def read_result(job: dict, code: int | None, interrupted: bool = False) -> dict | None:
+def read_result(job: JobSpec, code: int | None, interrupted: bool = False) -> Result:
     """The worker's result; None when it was interrupted; a harness error when it died without one."""
     path = Path(job["result"])
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            result: Row = json.loads(path.read_text())
+            return result
         except ValueError:
             pass
     if interrupted or code == 130:
@@ -94,13 +123,13 @@ def _die_with_parent(sig: int) -> None:
 
 
 # ---- the zygote: forks one worker per run -------------------------------------------------------------
-def _run_child(job_path: str, registry) -> int:
+def _run_child(job_path: str, registry: Registry) -> int:
     """In the forked worker: the run's own session and log; SIGINT (from the driver, or when the zygote dies)
     stops the run at once, leaving it resumable."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_parent(signal.SIGINT)
-    job = json.loads(Path(job_path).read_text())
+    job: JobSpec = json.loads(Path(job_path).read_text())
     log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -129,7 +158,7 @@ def zygote_main() -> None:
 
     out = sys.stdout
 
-    def say(**message) -> None:
+    def say(**message: object) -> None:
         out.write(json.dumps(message) + "\n")
         out.flush()
 
@@ -176,17 +205,20 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, workers: int, settings: dict, log_path: Path):
+    def __init__(self, workers: int, settings: WorkerSettings, log_path: Path):
         self.workers = workers
-        self.running: dict[str, dict] = {}  # job file -> job
+        self.running: dict[str, JobSpec] = {}  # job file -> job
         self.pids: dict[str, int] = {}  # job file -> pid
         self.by_pid: dict[int, str] = {}
-        self.messages: queue.Queue = queue.Queue()
+        self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()  # None: the zygote is gone
         code = "from mlab.core.bench.engines import zygote_main; zygote_main()"
         with open(log_path, "ab") as log:
             self.zygote = subprocess.Popen(
                 [sys.executable, "-c", code, json.dumps(settings)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=log, text=True, bufsize=1, start_new_session=True, preexec_fn=_reset_sigint)
+        assert self.zygote.stdin is not None and self.zygote.stdout is not None  # both are pipes
+        self.to_zygote: IO[str] = self.zygote.stdin
+        self.from_zygote: IO[str] = self.zygote.stdout
         threading.Thread(target=self._read, daemon=True).start()
         ready = self._next(timeout=120)
         if not ready or not ready.get("ready"):
@@ -194,14 +226,14 @@ class LocalEngine:
             raise MlabError(f"the local worker pool did not start; see {log_path}")
 
     def _read(self) -> None:
-        for line in self.zygote.stdout:
+        for line in self.from_zygote:
             try:
                 self.messages.put(json.loads(line))
             except ValueError:
                 continue
         self.messages.put(None)  # the zygote is gone
 
-    def _next(self, timeout: float) -> dict | None:
+    def _next(self, timeout: float) -> dict[str, Any] | None:
         try:
             return self.messages.get(timeout=timeout)
         except queue.Empty:
@@ -210,16 +242,17 @@ class LocalEngine:
     def capacity(self) -> int:
         return self.workers - len(self.running)
 
-    def submit(self, job: dict) -> None:
+    def submit(self, job: JobSpec) -> None:
         write_atomic(Path(job["job_file"]), json.dumps(job).encode())
         self.running[job["job_file"]] = job
         try:
-            self.zygote.stdin.write(job["job_file"] + "\n")
-            self.zygote.stdin.flush()
+            self.to_zygote.write(job["job_file"] + "\n")
+            self.to_zygote.flush()
         except (BrokenPipeError, OSError):
             pass  # noticed in poll(): the zygote has died
 
-    def _handle(self, message: dict | None, done: list, interrupted: bool = False) -> None:
+    def _handle(self, message: dict[str, Any] | None, done: list[tuple[JobSpec, Result]],
+                interrupted: bool = False) -> None:
         if message is None:
             for name in list(self.running):  # the pool died: its runs are resumable, not failed
                 done.append((self.running.pop(name), None))
@@ -228,14 +261,14 @@ class LocalEngine:
             self.pids[message["started"]] = message["pid"]
             self.by_pid[message["pid"]] = message["started"]
         elif "exited" in message:
-            name = self.by_pid.pop(message["exited"], None)
-            if name in self.running:
-                self.pids.pop(name, None)
-                job = self.running.pop(name)
+            job_file = self.by_pid.pop(message["exited"], None)
+            if job_file is not None and job_file in self.running:
+                self.pids.pop(job_file, None)
+                job = self.running.pop(job_file)
                 done.append((job, read_result(job, message["code"], interrupted)))
 
-    def poll(self) -> list[tuple[dict, dict | None]]:
-        done: list = []
+    def poll(self) -> list[tuple[JobSpec, Result]]:
+        done: list[tuple[JobSpec, Result]] = []
         while True:
             try:
                 message = self.messages.get_nowait()
@@ -243,9 +276,9 @@ class LocalEngine:
                 return done
             self._handle(message, done)
 
-    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[JobSpec, Result]]:
         """Ask every worker to stop (SIGINT: the run ends at once, resumable), then kill stragglers."""
-        done: list = []
+        done: list[tuple[JobSpec, Result]] = []
         deadline = time.monotonic() + grace_s
         signalled: set[int] = set()
         try:
@@ -266,7 +299,7 @@ class LocalEngine:
 
     def close(self) -> None:
         try:
-            self.zygote.stdin.close()
+            self.to_zygote.close()
         except OSError:
             pass
         try:
@@ -296,8 +329,8 @@ class RayEngine:
     def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None):
         try:
             import ray
-        except ImportError:
-            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'")
+        except ImportError as exc:
+            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'") from exc
         self.ray = ray
         self.started_here = False
         if not ray.is_initialized():
@@ -305,28 +338,29 @@ class RayEngine:
             try:
                 ray.init(address=address, **options) if address else ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise MlabError(f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}")
+                why = f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}"
+                raise MlabError(why) from exc
             self.started_here = not address
         cpus = ray.cluster_resources().get("CPU", 1.0)
         self.workers = workers
         # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
         self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
         self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(execute_job)
-        self.refs: dict[Any, dict] = {}
+        self.refs: dict[Any, JobSpec] = {}  # Ray ObjectRef (ray is untyped here) -> job
 
     def capacity(self) -> int:
         return self.workers - len(self.refs)
 
-    def submit(self, job: dict) -> None:
+    def submit(self, job: JobSpec) -> None:
         self.refs[self.remote.remote(job)] = job
 
-    def poll(self) -> list[tuple[dict, dict | None]]:
+    def poll(self) -> list[tuple[JobSpec, Result]]:
         if not self.refs:
             return []
         ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
         return [self._collect(ref) for ref in ready]
 
-    def _collect(self, ref, interrupted: bool = False) -> tuple[dict, dict | None]:
+    def _collect(self, ref: Any, interrupted: bool = False) -> tuple[JobSpec, Result]:
         job = self.refs.pop(ref)
         try:
             return job, self.ray.get(ref)
@@ -338,7 +372,7 @@ class RayEngine:
             return job, {"status": "failed", "failure": "harness_error",
                          "end_reason": f"harness error: Ray task failed: {str(exc).splitlines()[0]}"}
 
-    def interrupt(self, grace_s: float = 20.0) -> list[tuple[dict, dict | None]]:
+    def interrupt(self, grace_s: float = 20.0) -> list[tuple[JobSpec, Result]]:
         for ref in self.refs:
             self.ray.cancel(ref)  # KeyboardInterrupt inside the task: the run stops and stays resumable
         refs = list(self.refs)

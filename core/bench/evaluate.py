@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from mlab.core.bench.results import DB_FILE, ResultsDB, bench_baselines, classify
 from mlab.core.errors import MlabError
@@ -19,6 +19,7 @@ from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import Score, judge
 from mlab.core.run.trace import read_trace
+from mlab.core.task import Task
 
 MAX_INTERMEDIATE = 50  # snapshots scored per run, as in the original
 
@@ -65,40 +66,47 @@ def score_many(jobs: list[tuple[str, Path, list[str]]], harness: Harness, worker
     Forked workers inherit the harness as built here, plugins registered in-process included; observer hooks
     are told here, in this process, once every score is in."""
     global _worker_harness
-    pieces = [(j, i, task, str(run_dir), snaps[i:i + chunk])
-              for j, (task, run_dir, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
+    pieces = [(j, i, name, str(folder), snaps[i:i + chunk])
+              for j, (name, folder, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
     out: list[list[Score]] = [[(None, None)] * len(snaps) for _t, _r, snaps in jobs]
     _worker_harness = harness
     if workers <= 1 or len(pieces) <= 1:
-        for j, i, task, run_dir, snaps in pieces:
-            out[j][i:i + len(snaps)] = _score_chunk(task, run_dir, snaps)
+        for j, i, name, folder, snaps in pieces:
+            out[j][i:i + len(snaps)] = _score_chunk(name, folder, snaps)
             if on_done:
                 on_done(len(snaps))
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(pieces)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_score_chunk, task, run_dir, snaps): (j, i)
-                       for j, i, task, run_dir, snaps in pieces}
+            futures = {pool.submit(_score_chunk, name, folder, snaps): (j, i)
+                       for j, i, name, folder, snaps in pieces}
             for future in as_completed(futures):
                 j, i = futures[future]
                 result = future.result()
                 out[j][i:i + len(result)] = result
                 if on_done:
                     on_done(len(result))
-    for (task_name, run_dir, snaps), scores in zip(jobs, out):
+    for (task_name, run_dir, snaps), scores in zip(jobs, out, strict=True):
         task = harness.task(task_name)
-        for snap, score in zip(snaps, scores):
+        for snap, score in zip(snaps, scores, strict=True):
             harness.scored(task, score, run_dir, snap)
     return out
 
 
+class Evaluated(TypedDict):
+    """One scored run: its final snapshot's (score, error) and, when asked for, its steps' scores."""
+
+    run_dir: Path
+    trace: Trace
+    task: Task
+    final: Score
+    steps: list[tuple[int, str, float | None, str | None]]  # (step, snapshot, score, error)
+
+
 def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int | None = None,
                   registry: Registry | None = None, on_done: Callable[[int], None] | None = None,
-                  harness: Harness | None = None) -> list[dict[str, Any]]:
-    """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel.
-
-    Returns per run: run_dir, trace, task, final (score, error) and steps [(step, snapshot, score, error)].
-    """
+                  harness: Harness | None = None) -> list[Evaluated]:
+    """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel."""
     harness = harness or Harness(registry or registry_from())
     workers = workers or os.cpu_count() or 1
     plans = []
@@ -110,10 +118,10 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
         plans.append((Path(run_dir), trace, task, final, steps))
     jobs = [(task.name, run_dir, [final] + [snap for _i, snap in steps]) for run_dir, _t, task, final, steps in plans]
     scores = score_many(jobs, harness, workers=workers, on_done=on_done)
-    results = []
-    for (run_dir, trace, task, _final, steps), got in zip(plans, scores):
+    results: list[Evaluated] = []
+    for (run_dir, trace, task, _final, steps), got in zip(plans, scores, strict=True):
         results.append({"run_dir": run_dir, "trace": trace, "task": task, "final": got[0],
-                        "steps": [(i, snap, s, e) for (i, snap), (s, e) in zip(steps, got[1:])]})
+                        "steps": [(i, snap, s, e) for (i, snap), (s, e) in zip(steps, got[1:], strict=True)]})
     return results
 
 
@@ -154,12 +162,12 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                  else known_baseline(res["task"], harness.home)[0], intermediate) for res in results]
 
 
-def _row(res: dict[str, Any], base: float | None, intermediate: bool) -> dict[str, Any]:
+def _row(res: Evaluated, base: float | None, intermediate: bool) -> dict[str, Any]:
     trace, task = res["trace"], res["task"]
     (score, error), steps = res["final"], res["steps"]
     trace.final_score, trace.final_score_error = score, error
     verdict = judge(score, base, task)
-    valid = [(i, s) for i, _snap, s, _e in steps if judge(s, None, task).valid]
+    valid = [(i, s) for i, _snap, s, _e in steps if s is not None and judge(s, None, task).valid]
     pick = max if task.metric.higher_is_better else min
     best = pick(valid, key=lambda p: p[1]) if valid else None
     row = {"run_dir": str(res["run_dir"]), "task": task.name, "agent": trace.config.agent, "status": trace.status,

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from mlab.core.run.scoring import ScoreRule, is_valid, judge
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN
@@ -30,6 +32,15 @@ def t95(df: int) -> float:
     return _T95[max(k for k in _T95 if k <= df)]
 
 
+class EstimateDict(TypedDict):
+    """An Estimate as JSON: in report.json and in the per-agent summary."""
+
+    n: int
+    mean: float | None
+    lo: float | None
+    hi: float | None
+
+
 @dataclass
 class Estimate:
     """A mean (or proportion) with its 95% interval; lo/hi are None when n is too small for one."""
@@ -39,22 +50,23 @@ class Estimate:
     lo: float | None = None
     hi: float | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> EstimateDict:
         return {"n": self.n, "mean": self.mean, "lo": self.lo, "hi": self.hi}
 
 
-def mean_ci(values: list[float]) -> Estimate:
-    values = [v for v in values if v is not None]
-    if not values:
+def mean_ci(values: Sequence[float | None]) -> Estimate:
+    """Mean and interval of the values that are not None."""
+    known = [v for v in values if v is not None]
+    if not known:
         return Estimate(0, None)
-    mean = statistics.fmean(values)
-    if not math.isfinite(mean) or not all(math.isfinite(v) for v in values):
+    mean = statistics.fmean(known)
+    if not math.isfinite(mean) or not all(math.isfinite(v) for v in known):
         # an unbounded improvement (a zero baseline) has no interval; both signs at once have no mean
-        return Estimate(len(values), None if math.isnan(mean) else mean)
-    if len(values) < 2:
+        return Estimate(len(known), None if math.isnan(mean) else mean)
+    if len(known) < 2:
         return Estimate(1, mean)
-    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return Estimate(len(values), mean, mean - half, mean + half)
+    half = t95(len(known) - 1) * statistics.stdev(known) / math.sqrt(len(known))
+    return Estimate(len(known), mean, mean - half, mean + half)
 
 
 def wilson(successes: int, n: int) -> Estimate:
@@ -74,7 +86,7 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / (1 << n)  # 1 << n: an int, where 2 ** n types as Any
     return min(1.0, 2 * tail)
 
 
@@ -149,7 +161,7 @@ class GroupMetrics:
     cost_usd: Estimate
     failures: dict[str, int]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"task": self.task, "label": self.label, "runs": self.runs, "failed": self.failed,
                 "valid_final": self.valid_final, "baseline": self.baseline,
                 "success_rate": self.success_rate.as_dict(),
@@ -188,16 +200,29 @@ def all_groups(runs: list[RunRecord], baselines: dict[str, float | None]) -> lis
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:
         groups.setdefault((r.task, r.label), []).append(r)
-    return [group_metrics(task, label, members, baselines.get(task)) for (task, label), members in sorted(groups.items())]
+    return [group_metrics(task, label, members, baselines.get(task))
+            for (task, label), members in sorted(groups.items())]
 
 
-def overall(groups: list[GroupMetrics]) -> dict[str, dict]:
+class LabelSummary(TypedDict):
+    """One agent label over every task it ran: means of the per-task estimates."""
+
+    tasks: int
+    success: EstimateDict
+    success_any: EstimateDict
+    improvement: EstimateDict
+    tokens: EstimateDict
+    cost_usd: EstimateDict
+    time_s: EstimateDict
+
+
+def overall(groups: list[GroupMetrics]) -> dict[str, LabelSummary]:
     """Per agent label: the mean over tasks of each task's success rate (tasks weigh equally, as in the paper)."""
     by_label: dict[str, list[GroupMetrics]] = {}
     for g in groups:
         if g.runs:
             by_label.setdefault(g.label, []).append(g)
-    out = {}
+    out: dict[str, LabelSummary] = {}
     for label, gs in sorted(by_label.items()):
         out[label] = {
             "tasks": len(gs),
@@ -212,11 +237,23 @@ def overall(groups: list[GroupMetrics]) -> dict[str, dict]:
 
 
 # ---- two agents on the same tasks ----------------------------------------------------------------
+class TaskPair(TypedDict):
+    """One task of a paired comparison: success rates and mean improvements of a and b, and their differences."""
+
+    task: str
+    success_a: float
+    success_b: float
+    success_diff: float
+    improvement_a: float | None
+    improvement_b: float | None
+    improvement_diff: float | None
+
+
 @dataclass
 class PairedComparison:
     a: str
     b: str
-    tasks: list[dict]  # per task: success rates and mean improvements of a and b, and their differences
+    tasks: list[TaskPair]
     success_diff: Estimate  # mean over tasks of (success rate a - success rate b)
     improvement_diff: Estimate
     wins: int
@@ -224,7 +261,7 @@ class PairedComparison:
     ties: int
     p_sign: float
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "tasks": self.tasks, "success_diff": self.success_diff.as_dict(),
                 "improvement_diff": self.improvement_diff.as_dict(), "wins": self.wins, "losses": self.losses,
                 "ties": self.ties, "p_sign": self.p_sign}
@@ -234,18 +271,22 @@ def paired(groups: list[GroupMetrics], a: str, b: str) -> PairedComparison:
     """Tasks are the pairs: each task's success rate (and mean improvement) of a minus that of b."""
     by = {(g.task, g.label): g for g in groups if g.runs}
     tasks = sorted({t for t, label in by if label == a} & {t for t, label in by if label == b})
-    rows, sdiff, idiff = [], [], []
+    rows: list[TaskPair] = []
+    sdiff: list[float] = []
+    idiff: list[float] = []
     wins = losses = ties = 0
     for task in tasks:
         ga, gb = by[(task, a)], by[(task, b)]
-        d = ga.success_rate.mean - gb.success_rate.mean
+        sa, sb = ga.success_rate.mean, gb.success_rate.mean
+        assert sa is not None and sb is not None  # groups with runs have a success rate
+        d = sa - sb
         sdiff.append(d)
         ia, ib = ga.improvement.mean, gb.improvement.mean
         di = ia - ib if ia is not None and ib is not None else None
         if di is not None:
             idiff.append(di)
         wins, losses, ties = wins + (d > 0), losses + (d < 0), ties + (d == 0)
-        rows.append({"task": task, "success_a": ga.success_rate.mean, "success_b": gb.success_rate.mean,
+        rows.append({"task": task, "success_a": sa, "success_b": sb,
                      "success_diff": d, "improvement_a": ia, "improvement_b": ib, "improvement_diff": di})
     return PairedComparison(a=a, b=b, tasks=rows, success_diff=mean_ci(sdiff), improvement_diff=mean_ci(idiff),
                             wins=wins, losses=losses, ties=ties, p_sign=sign_test(wins, losses))

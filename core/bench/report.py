@@ -2,27 +2,42 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from mlab.core.bench.formatting import num, pct, signed_pct
-from mlab.core.bench.metrics import (SUCCESS, THRESHOLDS, Estimate, GroupMetrics, PairedComparison, RunRecord, all_groups, is_valid,
-                      overall, paired)
-from mlab.core.bench.results import FAILURES, ResultsDB, bench_baselines
+from mlab.core.bench.metrics import (
+    SUCCESS,
+    THRESHOLDS,
+    Estimate,
+    GroupMetrics,
+    LabelSummary,
+    PairedComparison,
+    RunRecord,
+    all_groups,
+    overall,
+    paired,
+)
+from mlab.core.bench.results import FAILURES, ResultsDB, Row, bench_baselines
 from mlab.core.run.scoring import Verdict, judge
 from mlab.core.run.taskdata import TaskHome
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @dataclass
 class ReportData:
     bench_dir: Path
-    rows: list[dict]
+    rows: list[Row]
     records: list[RunRecord]
     baselines: dict[str, float | None]
     baseline_sources: dict[str, str]
     groups: list[GroupMetrics]
-    overall: dict[str, dict]
-    step_scores: dict[str, list[dict]]
+    overall: dict[str, LabelSummary]
+    step_scores: dict[str, list[Row]]
     plugin_versions: dict[str, dict[str, str]]
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # run key -> its judged final score
     comparisons: list[PairedComparison] = field(default_factory=list)
@@ -35,13 +50,13 @@ class ReportData:
     def tasks(self) -> list[str]:
         return sorted({r.task for r in self.records})
 
-    def as_dict(self) -> dict:
-        return {"bench_dir": str(self.bench_dir), "baselines": self.baselines, "baseline_sources": self.baseline_sources,
-                "groups": [g.as_dict() for g in self.groups], "overall": self.overall,
-                "comparisons": [c.as_dict() for c in self.comparisons],
+    def as_dict(self) -> dict[str, Any]:
+        return {"bench_dir": str(self.bench_dir), "baselines": self.baselines,
+                "baseline_sources": self.baseline_sources, "groups": [g.as_dict() for g in self.groups],
+                "overall": self.overall, "comparisons": [c.as_dict() for c in self.comparisons],
                 "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r)} for r in self.rows]}
 
-    def _judged(self, row: dict) -> dict:
+    def _judged(self, row: Row) -> dict[str, Any]:
         verdict = self.verdicts.get(row["key"])
         if verdict is None:
             return {}
@@ -72,11 +87,15 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     return data
 
 
-def tables(data: ReportData):
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def tables(data: ReportData) -> list[Table]:
     """rich Tables: per task and agent, thresholds, overall, failures and paired comparisons."""
     from rich.table import Table
 
-    out = []
+    out: list[Table] = []
     t = Table(title=f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step, "
                     "unless the task sets its own margin; 95% CI over seeds)")
     for col in ("task", "agent", "baseline", "runs", "failed", "success", "any step", "improvement", "tokens",
@@ -117,8 +136,8 @@ def tables(data: ReportData):
         used = [f for f in FAILURES if any(f in c for c in counts.values())]
         for f in used:
             t.add_column(f)
-        for label, c in sorted(counts.items()):
-            t.add_row(label, *(str(c.get(f, 0)) for f in used))
+        for label, by_failure in sorted(counts.items()):
+            t.add_row(label, *(str(by_failure.get(f, 0)) for f in used))
         out.append(t)
 
     for c in data.comparisons:
@@ -127,9 +146,8 @@ def tables(data: ReportData):
                     f"improvement {c.b}"):
             t.add_column(col, overflow="fold")
         for row in c.tasks:
-            fmt = lambda v: "-" if v is None else f"{v:+.1%}"
-            t.add_row(row["task"], f"{row['success_a']:.0%}", f"{row['success_b']:.0%}", f"{row['success_diff']:+.0%}",
-                      fmt(row["improvement_a"]), fmt(row["improvement_b"]))
+            t.add_row(row["task"], f"{row['success_a']:.0%}", f"{row['success_b']:.0%}",
+                      f"{row['success_diff']:+.0%}", _signed(row["improvement_a"]), _signed(row["improvement_b"]))
         t.caption = (f"mean success difference {signed_pct(c.success_diff)}; mean improvement difference "
                      f"{signed_pct(c.improvement_diff)}; {c.a} better on {c.wins} task(s), worse on {c.losses}, "
                      f"tied on {c.ties}; sign test p = {c.p_sign:.3g}")
@@ -137,10 +155,19 @@ def tables(data: ReportData):
     return out
 
 
-def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True, log=lambda _m: None) -> dict:
+class Written(TypedDict, total=False):
+    """What `write` wrote: report.json always, the plots and the page when asked for (and possible)."""
+
+    json: Path
+    plots: list[Path]
+    html: Path
+
+
+def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True,
+          log: Callable[[str], None] = lambda _m: None) -> Written:
     """Write report.json, the PNG plots (when matplotlib is installed) and the HTML report into out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = {"json": out_dir / "report.json"}
+    written: Written = {"json": out_dir / "report.json"}
     written["json"].write_text(json.dumps(data.as_dict(), indent=1, default=str))
     images: list[Path] = []
     if plots:

@@ -11,11 +11,16 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from mlab.core.bench.metrics import SUCCESS
 from mlab.core.bench.formatting import num, pct, signed_pct
-from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.bench.metrics import SUCCESS
+from mlab.core.bench.results import Row
+from mlab.core.run.snapshot import Entry, Manifest, SnapshotStore
 from mlab.core.run.trace import read_trace
+
+if TYPE_CHECKING:
+    from mlab.core.bench.report import ReportData
 
 # The page and its script are package data so editors and linters see them as HTML and JavaScript.
 PAGE_FILE = "report_viewer.html"
@@ -27,7 +32,7 @@ MAX_DIFF = 40_000
 MAX_DIFFED_FILE = 400_000
 
 
-def _js(value) -> str:
+def _js(value: object) -> str:
     """JSON safe to put inside a <script> element."""
     return (json.dumps(value, default=str).replace("</", "<\\/").replace("\u2028", "\\u2028")
             .replace("\u2029", "\\u2029"))
@@ -37,7 +42,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters not shown]"
 
 
-def _text(store: SnapshotStore, entry: dict | None) -> str | None:
+def _text(store: SnapshotStore, entry: Entry | None) -> str | None:
     if entry is None:
         return ""
     if entry["size"] > MAX_DIFFED_FILE:
@@ -48,7 +53,7 @@ def _text(store: SnapshotStore, entry: dict | None) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def file_changes(store: SnapshotStore, before: dict, after: dict) -> list[dict]:
+def file_changes(store: SnapshotStore, before: Manifest, after: Manifest) -> list[dict[str, str]]:
     """Files a step added, removed or changed, with a unified diff where the file is text and not huge."""
     changes = []
     for rel in sorted(set(before) | set(after)):
@@ -66,7 +71,7 @@ def file_changes(store: SnapshotStore, before: dict, after: dict) -> list[dict]:
     return changes
 
 
-def run_data(run_dir: Path, row: dict, scores: list[dict]) -> dict:
+def run_data(run_dir: Path, row: Row, scores: list[Row]) -> dict[str, Any]:
     """Everything the viewer shows of one run."""
     trace = read_trace(run_dir)
     store = SnapshotStore(run_dir)
@@ -109,7 +114,7 @@ def fill_page(values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], _package_text(PAGE_FILE))
 
 
-def write_html(data, out_dir: Path, images: list[Path]) -> Path:
+def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     index = []
@@ -128,7 +133,8 @@ def write_html(data, out_dir: Path, images: list[Path]) -> Path:
                       "steps": row["steps"], "tokens": (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0),
                       "cost_usd": row["cost_usd"], "time_s": row["time_s"], "has_trace": has_trace,
                       "baseline": data.baselines.get(row["task"]),
-                      "higher_is_better": bool(row["higher_is_better"]) if row["higher_is_better"] is not None else True})
+                      "higher_is_better": (bool(row["higher_is_better"]) if row["higher_is_better"] is not None
+                                           else True)})
 
     summary = _table(
         ["task", "agent", "baseline", "runs", "failed", f"success >{SUCCESS:.0%}", "any step", "improvement",

@@ -1,18 +1,26 @@
 """PNG plots of a bench, like the paper's figures. Needs matplotlib (the `report` extra)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from mlab.core.bench.metrics import SUCCESS, Estimate  # noqa: E402
-from mlab.core.run.scoring import is_valid  # noqa: E402
+from mlab.core.bench.metrics import SUCCESS, Estimate
+from mlab.core.run.scoring import is_valid
+
+if TYPE_CHECKING:
+    from mlab.core.bench.report import ReportData
 
 
-def _grouped_bars(ax, tasks: list[str], labels: list[str], value) -> None:
+def _grouped_bars(ax: Axes, tasks: list[str], labels: list[str],
+                  value: Callable[[str, str], Estimate | None]) -> None:
     """value(task, label) -> Estimate or None; bars with 95% interval whiskers, grouped by task."""
     width = 0.8 / max(1, len(labels))
     for j, label in enumerate(labels):
@@ -31,20 +39,20 @@ def _grouped_bars(ax, tasks: list[str], labels: list[str], value) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def write_plots(data, out_dir: Path) -> list[Path]:
+def write_plots(data: ReportData, out_dir: Path) -> list[Path]:
     groups = {(g.task, g.label): g for g in data.groups if g.runs}
     tasks = data.tasks + (["average"] if len(data.tasks) > 1 else [])
     labels = data.labels
     written = []
 
-    def success(task, label):
+    def success(task: str, label: str) -> Estimate | None:
         if task == "average":
             o = data.overall.get(label)
             return Estimate(**o["success"]) if o else None
@@ -58,7 +66,7 @@ def write_plots(data, out_dir: Path) -> list[Path]:
     ax.set_title("Success rate per task and agent, 95% CI")
     written.append(_save(fig, out_dir / "success_rate.png"))
 
-    def improvement(task, label):
+    def improvement(task: str, label: str) -> Estimate | None:
         if task == "average":
             o = data.overall.get(label)
             return Estimate(**o["improvement"]) if o else None
@@ -77,12 +85,15 @@ def write_plots(data, out_dir: Path) -> list[Path]:
         written.append(_score_over_steps(data, out_dir))
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, name in ((axes[0], "tokens", "mean tokens per run"), (axes[1], "cost_usd", "mean cost per run ($)")):
+    panels: list[tuple[Axes, Literal["tokens", "cost_usd"], str]] = [
+        (axes[0], "tokens", "mean tokens per run"), (axes[1], "cost_usd", "mean cost per run ($)")]
+    for ax, key, name in panels:
         for label, o in data.overall.items():
             s, x = o["success"], o[key]["mean"]
             if s["mean"] is None or x is None:
                 continue
-            err = [[s["mean"] - s["lo"]], [s["hi"] - s["mean"]]] if s["lo"] is not None else None
+            lo, hi = s["lo"], s["hi"]
+            err = [[s["mean"] - lo], [hi - s["mean"]]] if lo is not None and hi is not None else None
             ax.errorbar([x], [s["mean"]], yerr=err, fmt="o", capsize=3, label=label)
         ax.set_xlabel(name)
         ax.set_ylabel("success rate (mean over tasks)")
@@ -94,15 +105,15 @@ def write_plots(data, out_dir: Path) -> list[Path]:
     return written
 
 
-def _score_over_steps(data, out_dir: Path) -> Path:
+def _score_over_steps(data: ReportData, out_dir: Path) -> Path:
     """Per task: each agent's mean score at each step over its runs, a run's last valid score carried forward."""
     tasks = data.tasks
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
     by_key = {r.key: r for r in data.records}
-    for ax, task in zip(axes[0], tasks):
+    for ax, task in zip(axes[0], tasks, strict=True):
         for label in data.labels:
             runs = [r for r in data.records if r.task == task and r.label == label]
-            curves = []
+            curves: list[dict[int, float | None]] = []
             for r in runs:
                 points = {row["step"]: row["score"] for row in data.step_scores.get(r.key, [])}
                 if points:
@@ -111,7 +122,7 @@ def _score_over_steps(data, out_dir: Path) -> Path:
                 continue
             last_step = max(max(c) for c in curves)
             xs, ys = [], []
-            carried = [None] * len(curves)
+            carried: list[float | None] = [None] * len(curves)
             for step in range(1, last_step + 1):
                 for k, c in enumerate(curves):
                     if is_valid(c.get(step)):

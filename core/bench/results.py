@@ -6,6 +6,7 @@ import re
 import sqlite3
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from mlab.core.bench.metrics import RunRecord
@@ -17,6 +18,8 @@ from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
 DB_FILE = "results.db"
+
+Row = dict[str, Any]  # a database row by column name: which columns depends on the table
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -80,7 +83,7 @@ def classify(trace: Trace) -> str | None:
     return "no_submission"
 
 
-def summarize(trace: Trace, task: Task) -> dict:
+def summarize(trace: Trace, task: Task) -> Row:
     """The runs-table fields a trace determines."""
     return {"status": trace.status, "end_reason": trace.end_reason, "failure": classify(trace),
             "incidents": ",".join(incidents(trace)) or None, "started_at": trace.started_at,
@@ -109,7 +112,7 @@ class ResultsDB:
                 self.conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
     @classmethod
-    def open_existing(cls, bench_dir: Path) -> "ResultsDB":
+    def open_existing(cls, bench_dir: Path) -> ResultsDB:
         path = Path(bench_dir) / DB_FILE
         if not path.is_file():
             raise MlabError(f"{str(bench_dir)!r} is not a bench folder (no {DB_FILE})")
@@ -118,17 +121,18 @@ class ResultsDB:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ResultsDB:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     # writing
-    def set_meta(self, key: str, value) -> None:
+    def set_meta(self, key: str, value: object) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
-    def upsert_run(self, key: str, **fields) -> None:
+    def upsert_run(self, key: str, **fields: object) -> None:
         unknown = set(fields) - set(RUN_FIELDS)
         if unknown:
             raise ValueError(f"unknown run fields {sorted(unknown)}")
@@ -159,15 +163,15 @@ class ResultsDB:
         self.conn.execute("INSERT OR REPLACE INTO baselines VALUES (?, ?, ?)", (task, score, source))
 
     # reading
-    def run(self, key: str) -> dict | None:
+    def run(self, key: str) -> Row | None:
         row = self.conn.execute("SELECT * FROM runs WHERE key = ?", (key,)).fetchone()
         return dict(row) if row else None
 
-    def runs(self) -> list[dict]:
+    def runs(self) -> list[Row]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY task, agent, llm, seed")]
 
-    def step_scores(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {}
+    def step_scores(self) -> dict[str, list[Row]]:
+        out: dict[str, list[Row]] = {}
         for r in self.conn.execute("SELECT * FROM step_scores ORDER BY run_key, step"):
             out.setdefault(r["run_key"], []).append(dict(r))
         return out
