@@ -155,7 +155,7 @@ def main(argv=None) -> int:
 # ---- SIGKILL at random moments --------------------------------------------------------------------
 
 def start(run_dir: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "MLAB_LOAD_PLUGINS": ""}  # only this file's task, agent and model
+    env = {**os.environ, "MLAB_LOAD_PLUGINS": "local"}  # the built-in local sandbox, this file's task, agent, model
     return subprocess.Popen([sys.executable, "-m", "tests.test_fault_tolerance", str(run_dir), *extra], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
