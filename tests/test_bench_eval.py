@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.models import RunConfig
 from mlab.core.bench.evaluate import eval_rows, evaluate_runs
+from mlab.core.models import RunConfig
 from mlab.core.run.runner import Runner
 from tests.fixtures.bench_cli import REGISTRY, REPO, mlab
 from tests.fixtures.bench_plugins import bench_registry
@@ -61,7 +61,8 @@ def test_mlab_eval_intermediate_on_the_command_line(tmp_path):
         pytest.skip("mlab eval has no --intermediate yet (the cli/run_cmds.py change is not applied)")
     run_dir = appender_run(tmp_path / "run", 4)
     code = ("import sys; from tests.fixtures.bench_plugins import bench_registry; bench_registry();"
-            "from mlab.cli.main import main; main(['eval', '--json', '--intermediate', '--workers', '2', *sys.argv[1:]])")
+            "from mlab.cli.main import main;"
+            "main(['eval', '--json', '--intermediate', '--workers', '2', *sys.argv[1:]])")
     result = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, cwd=REPO,
                             timeout=120)
     assert result.returncode == 0, result.stderr

@@ -29,7 +29,8 @@ def test_ray_engine_runs_the_same_bench(tmp_path):
                   timeout=300)
     assert result.returncode == 0, result.stderr
     conn = sqlite3.connect(out / "results.db")
-    rows = conn.execute("SELECT agent, seed, status, final_score, prompt_tokens FROM runs ORDER BY agent, seed").fetchall()
+    rows = conn.execute(
+        "SELECT agent, seed, status, final_score, prompt_tokens FROM runs ORDER BY agent, seed").fetchall()
     assert rows == [("fixture-appender", 0, "finished", 2.0, 0), ("fixture-appender", 1, "finished", 2.0, 0),
                     ("fixture-llm-stepper", 0, "finished", 2.0, 300), ("fixture-llm-stepper", 1, "finished", 2.0, 300)]
     assert conn.execute("SELECT COUNT(*) FROM step_scores").fetchone()[0] == 12

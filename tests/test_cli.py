@@ -7,8 +7,6 @@ import sys
 
 import pytest
 
-from tests.fixtures.harness import main as harness_main
-
 
 def mlab(*args: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,

@@ -236,7 +236,7 @@ def test_sigkill_during_llm_call_script_or_snapshot_then_resume(tmp_path, seed):
     out.append(rest)
     text = "".join(out)
     assert proc.returncode == 0, text
-    assert f"END finished final answer" in text, text
+    assert "END finished final answer" in text, text
     # Each process began with the workspace exactly as the last completed step left it.
     assert text.count("VERIFY ok") == 1 + text.count("KILLED") and "VERIFY bad" not in text, text
     assert landed == kinds, text  # every kill happened inside the phase it was meant for
@@ -339,7 +339,7 @@ def test_full_disk_while_storing_a_snapshot_undoes_the_step(small_disk):
 
 
 def test_full_disk_while_writing_the_trace_keeps_the_previous_one(small_disk):
-    from mlab.core.run.runner import DiskFull, Runner
+    from mlab.core.run.runner import DiskFull
 
     run_dir = small_disk / "run"
     state = {}

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.run.scoring import judge
 from mlab.core import InvalidSubmission, PrepareContext
 from mlab.core.run.readonly import is_read_only
-from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask
-from mlab_tasks_lite import reference
+from mlab.core.run.scoring import judge
+from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask, reference
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"lite/digits": DigitsTask(), "lite/diabetes": DiabetesTask(), "lite/wine": WineTask()}
@@ -110,7 +109,7 @@ def test_lite_tasks_are_listed_with_their_metrics(home):
 
 
 def test_makefile_lite_tasks_match_the_pack():
-    line = next(l for l in (REPO / "Makefile").read_text().splitlines() if l.startswith("LITE_TASKS"))
+    line = next(row for row in (REPO / "Makefile").read_text().splitlines() if row.startswith("LITE_TASKS"))
     assert line.split(":=", 1)[1].split() == NAMES
 
 

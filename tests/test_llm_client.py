@@ -9,8 +9,8 @@ import pytest
 from mlab.core import LLM, BudgetExceeded, Completion, LLMError
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import LLMClient, read_call_log, usage_of_log
-from mlab.core.llm.roles import build_backend, build_roles
 from mlab.core.llm.retry import RetryPolicy, call_with_retries
+from mlab.core.llm.roles import build_backend, build_roles
 from mlab.core.plugins.registry import Registry
 
 

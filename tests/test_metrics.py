@@ -5,11 +5,20 @@ import math
 
 import pytest
 
-from mlab.core.bench.metrics import (RunRecord, all_groups, group_metrics, mean_ci, overall, paired, run_metrics,
-                               sign_test, wilson)
-from mlab.core.models import Action, RunConfig, Step, Trace
 from mlab.core.bench.evaluate import intermediate_steps
+from mlab.core.bench.metrics import (
+    RunRecord,
+    all_groups,
+    group_metrics,
+    mean_ci,
+    overall,
+    paired,
+    run_metrics,
+    sign_test,
+    wilson,
+)
 from mlab.core.bench.results import classify
+from mlab.core.models import Action, RunConfig, Step, Trace
 from mlab.core.run.scoring import improvement
 
 
@@ -71,7 +80,7 @@ def test_paired_comparison_over_shared_tasks():
             runs.append(run(seed, 1.0 if seed < a_ok else 0.5, agent="A", task=task))
             runs.append(run(seed, 1.0 if seed < b_ok else 0.5, agent="B", task=task))
     runs.append(run(0, 1.0, agent="A", task="only-a"))
-    groups = all_groups(runs, {t: 0.5 for t in ("t1", "t2", "t3", "t4", "t5", "only-a")})
+    groups = all_groups(runs, dict.fromkeys(("t1", "t2", "t3", "t4", "t5", "only-a"), 0.5))
     c = paired(groups, "A", "B")
     assert [row["task"] for row in c.tasks] == ["t1", "t2", "t3", "t4", "t5"]
     assert (c.wins, c.losses, c.ties) == (4, 0, 1)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from mlab.core import MlabError
-from mlab.core.run import taskdata
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run import taskdata
 from mlab_tasks_mlagentbench import acquire
 from tests.fixtures.mlagentbench import cifar, images
 

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission
+from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harnesses import check_task
-from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import cifar, graph, kaggle
 
 QUIET = {"log": lambda _m: None}
@@ -171,7 +171,8 @@ def test_parkinsons_holds_out_two_patients_behind_the_api(tmp_path):
     assert task.evaluate(workspace_with(tmp_path, "exact", exact.to_csv(index=False)), hidden) == 0.0
     zeros = exact.assign(rating=0.0)
     expected = np.mean(answer.rating / (answer.rating / 2 + 1)) * 100
-    assert task.evaluate(workspace_with(tmp_path, "zeros", zeros.to_csv(index=False)), hidden) == pytest.approx(expected)
+    scored = task.evaluate(workspace_with(tmp_path, "zeros", zeros.to_csv(index=False)), hidden)
+    assert scored == pytest.approx(expected)
     assert_all_invalid(task, hidden, tmp_path, {
         "missing": None, "negative": exact.assign(rating=-1).to_csv(index=False),
         "missing rows": exact.iloc[3:].to_csv(index=False), "no rating": exact[["prediction_id"]].to_csv(index=False)})

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from mlab.core import InvalidSubmission
-from mlab.core.run import taskdata
-from tests.fixtures.harnesses import check_task
-from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run import taskdata
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox
+from tests.fixtures.harnesses import check_task
 from tests.fixtures.mlagentbench import text
 
 QUIET = {"log": lambda _m: None}

@@ -17,10 +17,9 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
-from mlab.core.run import taskdata
-from tests.fixtures.harnesses import measure_baseline
-from tests.fixtures.harnesses import check_task
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run import taskdata
+from tests.fixtures.harnesses import check_task, measure_baseline
 from tests.fixtures.mlagentbench import tabular
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
+from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harnesses import check_task
-from mlab.core.plugins.registry import load_registry
 from tests.fixtures.mlagentbench import images, text
 
 QUIET = {"log": lambda _m: None}
@@ -107,7 +107,8 @@ def test_fathomnet_prepare_split_and_map_at_20(tmp_path, no_gpu_check):
     # The original starter's list format ("[1, 2]") is read too; a wrong first guess halves the precision.
     listed = answer.assign(categories=[str([999] + t[:1]) for t in truth], osd=1)
     expected = np.mean([0.5 / min(len(t), 20) for t in truth])
-    assert task.evaluate(workspace_with(tmp_path, "listed", listed.to_csv(index=False)), hidden) == pytest.approx(expected)
+    scored = task.evaluate(workspace_with(tmp_path, "listed", listed.to_csv(index=False)), hidden)
+    assert scored == pytest.approx(expected)
     for label, content in {"missing": None, "no categories": answer[["id"]].to_csv(index=False),
                            "other ids": perfect.assign(id="x" + perfect.id).to_csv(index=False)}.items():
         with pytest.raises(InvalidSubmission):

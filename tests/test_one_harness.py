@@ -58,7 +58,8 @@ def test_eval_json_and_the_bench_report_agree_on_every_run(tmp_path):
     for name, ours in eval_rows.items():
         theirs = report_rows[name]
         got = {k: ours[k] for k in ("score", "baseline", "improvement", "success")}
-        assert got == {"score": theirs["final_score"], **{k: theirs[k] for k in ("baseline", "improvement", "success")}}, name
+        judged = {k: theirs[k] for k in ("baseline", "improvement", "success")}
+        assert got == {"score": theirs["final_score"], **judged}, name
     by_task = {}
     for row in eval_rows.values():
         by_task.setdefault((row["task"], row["agent"]), set()).add(

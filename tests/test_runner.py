@@ -141,9 +141,9 @@ def test_run_that_fails_to_start_leaves_no_half_made_folder(tmp_path, mlab_home)
 
 def test_sandbox_auto_prefers_bwrap_and_falls_back_to_local():
     from mlab.core import MlabError
-    from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.plugins.registry import Registry
     from mlab.core.sandbox.contract import Sandbox
+    from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.sandbox.resolve import resolve_sandbox
 
     class Unusable(Sandbox):
@@ -193,8 +193,8 @@ def test_run_with_sandbox_auto(tmp_path, mlab_home):
 def test_unconfined_local_sandbox_warns_and_records_it(tmp_path, mlab_home):
     """Without namespaces a script can read the hidden answers: the run says so, on stderr and in the trace."""
     from mlab.core import RunConfig
-    from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.run.runner import Runner
+    from mlab.core.sandbox.local import LocalSandbox
     from tests.fixtures.harness import AGENT_NAME, TASK_NAME
 
     class Unconfined(LocalSandbox):
