@@ -11,6 +11,7 @@ from mlab.core.llm.backend import LLM
 from mlab.core.llm.client import LLMClient
 from mlab.core.models import (
     Action,
+    BaselineMeasured,
     Completion,
     LLMCallFinished,
     Message,
@@ -20,6 +21,8 @@ from mlab.core.models import (
     Step,
     StepFinished,
     StopRun,
+    SubmissionScored,
+    TaskPrepared,
     Trace,
     Usage,
 )
@@ -29,9 +32,10 @@ from mlab.core.sandbox.local import LocalSandbox
 from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, Task
 
 __all__ = [
-    "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BudgetExceeded",
+    "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BaselineMeasured",
+    "BudgetExceeded",
     "Completion", "EnvError", "ExecResult", "ExecSpec", "InvalidSubmission", "LLM", "LLMCallFinished",
     "LLMClient", "LLMError", "Limits", "LocalSandbox", "Message", "Metric", "MlabError", "PrepareContext",
     "Resources", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "Step", "StepFinished",
-    "StopRun", "Task", "Trace", "Usage", "hookimpl",
+    "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
 ]
