@@ -348,6 +348,7 @@ print('parent done')
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("sandbox", EVERY)
 @pytest.mark.parametrize("keeps_stdout", [True, False])
+@pytest.mark.slow
 def test_daemonized_child_is_killed(tmp_path, sandbox, keeps_stdout):
     env = make_env(tmp_path, timeout=10, sandbox=sandbox)
     namespaces = sandbox != "fallback"
@@ -377,6 +378,7 @@ def test_script_that_closes_stdout_and_sleeps_is_bounded(tmp_path, sandbox):
 
 
 @pytest.mark.parametrize("name", EVERY)
+@pytest.mark.slow
 def test_sandbox_run_directly_reports_limits_and_streams(tmp_path, name):
     sandbox = make_sandbox(name)
     spec = ExecSpec(cwd=tmp_path, limits=Limits(timeout_s=1.0), env={"PATH": os.environ["PATH"]})
@@ -427,6 +429,7 @@ def test_repl_survives_exit_and_protocol_abuse(env):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("sandbox", EVERY)
+@pytest.mark.slow
 def test_repl_timeout_kills_and_restarts(tmp_path, sandbox):
     env = make_env(tmp_path, timeout=1.0, sandbox=sandbox)
     act(env, "Python REPL", command="y = 7")
