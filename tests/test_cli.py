@@ -40,6 +40,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
     (["baseline", "no-such-task"], ["unknown task"]),
     (["nosuchcommand"], ["No such command"]),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(args, fragments):
     assert_one_line_error(mlab(*args), *fragments)
 
