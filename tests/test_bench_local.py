@@ -137,7 +137,8 @@ def test_models_tokens_cost_and_llm_errors(tmp_path):
 def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
     out = tmp_path / "bench"
     args = ("--agents", "fixture-stepper", "--runs", "4", "--workers", "2", "--agent-option", "steps=8",
-            "--agent-option", "sleep=0.3", "--bench-dir", out, "--registry", REGISTRY)
+            # a second a step: the runs still under way when the test looks outlive its SIGINT on a loaded machine
+            "--agent-option", "sleep=1.0", "--bench-dir", out, "--registry", REGISTRY)
     proc = start("bench", "--tasks", TASK, *args)
     def two_finished_and_the_rest_under_way() -> bool:
         """Each unfinished run has a step on disk, so a stopped run has a trace to resume."""

@@ -15,7 +15,7 @@ import pytest
 from mlab.core import InvalidSubmission
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import check_task
+from tests.fixtures.harnesses import SCRIPT_TIMEOUT_S, check_task
 from tests.fixtures.mlagentbench import cifar, graph, kaggle
 
 QUIET = {"log": lambda _m: None}
@@ -72,10 +72,11 @@ def test_cifar10_prepare_hides_test_labels_and_evaluate(tmp_path):
         "nan": with_nan.to_csv(), "no index": good.to_csv(index=False), "words": "a,b\nc,d\n"})
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_cifar10_check_task(tmp_path):
     passed(check_task(get_task("cifar10"), data_dir=cifar.cifar(tmp_path / "src", per_batch=40, n_test=60),
-                      timeout_s=300))
+                      timeout_s=SCRIPT_TIMEOUT_S))
 
 
 # ---- vectorization -------------------------------------------------------------------------------
@@ -89,9 +90,10 @@ def test_vectorization_scores_the_last_recorded_time(tmp_path):
                                                 "zero": "1.0\n0\n", "nan": "nan\n", "negative": "-1\n"})
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_vectorization_check_task():
-    report = check_task(get_task("vectorization"), timeout_s=300)
+    report = check_task(get_task("vectorization"), timeout_s=SCRIPT_TIMEOUT_S)
     passed(report)
     assert report.reference < report.baseline / 5  # a vectorised forward pass is much faster
 
@@ -116,9 +118,10 @@ def test_ogbn_arxiv_prepare_and_evaluate(tmp_path):
         "fraction": good.assign(**{"0": 0.5}).to_csv(index=False), "nan": "0\n1\n\n" + "nan\n" * len(truth)})
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_ogbn_arxiv_check_task(tmp_path):
-    passed(check_task(get_task("ogbn-arxiv"), data_dir=graph.arxiv(tmp_path / "src"), timeout_s=300))
+    passed(check_task(get_task("ogbn-arxiv"), data_dir=graph.arxiv(tmp_path / "src"), timeout_s=SCRIPT_TIMEOUT_S))
 
 
 # ---- feedback ------------------------------------------------------------------------------------
@@ -142,9 +145,10 @@ def test_feedback_split_and_evaluate(tmp_path):
         "nan": off.assign(syntax=np.nan).to_csv(index=False)})
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_feedback_check_task(tmp_path):
-    report = check_task(get_task("feedback"), data_dir=kaggle.feedback(tmp_path / "src"), timeout_s=300)
+    report = check_task(get_task("feedback"), data_dir=kaggle.feedback(tmp_path / "src"), timeout_s=SCRIPT_TIMEOUT_S)
     passed(report)
     assert report.baseline > 1.5  # the starter predicts uniform noise in [0, 1]
 
@@ -178,6 +182,7 @@ def test_parkinsons_holds_out_two_patients_behind_the_api(tmp_path):
         "missing rows": exact.iloc[3:].to_csv(index=False), "no rating": exact[["prediction_id"]].to_csv(index=False)})
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_parkinsons_check_task(tmp_path):
-    passed(check_task(get_task("parkinsons"), data_dir=kaggle.parkinsons(tmp_path / "src"), timeout_s=300))
+    passed(check_task(get_task("parkinsons"), data_dir=kaggle.parkinsons(tmp_path / "src"), timeout_s=SCRIPT_TIMEOUT_S))

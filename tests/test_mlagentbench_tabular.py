@@ -19,7 +19,7 @@ import pytest
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import check_task, measure_baseline
+from tests.fixtures.harnesses import SCRIPT_TIMEOUT_S, check_task, measure_baseline
 from tests.fixtures.mlagentbench import tabular
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,10 +134,11 @@ def test_house_evaluate_scores_mae_and_rejects_malformed_submissions(house, tmp_
             task.evaluate(ws, hidden)
 
 
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_house_baseline_is_the_worst_value_and_the_reference_beats_it(tmp_path):
     source = tabular.house_prices(tmp_path / "src", rows=60)
-    report = check_task(get_task("house-price"), data_dir=source, timeout_s=120)
+    report = check_task(get_task("house-price"), data_dir=source, timeout_s=SCRIPT_TIMEOUT_S)
     assert report.status == "passed", report
     assert report.baseline == 1e10  # the starter's model section is empty: no submission
     assert "NameError" in report.output_tail["baseline"]
@@ -146,6 +147,7 @@ def test_house_baseline_is_the_worst_value_and_the_reference_beats_it(tmp_path):
 
 
 # ---- spaceship-titanic on small data --------------------------------------------------------------
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 def test_spaceship_prepare_evaluate_and_baseline(tmp_path):
     task = get_task("spaceship-titanic")
     source = tabular.spaceship(tmp_path / "src", rows=80, with_descriptor=False)
@@ -167,7 +169,7 @@ def test_spaceship_prepare_evaluate_and_baseline(tmp_path):
         task.evaluate(write_submission(tmp_path / "c", maybe.to_csv(index=False)), hidden)
     with pytest.raises(InvalidSubmission, match="missing"):
         task.evaluate(write_submission(tmp_path / "d", answer[:-2].to_csv(index=False)), hidden)
-    assert measure_baseline(task, record=False, timeout_s=120) == [0.0]
+    assert measure_baseline(task, record=False, timeout_s=SCRIPT_TIMEOUT_S) == [0.0]
 
 
 # ---- the original data (../shared/data) -----------------------------------------------------------
@@ -218,8 +220,9 @@ def test_shared_data_metrics_are_the_originals(tmp_path):
     ("house-price", "house-prices", 1e10, 5000, 30000),
     ("spaceship-titanic", "spaceship-titanic", 0.0, 0.72, 0.9),
 ])
+@pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 @pytest.mark.slow
 def test_shared_data_check_task_passes(short, folder, worst, lo, hi):
-    report = check_task(get_task(short), data_dir=SHARED_DATA / folder, timeout_s=300)
+    report = check_task(get_task(short), data_dir=SHARED_DATA / folder, timeout_s=SCRIPT_TIMEOUT_S)
     assert report.status == "passed", report
     assert report.baseline == worst and lo < report.reference < hi

@@ -17,7 +17,7 @@ from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import ScoreRule, judge
 from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.bench_cli import REPO, env
-from tests.fixtures.one_harness import ReferenceTask, harness_registry
+from tests.fixtures.one_harness import ReferenceTask, SlowReferenceTask, harness_registry
 
 REGISTRY = "tests.fixtures.one_harness:harness_registry"
 
@@ -139,3 +139,11 @@ def test_check_task_cli_uses_the_chosen_sandbox_and_a_fresh_home(tmp_path):
     (report,) = json.loads(result.stdout)
     assert report["status"] == "passed" and report["baseline"] == 1.0 and report["reference"] == 5.0
     assert not (tmp_path / "home").exists()  # the check prepared into a temporary home of its own
+
+
+def test_check_task_says_which_limit_stopped_a_script_that_left_no_submission(tmp_path):
+    harness = Harness(harness_registry(), TaskHome(tmp_path / "home"))
+    report = check_task(harness, SlowReferenceTask(), timeout_s=3)
+    assert report.status == "failed" and report.baseline == 1.0 and report.reference is None
+    assert "stopped by its timeout limit" in report.steps["reference"]
+    assert report.output_tail["reference"] == "starting"

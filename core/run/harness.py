@@ -36,6 +36,7 @@ class ScriptRun:
     error: str | None = None  # why there is no score
     output: str = ""  # what the last script printed
     exit_code: int | None = None
+    limit_hit: str | None = None  # the limit that stopped the last script, if one did
 
 
 class Harness:
@@ -149,7 +150,7 @@ class Harness:
                     result, _changed = env.run_script(name)
                 except EnvError as exc:
                     raise MlabError(f"{task.name}: script {name} failed: {exc}") from exc
-                seen.output, seen.exit_code = result.output, result.exit_code
+                seen.output, seen.exit_code, seen.limit_hit = result.output, result.exit_code, result.limit_hit
                 return result
 
             ctx = BaselineContext(workspace=workspace, hidden_dir=self.home.hidden_dir(task), run_script=run_script)
@@ -168,6 +169,8 @@ class Harness:
                 seen.error = str(exc)
             finally:
                 env.close()
+        if seen.score is None and seen.limit_hit:
+            seen.error = f"{seen.error} (the script was stopped by its {seen.limit_hit} limit)"
         self.scored(task, (seen.score, seen.error))
         return seen
 
