@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
-N_CLASSES, SIZE, EPOCHS = 290, 64, 6
+N_CLASSES, SIZE, EPOCHS = 290, 64, 12
 torch.manual_seed(0)
 
 
