@@ -144,8 +144,10 @@ def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
         """Each unfinished run has a step on disk, so a stopped run has a trace to resume."""
         rows = db_rows(out) if (out / "results.db").exists() else []  # the bench creates it whole, tables and all
         unfinished = [r for r in rows if r["status"] != "finished"]
+        # The database says "running" until the driver hears a run ended, which lags on a loaded machine: a
+        # run still under way is one whose own progress shows steps left (at most 5 of 8 done).
         return len(rows) == 4 and 1 <= len(unfinished) <= 2 and all(
-            r["status"] == "running" and steps_done(out, r["run_dir"]) >= 1 for r in unfinished)
+            r["status"] == "running" and 1 <= steps_done(out, r["run_dir"]) <= 5 for r in unfinished)
 
     wait_for(two_finished_and_the_rest_under_way, "two finished runs and the other two under way", proc)
     proc.send_signal(signal.SIGINT)
