@@ -13,13 +13,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlab.core.bench.formatting import num, pct, ratio, sem_pct, signed_pct
-from mlab.core.bench.metrics import SUCCESS, Estimate
 from mlab.core.bench.results import Row
 from mlab.core.run.snapshot import Entry, Manifest, SnapshotStore
 from mlab.core.run.trace import read_trace
 
 if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
     from mlab.core.bench.report import ReportData
 
 # The page and its script are package data so editors and linters see them as HTML and JavaScript.
@@ -98,12 +98,6 @@ def _errors(run_dir: Path) -> str:
     return _clip(path.read_text(errors="replace"), 20_000) if path.is_file() else ""
 
 
-def _table(headers: list[str], rows: list[list[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
 def _package_text(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
@@ -146,36 +140,39 @@ def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:
     return path
 
 
-
 def _summary(data: ReportData) -> str:
-    """The summary: per task and agent, overall with AUP, the performance ratios, paired comparisons, a legend."""
-    from mlab.core.bench.report import LEGEND, comparison_summary
+    """Every table the terminal report prints (the same rich Tables, so the two never drift apart), then the
+    baselines' sources, an unconfined-run warning when there is one, and the legend."""
+    from mlab.core.bench.report import LEGEND, tables
 
-    parts = [_table(
-        ["task", "agent", "baseline", "runs", "failed", f"success >{SUCCESS:.0%} (all runs)",
-         "success (original)", "any step", "improvement", "tokens", "time s", "cost $"],
-        [[html.escape(g.task), html.escape(g.label), "-" if g.baseline is None else f"{g.baseline:.4g}", str(g.runs),
-          str(g.failed), pct(g.success_rate), pct(g.success_original), pct(g.success_any), signed_pct(g.improvement),
-          num(g.tokens), num(g.time_s, ",.1f"), num(g.cost_usd, ".4f")] for g in data.groups], "summary")]
-    tau_max = data.profiles.tau_max if data.profiles else 1.0
-    rows = []
-    for label, o in data.overall.items():
-        e = {k: Estimate(**o[k]) for k in ("success", "success_original", "improvement", "tokens", "cost_usd",
-                                           "time_s")}
-        rows.append([html.escape(label), str(o["tasks"]), pct(e["success"]), pct(e["success_original"]),
-                     sem_pct(e["success"]), signed_pct(e["improvement"]), ratio(o["aup"]), num(e["tokens"]),
-                     num(e["cost_usd"], ".4f"), num(e["time_s"], ",.1f")])
-    parts.append("<h3>Overall: means over tasks (each task weighs the same)</h3>" + _table(
-        ["agent", "tasks", "success (all runs)", "success (original)", "± SEM (seeds)", "improvement",
-         f"AUP (of {tau_max:g})", "tokens", "cost $", "time s"], rows, "overall"))
-    p = data.profiles
-    if p and p.tasks:
-        parts.append("<h3>Performance ratios (MLGym; 1 = best on the task, - = infeasible)</h3>" + _table(
-            ["method", f"AUP (of {p.tau_max:g})", *p.tasks],
-            [[html.escape(m), ratio(p.aup[m]), *(ratio(p.ratios[m][t]) for t in p.tasks)] for m in p.methods],
-            "profiles"))
-    parts.extend(f"<p class='cmp'>{html.escape(c.a)} − {html.escape(c.b)} over {len(c.tasks)} task(s): "
-                 f"{html.escape(comparison_summary(c))}</p>" for c in data.comparisons)
+    parts = [rich_table_html(t) for t in tables(data)]
+    if data.baseline_sources:
+        parts.append("<p class='baselines'>baselines — " + html.escape(", ".join(
+            f"{task}: {source}" for task, source in data.baseline_sources.items())) + "</p>")
+    if data.unconfined_runs:
+        parts.append(f"<p class='err'>warning: {len(data.unconfined_runs)} run(s) ran agent code unconfined "
+                     "(--sandbox unconfined): their scores prove nothing</p>")
     parts.append("<dl class='legend'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
                                                  for k, v in LEGEND.items()) + "</dl>")
     return "".join(parts)
+
+
+def _plain(cell: object) -> str:
+    """A cell's text without rich markup ("[red]…[/red]"), escaped for HTML."""
+    from rich.text import Text
+
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain if isinstance(cell, str) \
+        else str(cell)
+    return html.escape(text)
+
+
+def rich_table_html(table: RichTable) -> str:
+    """A terminal table as an HTML table: its title as a heading, its caption below it."""
+    title = f"<h3>{_plain(table.title)}</h3>" if table.title else ""
+    caption = f"<p class='caption'>{_plain(table.caption)}</p>" if table.caption else ""
+    headers = [_plain(c.header).replace("\n", " ") for c in table.columns]
+    columns = [list(c.cells) for c in table.columns]
+    rows = [[_plain(column[i]) if i < len(column) else "" for column in columns] for i in range(table.row_count)]
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"{title}<table class='report'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{caption}"
