@@ -43,6 +43,7 @@ from mlab.core.run.trace import (
 )
 from mlab.core.sandbox.limits import Limits
 from mlab.core.task import Task
+from mlab.core.view.live import RUN_LOCK_FILE, LiveStep
 
 INITIAL_SNAPSHOT = "step_0000"
 
@@ -95,6 +96,7 @@ class Runner:
         self.llm: LLMClient | None = None
         self._backends = backends
         self._lock_file: TextIO | None = None
+        self.live = LiveStep(self.run_dir)  # the step in progress, for the terminal view and `mlab view`
 
     # ---- set-up ---------------------------------------------------------------------------------
     def _append_error(self, text: str) -> None:
@@ -112,7 +114,7 @@ class Runner:
 
     def _lock(self) -> None:
         """One process per run directory: a second `--resume` while the first is alive would corrupt it."""
-        lock = self._lock_file = open(self.run_dir / ".lock", "w")
+        lock = self._lock_file = open(self.run_dir / RUN_LOCK_FILE, "w")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -139,6 +141,7 @@ class Runner:
             self.task, self.workspace, store=self.store, sandbox_home=self.run_dir / "home",
             timeout_s=self.config.action_timeout_s, sandbox=sandbox, llm=self.llm,
             interactive=self.config.interactive, ask_human=self.ask_human)
+        self.env.scripts.on_output = self.live.output
         self.agent = self.agent_cls(AgentContext(
             task_name=self.task.name, research_problem=self.task.research_problem,
             actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
@@ -226,6 +229,7 @@ class Runner:
                 state = RunState(step_index=index, history=list(trace.steps), max_steps=self.config.max_steps,
                                  seconds_left=self.config.max_time_s - elapsed)
                 started = time.time()
+                self.live.begin(index)
                 if self.llm is not None:
                     self.llm.step_index = index  # tags the step's calls in the call log
                 decision = self.agent.step(state)
@@ -234,6 +238,7 @@ class Runner:
                     break
                 if not isinstance(decision, Action):
                     raise TypeError(f"agent returned {type(decision).__name__}, not an Action")
+                self.live.acting(decision)
                 observation, is_error = self.env.execute(decision)
                 observation += self._snapshot(step_snapshot_name(index), trace)
                 step = Step(index=index, action=stored_action(decision), observation=observation,
@@ -270,6 +275,7 @@ class Runner:
             reason, status = f"harness error: {type(exc).__name__}: {exc}", "failed"
             append_error(self.run_dir, traceback.format_exc())
         finally:
+            self.live.end()
             self.env.close()
         return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from mlab.core.errors import EnvError
@@ -22,6 +23,7 @@ class ScriptRunner:
         self.workspace = workspace
         self.guard = ReadOnlyGuard(settings, workspace)
         self.repl: Repl | None = None  # started by the first Python REPL command
+        self.on_output: Callable[[bytes], None] | None = None  # sees a script's output as it comes
 
     def exec_spec(self, timeout_s: float | None = None) -> ExecSpec:
         s = self.settings
@@ -56,7 +58,7 @@ class ScriptRunner:
         try:
             # "./" keeps a script named like "-c.py" from being read as an interpreter option.
             argv = [self.settings.python, "-u", "./" + rel if rel.startswith("-") else rel]
-            result = self.settings.sandbox.run(argv, spec)
+            result = self.settings.sandbox.run(argv, spec, self.on_output)
         finally:
             self.workspace.recreate_if_removed()
             changed = self.guard.restore(before)

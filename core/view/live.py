@@ -1,0 +1,147 @@
+"""The step a run is in the middle of: its number, the action once the agent has chosen one, when it began and
+the tail of a running script's output.
+
+The runner keeps it in memory for the terminal view and in RUN_DIR/live.json for viewers in other processes
+(`mlab view`, the bench view); the file is gone once the step is traced or the run stops. The run's folder is
+hidden from agent code, so agent code cannot forge it.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+from mlab.core.fs.atomic import write_atomic
+from mlab.core.models import Action
+
+LIVE_FILE = "live.json"
+TAIL_BYTES = 4096  # of the running script's output, kept in memory
+TAIL_LINES = 12  # of those, shown
+WRITE_EVERY_S = 0.5  # output arrives in many small chunks: the file follows it at most this often
+MAX_ARG_CHARS = 200  # of each action argument in the live state (a Write File's content can be megabytes)
+
+
+class LiveState(TypedDict):
+    step: int
+    action: str | None  # None while the agent is still choosing (e.g. waiting for its model)
+    args: dict[str, str]
+    started: float  # time.time() when the step began
+    output_tail: str  # last lines of a running script's output, "" for other actions
+    pid: int
+
+
+def output_tail(data: bytes, lines: int = TAIL_LINES) -> str:
+    """The last lines of output as a terminal would show them: a carriage return (a progress bar) starts its line
+    over, so only what came after the last one stays."""
+    text = data.decode("utf-8", errors="replace")
+    shown = [line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n")]
+    while shown and not shown[-1]:
+        shown.pop()
+    return "\n".join(shown[-lines:])
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= MAX_ARG_CHARS else text[:MAX_ARG_CHARS] + "…"
+
+
+class LiveStep:
+    """Written by the run loop (begin, acting, end) and by the thread reading a script's output (output)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LIVE_FILE
+        self._lock = threading.Lock()
+        self._state: LiveState | None = None
+        self._tail = bytearray()
+        self._written_at = 0.0
+
+    @property
+    def state(self) -> LiveState | None:
+        with self._lock:
+            return None if self._state is None else copy.copy(self._state)
+
+    def begin(self, index: int) -> None:
+        with self._lock:
+            self._tail.clear()
+            self._state = {"step": index, "action": None, "args": {}, "started": time.time(), "output_tail": "",
+                           "pid": os.getpid()}
+            self._write()
+
+    def acting(self, action: Action) -> None:
+        with self._lock:
+            if self._state is None:
+                return
+            args = action.args if isinstance(action.args, dict) else {}
+            self._state["action"] = action.name if isinstance(action.name, str) else repr(action.name)
+            self._state["args"] = {str(k): _short(v) for k, v in list(args.items())[:10]}
+            self._write()
+
+    def output(self, chunk: bytes) -> None:
+        with self._lock:
+            if self._state is None:
+                return
+            self._tail += chunk
+            del self._tail[:-TAIL_BYTES]
+            self._state["output_tail"] = output_tail(bytes(self._tail))
+            if time.monotonic() - self._written_at >= WRITE_EVERY_S:
+                self._write()
+
+    def end(self) -> None:
+        with self._lock:
+            self._state = None
+            self._tail.clear()
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def _write(self) -> None:
+        """Best effort: a viewer missing an update is better than a run stopped by it (a full disk)."""
+        self._written_at = time.monotonic()
+        try:
+            write_atomic(self.path, json.dumps(self._state).encode())
+        except OSError:
+            pass
+
+
+def read_live(run_dir: Path) -> LiveState | None:
+    """The step in progress as the run last wrote it, or None (no step in progress, or a file cut short)."""
+    try:
+        data = json.loads((Path(run_dir) / LIVE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+        return None
+    args = data.get("args") if isinstance(data.get("args"), dict) else {}
+    return {"step": data["step"], "action": data["action"] if isinstance(data.get("action"), str) else None,
+            "args": {str(k): _short(v) for k, v in list(args.items())[:10]},
+            "started": float(data["started"]) if isinstance(data.get("started"), (int, float)) else 0.0,
+            "output_tail": str(data.get("output_tail") or "")[-TAIL_BYTES:],
+            "pid": data["pid"] if isinstance(data.get("pid"), int) else 0}
+
+
+RUN_LOCK_FILE = ".lock"  # the runner holds an exclusive flock on it while the run goes
+
+
+def run_in_progress(run_dir: Path) -> bool | None:
+    """Whether a process holds the run's lock, i.e. the run is going now rather than stopped part-way. Read from
+    /proc/locks, so looking never takes the lock (a runner starting at that instant would find it taken). None
+    where that cannot be known (no /proc/locks)."""
+    try:
+        st = os.stat(Path(run_dir) / RUN_LOCK_FILE, follow_symlinks=False)
+    except OSError:
+        return False
+    try:
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and ident in fields and "->" not in fields:  # "->": a waiter, not the holder
+            return True
+    return False
