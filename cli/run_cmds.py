@@ -1,9 +1,11 @@
 """Commands that do work: prepare, baseline, run, eval."""
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +13,85 @@ import click
 from rich.table import Table
 
 from mlab.core.errors import MlabError
+from mlab.core.llm import generation
 from mlab.core.models import RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 
 from .console import make_console
 from .durations import Duration
+
+
+def _deprecated_alias(new: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def note(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            click.echo(f"mlab: note: {param.opts[0]} is deprecated and will go; use {new}", err=True)
+        return value
+    return note
+
+
+_MODEL_FLAGS = (
+    click.option("--temperature", multiple=True, metavar="[ROLE:]T",
+                 help="Sampling temperature of the models; ROLE: main, fast or edit (repeatable)."),
+    click.option("--top-p", multiple=True, metavar="[ROLE:]P", help="Nucleus sampling of the models."),
+    click.option("--llm-seed", multiple=True, metavar="[ROLE:]N",
+                 help="Sampling seed sent to the models (--seed is the run's own)."),
+    click.option("--max-completion-tokens", multiple=True, metavar="[ROLE:]N",
+                 help="Longest completion of one model call, in tokens."),
+    click.option("-M", "--model-param", "model_params", multiple=True, metavar="[ROLE:]KEY=VALUE",
+                 help="Any other parameter the model's backend takes (VALUE parsed as JSON when it can be)."),
+    click.option("--model-config", type=click.Path(dir_okay=False), metavar="FILE",
+                 help="Parameters from a YAML or JSON file; keys main, fast, edit hold a role's own."),
+    click.option("--price", "prices", multiple=True, metavar="[ROLE:]IN,OUT",
+                 help="USD per million prompt and completion tokens, for models without a known price."),
+    click.option("--token-limit", type=click.IntRange(1), help="Token budget of a run (prompt + completion)."),
+    click.option("--cost-limit", type=click.FloatRange(0, min_open=True), help="Cost budget of a run in USD."),
+    click.option("--time-limit", type=Duration(), help="Wall-clock limit of a run  [default: 5h]"),
+    click.option("--max-tokens", type=click.IntRange(1), hidden=True, callback=_deprecated_alias("--token-limit")),
+    click.option("--max-cost", type=click.FloatRange(0, min_open=True), hidden=True,
+                 callback=_deprecated_alias("--cost-limit")),
+    click.option("--max-time", type=Duration(), hidden=True, callback=_deprecated_alias("--time-limit")),
+)
+_MODEL_KEYS = ("temperature", "top_p", "llm_seed", "max_completion_tokens", "model_params", "model_config",
+               "prices", "token_limit", "cost_limit", "time_limit", "max_tokens", "max_cost", "max_time")
+DEFAULT_TIME_LIMIT_S = 5 * 3600.0
+
+
+def model_settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags `mlab run` and `mlab bench` share: generation parameters by role, prices and a run's budgets.
+
+    The command receives them gathered as `model_settings`, RunConfig fields: llm_params, llm_price,
+    max_tokens, max_cost and max_time_s.
+    """
+    @functools.wraps(command)
+    def gathered(*args: Any, **kwargs: Any) -> Any:
+        given = {key: kwargs.pop(key) for key in _MODEL_KEYS}
+        return command(*args, model_settings=model_settings(**given), **kwargs)
+
+    for flag in reversed(_MODEL_FLAGS):
+        gathered = flag(gathered)
+    return gathered
+
+
+def model_settings(temperature: tuple[str, ...] = (), top_p: tuple[str, ...] = (), llm_seed: tuple[str, ...] = (),
+                   max_completion_tokens: tuple[str, ...] = (), model_params: tuple[str, ...] = (),
+                   model_config: str | None = None, prices: tuple[str, ...] = (), token_limit: int | None = None,
+                   cost_limit: float | None = None, time_limit: float | None = None, max_tokens: int | None = None,
+                   max_cost: float | None = None, max_time: float | None = None) -> dict[str, Any]:
+    """RunConfig fields from the shared flags; a budget given under both its names is refused."""
+    def one(new_name: str, new: Any, old_name: str, old: Any) -> Any:
+        if new is not None and old is not None:
+            raise click.UsageError(f"{old_name} is the old name of {new_name}; give only {new_name}")
+        return new if new is not None else old
+
+    named = {"temperature": temperature, "top_p": top_p, "seed": llm_seed,
+             "max_completion_tokens": max_completion_tokens}
+    time_s = one("--time-limit", time_limit, "--max-time", max_time)
+    return {"llm_params": generation.gather(named, model_params, model_config),
+            "llm_price": generation.parse_prices(prices),
+            "max_tokens": one("--token-limit", token_limit, "--max-tokens", max_tokens),
+            "max_cost": one("--cost-limit", cost_limit, "--max-cost", max_cost),
+            "max_time_s": DEFAULT_TIME_LIMIT_S if time_s is None else time_s}
 
 
 @click.command()
@@ -72,11 +147,10 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @click.option("--fast-llm", help="Model for summaries and reading files (default: --llm).")
 @click.option("--edit-llm", help="Model for Edit Script actions (default: --llm).")
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--max-time", "max_time_s", default="5h", show_default=True, type=Duration())
 @click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration(),
               help="Time limit of one script or REPL command.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where to write the run (default: runs/<id>).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="The run's seed (given to the agent).")
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
@@ -86,15 +160,14 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request (default 10m).")
 @click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 7).")
-@click.option("--max-tokens", type=click.IntRange(1), help="Token budget of the run (prompt + completion).")
-@click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of the run in USD.")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
+@model_settings_options
 def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str | None, edit_llm: str | None,
-        max_steps: int, max_time_s: float, action_timeout_s: float, run_dir: str | None, seed: int, sandbox: str,
+        max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, sandbox: str,
         agent_options: tuple[str, ...], interactive: bool, resume_dir: str | None, llm_api_base: str | None,
-        llm_timeout_s: float | None, llm_retries: int | None, max_tokens: int | None, max_cost: float | None,
-        llm_cache: str | None) -> None:
+        llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None,
+        model_settings: dict[str, Any]) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
     from mlab.core.run.runner import Runner, new_run_dir
     from mlab.core.run.trace import read_trace
@@ -112,11 +185,11 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
             raise MlabError(f"--task is required; valid tasks: {valid}")
         config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
-                           max_time_s=max_time_s, action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
+                           action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
                            agent_options=parse_agent_options(agent_options), interactive=interactive,
-                           llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s, max_tokens=max_tokens,
-                           max_cost=max_cost, llm_cache=_cache_dir(llm_cache),
-                           llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1})
+                           llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s, llm_cache=_cache_dir(llm_cache),
+                           llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
+                           **model_settings)
         target = Path(run_dir) if run_dir else new_run_dir(config)
         runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
     view = StepView(f"{config.agent} on {config.task}", config.max_steps)
@@ -132,8 +205,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     console.print(f"final {runner.task.metric.name}: {score}"
                   + (f" ({trace.final_score_error})" if trace.final_score_error else ""), highlight=False)
     if trace.usage.calls:
-        console.print(f"LLM: {trace.usage.calls} calls, {trace.usage.total_tokens} tokens, "
-                      f"${trace.usage.cost_usd:.4f} (priced calls only)", highlight=False)
+        console.print(f"LLM: {trace.usage.calls} calls, {trace.usage.total_tokens} tokens, cost "
+                      f"{trace.usage.cost_text()}", highlight=False)
     console.print(f"trace: {runner.run_dir / 'trace.json'}", highlight=False, soft_wrap=True)
     if trace.status == "failed":
         sys.exit(1)

@@ -39,13 +39,30 @@ class Usage(BaseModel):
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # of the priced calls only
+    unpriced_calls: int = 0  # calls whose price is unknown: their cost is not in cost_usd
 
     def add(self, completion: Completion) -> None:
         self.calls += 1
         self.prompt_tokens += completion.prompt_tokens
         self.completion_tokens += completion.completion_tokens
-        self.cost_usd += completion.cost_usd or 0.0
+        if completion.cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += completion.cost_usd
+
+    @property
+    def cost_known(self) -> bool:
+        """True when every call had a price, so cost_usd is the whole cost."""
+        return self.unpriced_calls == 0
+
+    def cost_text(self) -> str:
+        """The cost as shown to people: "unknown" rather than a made-up $0 when prices are missing."""
+        if self.unpriced_calls == 0:
+            return f"${self.cost_usd:.4f}"
+        if self.unpriced_calls >= self.calls:
+            return "unknown"
+        return f"${self.cost_usd:.4f} + unknown ({self.unpriced_calls} unpriced calls)"
 
     @property
     def total_tokens(self) -> int:
@@ -73,6 +90,11 @@ class RunConfig(BaseModel):
     max_tokens: int | None = None
     max_cost: float | None = None
     llm_cache: str | None = None
+    # Generation parameters by role (main, fast, edit): temperature, top_p, seed, max_completion_tokens, stop,
+    # and whatever else the backend takes (core.llm.generation); prices by role, USD per million tokens
+    # [prompt, completion], for models whose backend reports no price.
+    llm_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    llm_price: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class Step(BaseModel):

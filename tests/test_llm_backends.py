@@ -247,19 +247,20 @@ def test_budgets_end_the_run_cleanly(server, tmp_path):
     trace = run_agent(tmp_path / "tokens", server, max_tokens=150)
     calls = read_call_log(tmp_path / "tokens" / "llm_calls.jsonl")
     assert trace.status == "finished" and trace.end_reason.startswith("budget reached: ")
-    assert "tokens used, limit 150 (--max-tokens)" in trace.end_reason
+    assert "tokens used, limit 150 (--token-limit)" in trace.end_reason
     assert usage_of_log(calls) == trace.usage and trace.usage.total_tokens >= 150
     assert usage_of_log(calls[:-1]).total_tokens < 150  # it stopped at the first call after the limit
     assert trace.final_score is not None or trace.final_score_error  # the run was still scored
 
     requests_before = len(server.requests)
     trace = run_agent(tmp_path / "cost", server, max_cost=0.00002)
-    assert trace.end_reason.startswith("budget reached: $") and "(--max-cost)" in trace.end_reason
+    assert trace.end_reason.startswith("budget reached: $") and "(--cost-limit)" in trace.end_reason
     assert len(server.requests) - requests_before < 7
 
     trace = run_agent(tmp_path / "unpriced", server, llm="openai/no-such-priced-model", max_cost=1.0)
     assert trace.end_reason == ("budget reached: the price of litellm:openai/no-such-priced-model is unknown, "
-                                "so --max-cost 1 cannot be enforced ($0.0000 known so far)")
+                                "so --cost-limit 1 cannot be enforced ($0.0000 known so far; --price IN,OUT gives "
+                                "it one)")
     assert len(read_call_log(tmp_path / "unpriced" / "llm_calls.jsonl")) == 1
 
 

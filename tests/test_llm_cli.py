@@ -53,11 +53,11 @@ def test_list_plugins_shows_the_backends_without_importing_litellm():
 def test_run_options_budget_and_default_cache_through_the_cli(tmp_path):
     with FakeLLMServer(respond) as server:
         common = ["--llm", "openai/gpt-4o-mini", "--fast-llm", "openai/gpt-4o", "--llm-api-base", server.base_url,
-                  "--llm-timeout", "20s", "--llm-retries", "3", "--llm-cache", "--max-tokens", "150"]
+                  "--llm-timeout", "20s", "--llm-retries", "3", "--llm-cache", "--token-limit", "150"]
         first = mlab(*common, "--run-dir", str(tmp_path / "first"))
         assert first.returncode == 0, first.stderr
-        assert re.search(r"run finished: budget reached: (\d+) tokens used, limit 150 \(--max-tokens\)", first.stdout)
-        assert re.search(r"LLM: 2 calls, \d+ tokens, \$0\.\d{4}", first.stdout)
+        assert re.search(r"run finished: budget reached: (\d+) tokens used, limit 150 \(--token-limit\)", first.stdout)
+        assert re.search(r"LLM: 2 calls, \d+ tokens, cost \$0\.\d{4}", first.stdout)
         sent = len(server.requests)
         assert sent == 2
         config = json.loads((tmp_path / "first" / "config.json").read_text())

@@ -13,7 +13,13 @@ from mlab.core.agentkit.history import (
     truncate_middle,
 )
 from mlab.core.agentkit.lenient_json import loads_lenient, strip_fences
-from mlab.core.agentkit.named_entries import ACTION, ACTION_INPUT, parse_named_entries, split_named_entries
+from mlab.core.agentkit.named_entries import (
+    ACTION,
+    ACTION_INPUT,
+    OBSERVATION_STOP,
+    parse_named_entries,
+    split_named_entries,
+)
 from mlab.core.agentkit.options import (
     RESEARCH_ACTIONS,
     bool_option,
@@ -25,8 +31,8 @@ from mlab.core.agentkit.options import (
 from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
 
 __all__ = [
-    "ACTION", "ACTION_INPUT", "Attempts", "InvalidResponse", "MAX_ATTEMPTS", "RESEARCH_ACTIONS", "SUMMARY_CHUNK",
-    "SUMMARY_THRESHOLD", "action_text", "args_example", "ask_until_valid", "bool_option", "check_args",
+    "ACTION", "ACTION_INPUT", "Attempts", "InvalidResponse", "MAX_ATTEMPTS", "OBSERVATION_STOP", "RESEARCH_ACTIONS",
+    "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "action_text", "args_example", "ask_until_valid", "bool_option", "check_args",
     "check_option_names", "int_option", "loads_lenient", "match_name", "parse_named_entries", "pick_actions",
     "positive_int_option", "split_named_entries", "strip_fences", "summarize_observation", "truncate_middle",
 ]

@@ -26,10 +26,12 @@ class Attempts:
 
 
 def ask_until_valid(llm: LLMClient, messages: list[Message], parse: Callable[[str], Any],
-                    correction: Callable[[str], str], attempts: int = MAX_ATTEMPTS, role: str = "main") -> Attempts:
+                    correction: Callable[[str], str], attempts: int = MAX_ATTEMPTS, role: str = "main",
+                    **params: Any) -> Attempts:
     """Ask, parse, and on InvalidResponse ask again with the bad response and what was wrong with it.
 
-    Only the latest bad response is kept in the retry prompt, so retries do not pile up context.
+    Only the latest bad response is kept in the retry prompt, so retries do not pile up context. `params` go
+    with every call (e.g. `stop` sequences the response format needs).
     """
     result = Attempts()
     for _ in range(attempts):
@@ -38,7 +40,7 @@ def ask_until_valid(llm: LLMClient, messages: list[Message], parse: Callable[[st
             last = result.failures[-1]
             asked = messages + [Message(role="assistant", content=last["response"]),
                                 Message(role="user", content=correction(last["problem"]))]
-        text = llm.complete(asked, role=role).text
+        text = llm.complete(asked, role=role, **params).text
         try:
             result.value, result.text = parse(text), text
             return result

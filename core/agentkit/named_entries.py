@@ -10,6 +10,9 @@ from mlab.core.agentkit.responses import InvalidResponse, args_example, check_ar
 from mlab.core.models import Action
 
 ACTION, ACTION_INPUT = "Action", "Action Input"
+# Stop sequences for formats where the environment, not the model, writes the Observation: a model that goes on
+# to write one invents the result of its own action (and pays for the tokens).
+OBSERVATION_STOP = ["\nObservation:"]
 
 
 def _header_pattern(names: list[str]) -> re.Pattern[str]:

@@ -14,15 +14,13 @@ from typing import Any
 from mlab.core.errors import BudgetExceeded, LLMError
 from mlab.core.llm.backend import LLM
 from mlab.core.llm.cache import ResponseCache, request_key
+from mlab.core.llm.generation import FORBIDDEN_PARAMS, ROLES, call_cost, cut_at_stop, merge_params
 from mlab.core.llm.retry import RetryPolicy, call_with_retries
 from mlab.core.models import Completion, LLMCallFinished, Message, Usage
 
 log = logging.getLogger("mlab.llm")
 
-ROLES = ("main", "fast", "edit")
-# Parameters that would send a call to another model, server or account than the one chosen for its role.
-FORBIDDEN_PARAMS = frozenset({"model", "api_base", "base_url", "api_key", "custom_llm_provider", "fallbacks",
-                              "model_list", "deployment_id"})
+__all__ = ["FORBIDDEN_PARAMS", "ROLES", "LLMClient", "read_call_log", "usage_of_log"]
 
 
 def read_call_log(path: Path) -> list[dict[str, Any]]:
@@ -54,7 +52,8 @@ class LLMClient:
     def __init__(self, backends: dict[str, LLM], log_path: Path | None = None,
                  on_call: Callable[[LLMCallFinished], None] | None = None, run_dir: str | None = None, *,
                  retry: RetryPolicy | None = None, max_tokens: int | None = None, max_cost: float | None = None,
-                 cache_dir: Path | str | None = None, sleep: Callable[[float], None] = time.sleep):
+                 cache_dir: Path | str | None = None, sleep: Callable[[float], None] = time.sleep,
+                 params: dict[str, dict[str, Any]] | None = None, prices: dict[str, list[float]] | None = None):
         missing = [role for role in ROLES if role not in backends]
         if missing:
             raise ValueError(f"no backend for roles {missing}")
@@ -66,6 +65,8 @@ class LLMClient:
         self.max_tokens = max_tokens
         self.max_cost = max_cost
         self.cache = ResponseCache(Path(cache_dir)) if cache_dir else None
+        self.params = {role: dict(p) for role, p in (params or {}).items()}  # the run's, by role
+        self.prices = dict(prices or {})  # USD per million tokens by role, for models without a known price
         self.step_index: int | None = None  # set by the runner before each step, for the log
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -91,13 +92,14 @@ class LLMClient:
         limit by at most the call that crossed it."""
         usage = self.usage
         if self.max_tokens is not None and usage.total_tokens >= self.max_tokens:
-            raise BudgetExceeded(f"{usage.total_tokens} tokens used, limit {self.max_tokens} (--max-tokens)")
+            raise BudgetExceeded(f"{usage.total_tokens} tokens used, limit {self.max_tokens} (--token-limit)")
         if self.max_cost is not None:
             if self._unpriced:
-                raise BudgetExceeded(f"the price of {self._unpriced} is unknown, so --max-cost "
-                                     f"{self.max_cost:g} cannot be enforced (${usage.cost_usd:.4f} known so far)")
+                raise BudgetExceeded(f"the price of {self._unpriced} is unknown, so --cost-limit "
+                                     f"{self.max_cost:g} cannot be enforced (${usage.cost_usd:.4f} known so far; "
+                                     "--price IN,OUT gives it one)")
             if usage.cost_usd >= self.max_cost:
-                raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--max-cost)")
+                raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--cost-limit)")
 
     # ---- calls ----------------------------------------------------------------------------------
     def complete(self, messages: list[Message] | str, role: str = "main", **params: Any) -> Completion:
@@ -110,6 +112,7 @@ class LLMClient:
         if overriding:
             raise ValueError(f"parameters {overriding} cannot be passed per call: the model of role {role!r} "
                              f"is {self.model_name(role)}")
+        params = merge_params(self.params.get(role, {}), params)
         self.check_budget()
         backend = self.backends[role]
         model = self.model_name(role)
@@ -132,6 +135,8 @@ class LLMClient:
             if completion is None:
                 fresh, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
                                                    describe=f"LLM {role} call ({model})", sleep=self._sleep)
+                if params.get("stop"):
+                    fresh = fresh.model_copy(update={"text": cut_at_stop(fresh.text, params["stop"])})
                 completion = fresh
                 if cache is not None and key is not None:
                     try:
@@ -141,6 +146,9 @@ class LLMClient:
             if key is not None:
                 with self._lock:
                     self._occurrences[key] = occurrence + 1
+            if completion.cost_usd is None and role in self.prices:
+                completion = completion.model_copy(update={"cost_usd": call_cost(
+                    self.prices[role], completion.prompt_tokens, completion.completion_tokens)})
             return completion
         except BaseException as exc:  # Ctrl-C included: the log says how each call ended
             error = exc

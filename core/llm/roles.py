@@ -105,11 +105,12 @@ def backend_options(config: RunConfig) -> dict[str, Any]:
 
 
 def client_options(config: RunConfig) -> dict[str, Any]:
-    """LLMClient keyword arguments from a RunConfig: retry policy, budgets, cache folder."""
+    """LLMClient keyword arguments from a RunConfig: retry policy, budgets, cache folder, generation parameters
+    and prices by role."""
     try:
         retry = RetryPolicy.from_dict(config.llm_retry)
     except (TypeError, ValueError) as exc:
         raise MlabError(f"llm_retry: {exc}") from exc
     cache = config.llm_cache
     return {"retry": retry, "max_tokens": config.max_tokens, "max_cost": config.max_cost,
-            "cache_dir": Path(cache) if cache else None}
+            "cache_dir": Path(cache) if cache else None, "params": config.llm_params, "prices": config.llm_price}

@@ -69,7 +69,7 @@ class LangChainAgent(Agent):
         return StopRun(reason=f"{len(failures)} invalid responses in a row; the last: {failures[-1]['problem']}")
 
     def _to_action(self, text: str, failures: list[dict[str, str]]) -> Action:
-        """Parse a reply; ValueError (OutputParserException and pydantic's ValidationError are ones) if unusable."""
+        """Parse a reply; ValueError (the parser's InvalidReply and pydantic's ValidationError are ones) if unusable."""
         from langchain_core.agents import AgentFinish
 
         decision = self.parser.parse(text)

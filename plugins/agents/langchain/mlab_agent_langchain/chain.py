@@ -10,7 +10,6 @@ import re
 from typing import Any, Literal
 
 from langchain_core.agents import AgentAction, AgentFinish
-from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.output_parsers import BaseOutputParser
@@ -20,7 +19,7 @@ from langchain_core.tools import StructuredTool
 from pydantic import ConfigDict, Field, create_model
 
 from mlab.core import ActionSpec, Message
-from mlab.core.agentkit import loads_lenient
+from mlab.core.agentkit import OBSERVATION_STOP, loads_lenient
 
 FINAL = "Final Answer"
 _ROLES: dict[str, Literal["system", "user", "assistant"]] = {"system": "system", "human": "user", "ai": "assistant"}
@@ -74,9 +73,10 @@ class MlabChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager=None,
                   **kwargs: Any) -> ChatResult:
         converted = [Message(role=_ROLES.get(m.type, "user"), content=message_text(m.content)) for m in messages]
-        completion = self.client.complete(converted, role=self.role)
+        params = {"stop": list(stop)} if stop else {}
+        completion = self.client.complete(converted, role=self.role, **params)
         text = completion.text
-        for marker in stop or []:
+        for marker in stop or []:  # a backend that ignores stop sequences (a replay) is cut here too
             text = text.split(marker, 1)[0]
         message = AIMessage(content=text, response_metadata={"model_name": completion.model},
                             usage_metadata={"input_tokens": completion.prompt_tokens,
@@ -123,6 +123,11 @@ def render_tools(tools: list[StructuredTool]) -> str:
     return "\n".join(lines)
 
 
+class InvalidReply(ValueError):
+    """A reply without a usable JSON blob; its message goes back to the model, so it is ours, not LangChain's
+    (whose parser errors carry a troubleshooting URL meant for developers)."""
+
+
 class JsonBlobParser(BaseOutputParser[AgentAction | AgentFinish]):
     """Reads the JSON blob of a reply (fenced or not) into an AgentAction, or an AgentFinish for Final Answer."""
 
@@ -135,8 +140,7 @@ class JsonBlobParser(BaseOutputParser[AgentAction | AgentFinish]):
             except ValueError as exc:
                 problem = str(exc)
         if not isinstance(blob, dict) or not isinstance(blob.get("action"), str):
-            raise OutputParserException(f"the reply has no JSON blob with \"action\" and \"action_input\" ({problem})",
-                                        llm_output=text)
+            raise InvalidReply(f"the reply has no JSON blob with \"action\" and \"action_input\" ({problem})")
         action, action_input = blob["action"].strip(), blob.get("action_input", {})
         if action.lower() == FINAL.lower():
             if isinstance(action_input, dict):
@@ -156,4 +160,4 @@ def build(client, actions: dict[str, ActionSpec]):
         ("system", SYSTEM),
         MessagesPlaceholder("conversation"),
     ]).partial(tools=render_tools(tools), tool_names=", ".join(t.name for t in tools))
-    return tools, prompt | MlabChatModel(client=client)
+    return tools, prompt | MlabChatModel(client=client).bind(stop=OBSERVATION_STOP)

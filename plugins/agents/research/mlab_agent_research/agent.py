@@ -7,6 +7,7 @@ from typing import Any
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
+    OBSERVATION_STOP,
     RESEARCH_ACTIONS,
     SUMMARY_THRESHOLD,
     action_text,
@@ -71,7 +72,8 @@ class ResearchAgent(Agent):
                     Message(role="user", content=self.user_prompt(state))]
         result = ask_until_valid(
             self.llm, messages, lambda text: parse_named_entries(text, self.entry_names, self.actions),
-            lambda problem: prompts.correction(problem, self.entry_names, self.actions), self.max_attempts)
+            lambda problem: prompts.correction(problem, self.entry_names, self.actions), self.max_attempts,
+            stop=OBSERVATION_STOP)
         self.invalid_total += len(result.failures)
         for failure in result.failures:
             self.ctx.log(f"step {state.step_index}: invalid response, asked again: {failure['problem']}")
