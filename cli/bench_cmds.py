@@ -153,12 +153,12 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where to write (default: BENCH_DIR/report).")
 @click.option("--compare", nargs=2, metavar="AGENT_A AGENT_B",
               help="Paired comparison of two agents on the same tasks (automatic when there are exactly two).")
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the plots (PDF, SVG and 300-dpi PNG).")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON instead of tables.")
 def report(bench_dir: str, out_dir: str | None, compare: tuple[str, str] | None, no_plots: bool, no_html: bool,
            as_json: bool) -> None:
-    """Tables of a bench's metrics, PNG plots and a static HTML report with a trace viewer."""
+    """Tables of a bench's metrics, plots for a paper (PDF, SVG, PNG) and a static HTML report with a trace viewer."""
     import json
 
     from mlab.core.bench import report as rep
@@ -180,7 +180,9 @@ def report(bench_dir: str, out_dir: str | None, compare: tuple[str, str] | None,
     if data.unconfined_runs:
         console.print(f"[red]warning: {len(data.unconfined_runs)} run(s) ran agent code unconfined (--sandbox "
                       "unconfined): their scores prove nothing[/red]")
-    for path in written.get("plots", []):
-        console.print(f"plot: {path}", highlight=False)
+    figures = sorted({path.with_suffix("") for path in written.get("plots", [])})
+    for figure in figures:
+        formats = ",".join(sorted(p.suffix[1:] for p in written["plots"] if p.with_suffix("") == figure))
+        console.print(f"plot: {figure}.{{{formats}}}", highlight=False)
     if "html" in written:
         console.print(f"report: {written['html'].resolve().as_uri()}", highlight=False)

@@ -76,6 +76,15 @@ class ReportData:
     def tasks(self) -> list[str]:
         return sorted({r.task for r in self.records})
 
+    def metric_of(self, task: str) -> tuple[str, bool]:
+        """The task's metric name and whether higher is better, as its runs recorded them."""
+        for row in self.rows:
+            if row["task"] == task and row.get("metric"):
+                return str(row["metric"]), bool(row["higher_is_better"]) if row["higher_is_better"] is not None \
+                    else True
+        higher = next((r.higher_is_better for r in self.records if r.task == task), True)
+        return "score", higher
+
     def as_dict(self) -> dict[str, Any]:
         return {"bench_dir": str(self.bench_dir), "baselines": self.baselines,
                 "baseline_sources": self.baseline_sources, "groups": [g.as_dict() for g in self.groups],
@@ -229,25 +238,26 @@ class Written(TypedDict, total=False):
     """What `write` wrote: report.json always, the plots and the page when asked for (and possible)."""
 
     json: Path
-    plots: list[Path]
+    plots: list[Path]  # every file of every figure (PDF, SVG, PNG)
     html: Path
 
 
 def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True,
           log: Callable[[str], None] = lambda _m: None) -> Written:
-    """Write report.json, the PNG plots (when matplotlib is installed) and the HTML report into out_dir."""
+    """Write report.json, the plots (PDF, SVG and PNG, when matplotlib is installed) and the HTML report into
+    out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written: Written = {"json": out_dir / "report.json"}
     written["json"].write_text(json.dumps(data.as_dict(), indent=1, default=str))
     images: list[Path] = []
     if plots:
         try:
-            from mlab.core.bench.report_plots import write_plots
+            from mlab.core.bench.report_plots import files_of, write_plots
         except ImportError:
             log("plots skipped: matplotlib is not installed (pip install 'mlab[report]')")
         else:
             images = write_plots(data, out_dir)
-            written["plots"] = images
+            written["plots"] = [path for png in images for path in files_of(png)]
     if html:
         from mlab.core.bench.report_html import write_html
 

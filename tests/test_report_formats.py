@@ -1,0 +1,159 @@
+"""Paper-ready outputs of `mlab report`: every plot as PDF, SVG and a 300-dpi PNG one paper column wide, with the
+metric's name and direction on its axes, and the report's tables as CSV, LaTeX and JSON."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from mlab.core.bench.metrics import RunRecord, all_groups, overall, performance_profiles
+from mlab.core.bench.report import ReportData
+
+pytest.importorskip("matplotlib", reason="plots need the report extra: pip install 'mlab[report]'")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def report_data(tmp_path: Path, *, costs: float = 0.0, flat: bool = False, tasks: tuple[str, ...] = ("lite/wine",),
+                metric: str = "accuracy", higher: bool = True, agents: tuple[str, ...] = ("good", "zero"),
+                baseline: bool = True) -> ReportData:
+    """Three seeds of each agent on each task: 'good' beats the baseline of 0.5, 'zero' never does (0% success).
+    Every run costs `costs`; with `flat` every step scores the same but for rounding noise (1e-13)."""
+    records, rows, steps = [], [], {}
+    for task in tasks:
+        for agent, final in (("good", 0.8), ("zero", 0.5)):
+            if agent not in agents:
+                continue
+            for seed in range(3):
+                key = f"{task}|{agent}|{seed}"
+                score = final if higher else 1 / final
+                records.append(RunRecord(key=key, task=task, agent=agent, llm=None, seed=seed, status="finished",
+                                         final_score=score, higher_is_better=higher, tokens=0, cost_usd=costs,
+                                         time_s=1.0, steps=7))
+                rows.append({"key": key, "task": task, "agent": agent, "llm": None, "seed": seed, "metric": metric,
+                             "higher_is_better": int(higher), "config": "{}", "status": "finished"})
+                steps[key] = [{"step": i, "score": score + i * 1e-13 if flat else score * (0.9 + 0.1 * i / 7)}
+                              for i in range(1, 8)]
+    baselines: dict[str, float | None] = dict.fromkeys(tasks, (0.5 if higher else 2.0) if baseline else None)
+    groups = all_groups(records, baselines)
+    return ReportData(bench_dir=tmp_path, rows=rows, records=records, baselines=baselines,
+                      baseline_sources=dict.fromkeys(tasks, "fixed"), groups=groups, overall=overall(groups),
+                      step_scores=steps, plugin_versions={}, profiles=performance_profiles(groups))
+
+
+def svg_texts(path: Path, group_id: str | None = None) -> list[str]:
+    root = ET.parse(path).getroot()
+    scope = root if group_id is None else next(g for g in root.iter(f"{SVG}g") if g.get("id") == group_id)
+    return ["".join(t.itertext()).strip() for t in scope.iter(f"{SVG}text")]
+
+
+def tick_labels(path: Path, axis_group: str) -> list[str]:
+    """The tick labels of one axis in a matplotlib SVG (groups xtick_N / ytick_N under matplotlib.axis_N)."""
+    root = ET.parse(path).getroot()
+    axis = next(g for g in root.iter(f"{SVG}g") if g.get("id") == axis_group)
+    ticks = [g for g in axis.iter(f"{SVG}g") if re.fullmatch(r"[xy]tick_\d+", g.get("id", ""))]
+    return ["".join(t.itertext()).strip() for g in ticks for t in g.iter(f"{SVG}text")]
+
+
+def number(label: str) -> float:
+    return float(label.replace("−", "-").replace("%", "").replace(",", ""))
+
+
+def test_every_plot_is_written_as_pdf_svg_and_a_300_dpi_png_a_column_wide(tmp_path):
+    from PIL import Image
+
+    from mlab.core.bench.report_plots import COLUMN_WIDTH_IN, PNG_DPI, write_plots
+
+    pngs = write_plots(report_data(tmp_path), tmp_path / "out")
+    assert {p.stem for p in pngs} == {"success_rate", "improvement", "score_over_steps", "success_vs_cost",
+                                      "performance_profiles"}
+    for png in pngs:
+        assert png.with_suffix(".pdf").read_bytes().startswith(b"%PDF-")
+        assert ET.parse(png.with_suffix(".svg")).getroot().tag == f"{SVG}svg"
+        with Image.open(png) as image:
+            assert image.format == "PNG"
+            assert tuple(round(d) for d in image.info["dpi"]) == (PNG_DPI, PNG_DPI)
+            if png.stem != "success_vs_cost":  # two panels side by side take both columns
+                assert image.width == round(COLUMN_WIDTH_IN * PNG_DPI), png.name
+            # nothing is cut by the figure's edge: the outermost pixels are all background
+            pixels = image.convert("L")
+            w, h = pixels.size
+            edge = [pixels.getpixel((x, y)) for x in range(w) for y in (0, h - 1)] + \
+                   [pixels.getpixel((x, y)) for y in range(h) for x in (0, w - 1)]
+            assert min(edge) == 255, f"{png.name} draws on its own edge: something is clipped"
+
+
+def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(tmp_path):
+    from mlab.core.bench.report_plots import write_plots
+
+    write_plots(report_data(tmp_path, metric="RMSE", higher=False, tasks=("lite/diabetes",)), tmp_path)
+    svg = tmp_path / "score_over_steps.svg"
+    texts = svg_texts(svg)
+    assert "RMSE (lower is better)" in texts and "score" not in texts
+    steps = tick_labels(svg, "matplotlib.axis_1")
+    assert steps and all(re.fullmatch(r"\d+", s) for s in steps), steps
+    assert "success rate, >10% over baseline (higher is better)" in " ".join(svg_texts(tmp_path / "success_rate.svg"))
+
+
+def test_titles_and_labels_stay_inside_every_figure(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from mlab.core.bench.report_plots import figures
+
+    many = tuple(f"pack/task-with-a-long-name-{i}" for i in range(5))
+    for stem, fig in figures(report_data(tmp_path, tasks=many)).items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box, drawn = fig.bbox, fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)
+        assert box.x0 - 0.5 <= drawn.x0 and drawn.x1 <= box.x1 + 0.5, stem
+        assert box.y0 - 0.5 <= drawn.y0 and drawn.y1 <= box.y1 + 0.5, stem
+        titles = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label)]
+        for text in titles:
+            if text is not None and text.get_text():
+                extent = text.get_window_extent(renderer)
+                assert box.x0 - 0.5 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (stem, text.get_text())
+                assert box.y0 - 0.5 <= extent.y0 and extent.y1 <= box.y1 + 0.5, (stem, text.get_text())
+        plt.close(fig)
+
+
+def test_costs_that_are_all_zero_get_an_axis_from_zero(tmp_path):
+    from mlab.core.bench.report_plots import write_plots
+
+    write_plots(report_data(tmp_path, costs=0.0), tmp_path)
+    svg = tmp_path / "success_vs_cost.svg"
+    for axis in ("matplotlib.axis_1", "matplotlib.axis_3"):  # the x axes of the tokens and the cost panels
+        values = [number(t) for t in tick_labels(svg, axis)]
+        assert values and min(values) == 0 and max(values) > 0, values
+    assert "mean cost per run (USD) (lower is better)" in svg_texts(svg)
+
+
+def test_a_constant_curve_gets_a_plain_readable_axis(tmp_path):
+    from mlab.core.bench.report_plots import write_plots
+
+    write_plots(report_data(tmp_path, flat=True, agents=("good",), baseline=False), tmp_path)
+    svg = tmp_path / "score_over_steps.svg"
+    values = [number(t) for t in tick_labels(svg, "matplotlib.axis_2")]
+    assert len(values) >= 3 and min(values) < 0.8 < max(values) and max(values) - min(values) > 0.01, values
+    ticks = tick_labels(svg, "matplotlib.axis_2")
+    assert all(re.fullmatch(r"\d\.\d+", t) for t in ticks), ticks
+    # nothing but the ticks and the label: no offset text such as "1e-13+8e-1" beside the axis
+    assert set(svg_texts(svg, "matplotlib.axis_2")) == {*ticks, "accuracy (higher is better)"}
+
+
+def test_a_zero_bar_is_drawn_as_a_zero(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from mlab.core.bench.report_plots import figures
+
+    figs = figures(report_data(tmp_path))
+    ax = figs["success_rate"].axes[0]
+    zero_bars = [p for p in ax.patches if p.get_height() == 0]
+    assert zero_bars, "the 'zero' agent has a 0% success rate"
+    segments = [seg for coll in ax.collections for seg in getattr(coll, "get_segments", list)()]
+    for bar in zero_bars:
+        # a visible line across the bar at 0, not only a whisker above it
+        assert any(abs(s[0][1]) < 1e-9 and abs(s[1][1]) < 1e-9 and s[0][0] <= bar.get_x() + 1e-9
+                   and s[1][0] >= bar.get_x() + bar.get_width() - 1e-9 for s in segments)
+    for fig in figs.values():
+        plt.close(fig)
