@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 from .durations import Duration
 
 
+# Exit codes beyond 0 (every check passed) and 2 (bad input): a check failed; else one was skipped (not checked).
+FAILED_EXIT, SKIPPED_EXIT = 1, 3
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
@@ -102,4 +106,6 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
     if as_json:
         click.echo(json.dumps(reports, indent=2))
     if any(r["status"] == "failed" for r in reports):
-        sys.exit(1)
+        sys.exit(FAILED_EXIT)
+    if any(r["status"] == "skipped" for r in reports):
+        sys.exit(SKIPPED_EXIT)

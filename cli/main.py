@@ -9,8 +9,9 @@ from mlab.core.errors import MlabError
 
 from .bench_cmds import bench, report
 from .check_cmds import check_task
+from .data_cmds import data, prepare
 from .inspect_cmds import agents, list_plugins, tasks
-from .run_cmds import baseline, eval_runs, prepare, run
+from .run_cmds import baseline, eval_runs, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,7 +20,7 @@ def cli() -> None:
     """Benchmark AI research agents on machine-learning tasks."""
 
 
-for command in (list_plugins, tasks, agents, prepare, baseline, check_task, run, eval_runs, bench, report):
+for command in (list_plugins, tasks, agents, data, prepare, baseline, check_task, run, eval_runs, bench, report):
     cli.add_command(command)
 
 

@@ -89,10 +89,10 @@ def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path, monkeypatch):
 # ---- llama-inference -----------------------------------------------------------------------------
 @needs("transformers", "accelerate")
 @pytest.mark.slow
-def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch, outside_tmp):
+def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch):
     monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
     task = get_task("llama-inference")
-    source = text.llama_and_wikitext(outside_tmp / "src")  # the model is referenced where it is
+    source = text.llama_and_wikitext(tmp_path / "src")  # under /tmp: copied, so the sandbox sees it
     report = check_task(task, data_dir=source, home=tmp_path / "home")
     # Both scripts run and record a time; with a tiny model on a shared CPU, which one is faster is noise.
     assert report.steps == {"prepare": "ok", "reproducible prepare": "ok", "invalid submission": "ok",
@@ -102,7 +102,9 @@ def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch, outs
     monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home2"))
     taskdata.prepare(task, source, **QUIET)
     config = json.loads((taskdata.public_dir(task) / "inference_config.json").read_text())
-    assert Path(config["model_dir"]) == (source / "llama").resolve()  # referenced, not copied
+    assert config["model_dir"] == "model"  # copied into the task, named relative to the workspace
+    assert (taskdata.public_dir(task) / "model" / "config.json").read_bytes() == \
+        (source / "llama" / "config.json").read_bytes()
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "submission.csv").write_text("0.5\n0.25\n")
@@ -237,7 +239,8 @@ def test_tool_checks_score_structure(tmp_path):
 
 
 @pytest.mark.slow
-def test_tool_tasks_check_task_against_the_measured_placeholder_tool():
+def test_tool_tasks_check_task_against_the_measured_placeholder_tool(monkeypatch):
+    monkeypatch.setenv("MLAB_TOOL_LLM", "openai:some-model")  # configured, never called by the placeholder
     # The placeholder tools write the paragraph back uncited / a report without papers: some checks pass.
     for name, starter in (("bibtex-generation", 2 / 6), ("literature-review-tool", 2 / 5)):
         task = get_task(name)

@@ -174,7 +174,8 @@ def test_spaceship_prepare_evaluate_and_baseline(tmp_path):
     with pytest.raises(InvalidSubmission, match="missing"):
         task.evaluate(write_submission(tmp_path / "d", answer[:-2].to_csv(index=False)), hidden)
     # The starter submits nothing, so there is nothing to measure: the task's fixed baseline stands instead.
-    with pytest.raises(MlabError, match="no baseline to measure"):
+    with pytest.raises(MlabError, match="nothing was measured or recorded; runs are judged against the task's "
+                                        "fixed baseline accuracy = 0.5"):
         measure_baseline(task, record=False, timeout_s=SCRIPT_TIMEOUT_S)
 
 

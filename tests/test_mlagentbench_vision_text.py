@@ -59,7 +59,7 @@ def test_gpu_tasks_refuse_without_a_gpu_and_name_their_cpu_variant(tmp_path, mon
 # ---- imdb ----------------------------------------------------------------------------------------
 def test_imdb_prepare_shuffles_and_hides_test_labels(tmp_path):
     task = get_task("imdb-cpu")
-    taskdata.prepare(task, text.acl_imdb(tmp_path / "src", per_class=20, tarball=True), **QUIET)
+    taskdata.prepare(task, text.acl_imdb(tmp_path / "src", per_class=20), **QUIET)
     public, hidden = taskdata.public_dir(task) / "data", taskdata.hidden_dir(task)
     train, test = pd.read_csv(public / "train.csv"), pd.read_csv(public / "test.csv")
     assert (len(train), len(test)) == (40, 40) and test.columns.tolist() == ["idx", "text"]

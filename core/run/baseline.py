@@ -42,10 +42,16 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
         outcome = harness.run_script_fresh(task, timeout_s)
         scores.append(outcome.score if is_valid(outcome.score) else None)
         if not is_valid(outcome.score):
-            errors.append(outcome.error or f"score {outcome.score} is not valid")
+            crashed = f"the starter crashed (exit code {outcome.exit_code}); " if outcome.exit_code else ""
+            errors.append(crashed + (outcome.error or f"score {outcome.score} is not valid"))
     try:
         summary = summarize(scores)
     except MlabError as exc:
+        if task.fixed_baseline is not None:  # nothing to measure, and nothing needed: say what judges runs
+            raise MlabError(
+                f"{task.name}: none of the {len(scores)} starter run(s) gave a valid score ({errors[-1]}), so "
+                f"nothing was measured or recorded; runs are judged against the task's fixed baseline "
+                f"{task.metric.name} = {task.fixed_baseline:.6g} ({task.fixed_baseline_source})") from None
         raise MlabError(f"{task.name}: {exc} ({errors[-1]})") from None
     summary.update(sandbox=harness.sandbox_name, machine=machine(), measured_at=time.time())
     if record:

@@ -83,10 +83,10 @@ class Harness:
 
     # ---- task data ----------------------------------------------------------------------------------
     def prepare(self, task: Task, data_dir: str | Path | None = None,
-                log: Callable[[str], None] = lambda _msg: None) -> bool:
-        """Prepare the task into the home unless it is there; True when work was done."""
+                log: Callable[[str], None] = lambda _msg: None, force: bool = False) -> bool:
+        """Prepare the task into the home unless it is there (force: again); True when work was done."""
         started = time.monotonic()
-        done = self.home.prepare(task, data_dir, log=log)
+        done = self.home.prepare(task, data_dir, log=log, force=force)
         if done:
             source = self.home.task_dir(task) / "prepared.json"
             self.notify("task_prepared", TaskPrepared(

@@ -8,6 +8,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +19,27 @@ from mlab.core.task import PrepareContext, Task
 
 class Named(Protocol):
     name: str
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file (or folder) a task's prepare needs from outside, as `mlab data` lists it. A task declares them
+    with a `data_files()` method; `path` is where the file goes below a --data-dir folder."""
+
+    path: str
+    url: str
+    size: int | None = None  # bytes, when known
+    md5: str | None = None
+    sha256: str | None = None
+    terms: str = ""  # the page whose terms govern the file
+    how: str = "download"  # "download", "kaggle" (the competition's API), "huggingface" (a Hub repository)
+    check: str = ""  # how a local copy is checked when there is no checksum
+
+
+def data_files(task: object) -> list[DataFile]:
+    """What a task declares it needs from outside (none for a task that generates its data)."""
+    declared = getattr(task, "data_files", None)
+    return list(declared()) if callable(declared) else []
 
 
 class TaskHome:
@@ -58,9 +80,10 @@ class TaskHome:
         return (self.task_dir(task) / "prepared.json").exists()
 
     def prepare(self, task: Task, data_dir: str | Path | None = None,
-                log: Callable[[str], None] = print) -> bool:
-        """Prepare the task unless already done; True when work was done. A failure leaves nothing behind."""
-        if self.is_prepared(task):
+                log: Callable[[str], None] = print, force: bool = False) -> bool:
+        """Prepare the task unless already done (force: again, replacing it); True when work was done. A failure
+        leaves nothing behind, and with force the earlier preparation stays until the new one is complete."""
+        if self.is_prepared(task) and not force:
             return False
         final = self.task_dir(task)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -77,9 +100,13 @@ class TaskHome:
             write_atomic(staging / "prepared.json", json.dumps(
                 {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
                  "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())
-            if final.exists():  # a stale, unfinished folder from an older version: replace it
-                shutil.rmtree(final)
-            os.replace(staging, final)
+            if final.exists():  # replaced: a stale, unfinished folder, or (force) the earlier preparation
+                retired = final.parent / f".retired-{final.name}-{os.getpid()}"
+                os.replace(final, retired)  # its recorded baseline goes too: it was measured on that data
+                os.replace(staging, final)
+                shutil.rmtree(retired, ignore_errors=True)
+            else:
+                os.replace(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -150,17 +177,27 @@ def _file_sha256(path: Path) -> str:
     return sha.hexdigest()
 
 
+def _data_folder(task: Named) -> str | None:
+    folder = getattr(task, "data_folder", None)
+    return folder if isinstance(folder, str) and folder else None
+
+
 def source_for(task: Named, data_dir: str | Path | None) -> Path | None:
     """The local copy to prepare from: --data-dir, else MLAB_DATA_DIR/<task> or MLAB_DATA_DIR itself."""
     if data_dir is not None:
         path = Path(data_dir).expanduser()
         if not path.is_dir():
             raise MlabError(f"data directory {str(path)!r} does not exist")
+        folder = _data_folder(task)  # a folder laid out as `mlab data` says: the task's own part
+        if folder and (path / folder).is_dir():
+            return (path / folder).resolve()
         return path.resolve()
     env = os.environ.get("MLAB_DATA_DIR")
     if env:
         root = Path(env).expanduser()
-        for candidate in (root / task.name.split("/")[-1], root / task.name.replace("/", "__"), root):
+        folder = _data_folder(task)
+        for candidate in (*([root / folder] if folder else []), root / task.name.split("/")[-1],
+                          root / task.name.replace("/", "__"), root):
             if candidate.is_dir():
                 return candidate.resolve()
     return None
@@ -191,8 +228,9 @@ def is_prepared(task: Named) -> bool:
     return TaskHome.from_env().is_prepared(task)
 
 
-def prepare(task: Task, data_dir: str | Path | None = None, log: Callable[[str], None] = print) -> bool:
-    return TaskHome.from_env().prepare(task, data_dir, log)
+def prepare(task: Task, data_dir: str | Path | None = None, log: Callable[[str], None] = print,
+            force: bool = False) -> bool:
+    return TaskHome.from_env().prepare(task, data_dir, log, force=force)
 
 
 def baseline_path(task: Named) -> Path:

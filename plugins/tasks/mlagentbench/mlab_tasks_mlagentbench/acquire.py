@@ -1,10 +1,13 @@
 """Getting raw data: downloads verified by checksum, the Kaggle API, or a local copy the user points at.
 
-No step ever waits for keyboard input. Downloads go to a cache ($MLAB_HOME/downloads) through a .part file
-that is renamed only after its checksum matched, so an interrupted or corrupt download is never reused.
+No step ever waits for keyboard input. Downloads go to a cache ($MLAB_HOME/downloads), or to the folder
+`mlab data --download` fills, through a .part file that an interrupted download resumes (HTTP Range) and that is
+renamed only after its checksum matched, so a corrupt download is never used. A local copy of a file whose
+publisher gives a checksum is held to it too.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -34,6 +37,16 @@ class Source:
     filename: str
     md5: str | None = None
     sha256: str | None = None
+    size: int | None = None  # bytes, where known: shown by `mlab data`, never used to accept a file
+    terms: str = ""  # the page whose terms govern the file
+
+
+def fetch_hint(task: str | None = None) -> str:
+    """What to do when a file cannot be fetched here: every download failure says it."""
+    which = task or "--all"
+    return (f"on a machine with internet, `mlab data {which}` lists every file (URL, checksum, where it goes) and "
+            f"`mlab data {which} --download DIR` fetches them; then prepare with --data-dir DIR (or "
+            f"MLAB_DATA_DIR=DIR), or set {MIRROR_ENV} to a server with the same file names")
 
 
 def download_cache() -> Path:
@@ -53,14 +66,16 @@ def file_digest(path: Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
-def verify(path: Path, source: Source) -> None:
+def verify(path: Path, source: Source, local: bool = False) -> None:
     for algorithm in ("sha256", "md5"):
         expected = getattr(source, algorithm)
         if expected:
             actual = file_digest(path, algorithm)
             if actual != expected.lower():
+                what = (f"the local copy {path} is not the published file (a partial download or another file)"
+                        if local else "the download is corrupt or the source changed")
                 raise MlabError(f"{source.filename}: {algorithm} checksum mismatch (expected {expected}, "
-                                f"got {actual}); the download is corrupt or the source changed")
+                                f"got {actual}): {what}")
 
 
 def source_url(source: Source) -> str:
@@ -70,35 +85,70 @@ def source_url(source: Source) -> str:
     return source.url
 
 
-def download(source: Source, log: Callable[[str], None] = print, timeout: float = 60.0) -> Path:
+def download(source: Source, log: Callable[[str], None] = print, timeout: float = 60.0,
+             task: str | None = None) -> Path:
     """The verified file in the download cache, fetched when absent."""
-    cache = download_cache()
-    cache.mkdir(parents=True, exist_ok=True)
-    final = cache / source.filename
-    if final.is_file():
-        try:
-            verify(final, source)
-            return final
-        except MlabError:
-            final.unlink()
-    url = source_url(source)
-    part = cache / f".{source.filename}.{os.getpid()}.part"
-    log(f"downloading {url}")
+    return fetch(source, download_cache() / source.filename, log, timeout, task)
+
+
+def fetch(source: Source, final: Path, log: Callable[[str], None] = print, timeout: float = 60.0,
+          task: str | None = None) -> Path:
+    """source verified at final, downloaded (resuming an earlier partial download) when absent or corrupt.
+
+    One process downloads a file at a time (a lock on the .part file); the others wait and reuse it."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    part = final.with_name(final.name + ".part")
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": "mlab-tasks-mlagentbench"})
-        with urllib.request.urlopen(request, timeout=timeout) as response, open(part, "wb") as out:
-            shutil.copyfileobj(response, out, _CHUNK)
-        verify(part, source)
+        return _fetch_locked(source, final, part, log, timeout, task)
+    finally:
+        if part.exists() and part.stat().st_size == 0:  # nothing to resume from
+            part.unlink(missing_ok=True)
+
+
+def _fetch_locked(source: Source, final: Path, part: Path, log: Callable[[str], None], timeout: float,
+                  task: str | None) -> Path:
+    with open(part, "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.is_file():
+            try:
+                verify(final, source)
+                return final
+            except MlabError:
+                final.unlink()
+        url = source_url(source)
+        try:
+            _get(url, part, timeout, log)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise MlabError(f"downloading {url} failed: {exc}; {fetch_hint(task)}") from None
+        try:
+            verify(part, source)
+        except MlabError as exc:
+            part.unlink()
+            raise MlabError(f"{exc}; {fetch_hint(task)}") from None
         if not (source.md5 or source.sha256):
             log(f"{source.filename}: the source publishes no checksum; sha256 of this copy is "
                 f"{file_digest(part, 'sha256')}")
         os.replace(part, final)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise MlabError(f"downloading {url} failed: {exc}") from None
-    finally:
-        if part.exists():
-            part.unlink()
     return final
+
+
+def _get(url: str, part: Path, timeout: float, log: Callable[[str], None]) -> None:
+    """Download url into part, continuing after the bytes it already holds when the server allows it."""
+    have = part.stat().st_size
+    headers = {"User-Agent": "mlab-tasks-mlagentbench"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    log(f"downloading {url}" + (f" (resuming after {have:,} bytes)" if have else ""))
+    try:
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:  # nothing left to send: the part is whole (the checksum will tell)
+            return
+        raise
+    with response:
+        resumed = have and response.status == 206
+        with open(part, "ab" if resumed else "wb") as out:
+            shutil.copyfileobj(response, out, _CHUNK)
 
 
 # ---- archives -------------------------------------------------------------------------------------
@@ -152,23 +202,53 @@ def find(root: Path, names: Iterable[str], max_depth: int = 4) -> Path | None:
 
 
 def find_folder_with(root: Path, required: Iterable[str], aliases: Iterable[str] = (),
-                     max_depth: int = 3) -> Path | None:
-    """A folder under root (root itself, an alias sub-folder, or deeper) holding every required path."""
+                     max_depth: int = 3, accept: Callable[[Path], bool] | None = None) -> Path | None:
+    """A folder under root (root itself, an alias sub-folder, or deeper) holding every required path and, given
+    accept, passing it: in a folder of several datasets another task's train.csv is not this task's."""
     required = list(required)
+
+    def fits(folder: Path) -> bool:
+        return all((folder / r).exists() for r in required) and (accept is None or accept(folder))
+
     candidates = [root] + [root / a for a in aliases]
     for candidate in candidates:
-        if candidate.is_dir() and all((candidate / r).exists() for r in required):
+        if candidate.is_dir() and fits(candidate):
             return candidate
     level = [root]
     for _ in range(max_depth):
         following = []
         for folder in level:
             for entry in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-                if all((entry / r).exists() for r in required):
+                if fits(entry):
                     return entry
                 following.append(entry)
         level = following
     return None
+
+
+def csv_header(path: Path) -> list[str]:
+    """The first row of a CSV file (plain or .gz); [] when unreadable."""
+    import csv
+    import gzip
+
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
+            return next(csv.reader(f), [])
+    except (OSError, csv.Error, EOFError):
+        return []
+
+
+def has_columns(name: str, columns: Iterable[str]) -> Callable[[Path], bool]:
+    """accept for find_folder_with: the folder's file `name` has every one of columns in its header."""
+    wanted = set(columns)
+    return lambda folder: wanted <= set(csv_header(folder / name))
+
+
+def require_columns(path: Path, columns: Iterable[str]) -> None:
+    missing = [c for c in columns if c not in csv_header(path)]
+    if missing:
+        raise MlabError(f"{path} lacks the column(s) {', '.join(missing)}: not this task's file")
 
 
 # ---- Kaggle ---------------------------------------------------------------------------------------
@@ -203,6 +283,11 @@ def importlib_missing(module: str) -> bool:
     return importlib.util.find_spec(module) is None
 
 
+def copy_tree(source: Path, dest: Path) -> None:
+    """Copy a folder (a model checkpoint) into the prepared task, links followed, caches left out."""
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".cache", "__pycache__", "*.lock"))
+
+
 class Scratch:
     """A temporary folder for downloads and unpacking, removed afterwards (also on failure)."""
 
@@ -217,44 +302,55 @@ class Scratch:
 
 
 def obtain_competition(source_dir: Path | None, competition: str, required: list[str], aliases: list[str],
-                       scratch: Path, log: Callable[[str], None]) -> Path:
+                       scratch: Path, log: Callable[[str], None],
+                       accept: Callable[[Path], bool] | None = None) -> Path:
     """A folder holding the competition's files: from the local copy (folder or Kaggle zip), else Kaggle."""
     if source_dir is not None:
-        found = find_folder_with(source_dir, required, aliases)
+        found = find_folder_with(source_dir, required, aliases, accept=accept)
         if found is not None:
             return found
         archive = find(source_dir, [f"{competition}.zip"])
         if archive is not None:
             extract(archive, scratch / "unpacked")
-            found = find_folder_with(scratch / "unpacked", required)
+            found = find_folder_with(scratch / "unpacked", required, accept=accept)
             if found is not None:
                 return found
-        raise MlabError(f"no {', '.join(required)} found in {source_dir} (nor a {competition}.zip)")
+        what = "" if accept is None else " with this competition's columns"
+        raise MlabError(f"no {', '.join(required)}{what} found in {source_dir} (nor a {competition}.zip); "
+                        f"see `mlab data` for the files and layout")
     kaggle_download(competition, scratch / "kaggle", log)
-    found = find_folder_with(scratch / "kaggle", required)
+    found = find_folder_with(scratch / "kaggle", required, accept=accept)
     if found is None:
         raise MlabError(f"the Kaggle download of {competition!r} lacks {', '.join(required)}")
     return found
 
 
 def obtain_archive(source_dir: Path | None, source: Source, scratch: Path, log: Callable[[str], None],
-                   extracted_marker: str) -> Path:
+                   extracted_marker: str, task: str | None = None,
+                   check: Callable[[Path], None] | None = None) -> Path:
     """A folder holding the unpacked archive: a local unpacked copy, a local archive, or a verified download.
 
-    extracted_marker is a path that identifies the unpacked content (e.g. "cifar-10-batches-py").
-    Local copies are trusted as given; checksums apply to downloads.
+    extracted_marker is a path that identifies the unpacked content (e.g. "cifar-10-batches-py"). A local archive
+    is held to the published checksum like a download; an unpacked copy has none to compare, so `check` (given
+    the folder holding the marker) checks its structure and raises MlabError when it is not the real thing.
     """
     if source_dir is not None:
         found = find_folder_with(source_dir, [extracted_marker])
         if found is not None:
+            if check is not None:
+                check(found)
             return found
         archive = find(source_dir, [source.filename])
         if archive is None:
-            raise MlabError(f"neither {extracted_marker} nor {source.filename} found in {source_dir}")
+            raise MlabError(f"neither {extracted_marker} nor {source.filename} found in {source_dir}; "
+                            f"{fetch_hint(task)}")
+        verify(archive, source, local=True)
     else:
-        archive = download(source, log)
+        archive = download(source, log, task=task)
     extract(archive, scratch / "unpacked")
     found = find_folder_with(scratch / "unpacked", [extracted_marker])
     if found is None:
         raise MlabError(f"{archive.name} does not contain {extracted_marker}")
+    if check is not None:
+        check(found)
     return found

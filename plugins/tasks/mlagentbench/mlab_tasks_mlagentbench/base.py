@@ -10,10 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mlab.core import BaselineContext, ExecResult, MlabError, PrepareContext, ScoringContext, Task
+from mlab.core.run.taskdata import DataFile
+
+from . import acquire
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 FILES_DIR = PACKAGE_DIR / "files"
@@ -88,6 +92,37 @@ class MLAgentBenchTask(Task):
     reference_script: str | None = None  # script to run for the reference (default: the starter script)
     # file -> (old, new) replacements applied to the copied files: how a CPU-scaled variant shrinks its starter
     starter_edits: dict[str, list[tuple[str, str]]] = {}
+    # The data manifest (`mlab data`): files fetched by URL, as (path below the task's data folder, source) ...
+    downloads: list[tuple[str, acquire.Source]] = []
+    # ... and a Kaggle competition's files (fetched with the Kaggle API, after accepting its rules)
+    competition: str = ""
+    competition_files: list[str] = []
+    local_check: str = ""  # how a local copy without a published checksum is checked, for `mlab data`
+
+    # ---- the data manifest -------------------------------------------------------------------------
+    @property
+    def data_folder(self) -> str:
+        """The folder below a --data-dir holding this task's files: variants share their task's."""
+        return self.short
+
+    def data_files(self) -> list[DataFile]:
+        files = [DataFile(path=f"{self.data_folder}/{path}", url=acquire.source_url(source), size=source.size,
+                          md5=source.md5, sha256=source.sha256, terms=source.terms,
+                          check="" if (source.md5 or source.sha256) else self.local_check)
+                 for path, source in self.downloads]
+        if self.competition:
+            page = f"https://www.kaggle.com/competitions/{self.competition}"
+            files += [DataFile(path=f"{self.data_folder}/{name}", url=f"{page}/data", terms=f"{page}/rules",
+                               how="kaggle", check=self.local_check) for name in self.competition_files]
+        return files
+
+    def fetch_data(self, root: Path, log: Callable[[str], None]) -> None:
+        """Fetch every manifest file into root (a --data-dir), verified; what is already there is kept."""
+        folder = root / self.data_folder
+        for path, source in self.downloads:
+            acquire.fetch(source, folder / path, log, task=self.name)
+        if self.competition and not all((folder / name).exists() for name in self.competition_files):
+            acquire.kaggle_download(self.competition, folder, log)
 
     # ---- checks ------------------------------------------------------------------------------------
     def check_extras(self) -> None:

@@ -16,9 +16,28 @@ from .. import acquire
 from ..base import PACK, MLAgentBenchTask, run_evaluator
 
 BABYLM = acquire.Source(url="https://github.com/babylm/babylm.github.io/raw/main/babylm_data.zip",
-                        filename="babylm_data.zip")  # the publisher gives no checksum
+                        filename="babylm_data.zip", terms="https://babylm.github.io/")  # no published checksum
 GPT2_FILES = [acquire.Source(url=f"https://huggingface.co/openai-community/gpt2/resolve/main/{name}",
-                             filename=f"gpt2-{name}") for name in ("vocab.json", "merges.txt")]
+                             filename=f"gpt2-{name}", terms="https://huggingface.co/openai-community/gpt2")
+              for name in ("vocab.json", "merges.txt")]
+GPT2_VOCAB, GPT2_MERGES = 50_257, 50_000  # the published tokenizer's sizes; a stand-in differs with a note
+
+
+def check_tokenizer(folder: Path, log=print) -> None:
+    """The GPT-2 tokenizer files have no published checksum: vocab.json must map tokens to ids and merges.txt
+    hold pairs, or they are not a byte-level BPE tokenizer."""
+    try:
+        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError) as exc:
+        raise MlabError(f"{folder}: unreadable GPT-2 tokenizer files ({exc})") from None
+    merges = [line for line in lines if line and not line.startswith("#version")]
+    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()) \
+            or any(len(line.split(" ")) != 2 for line in merges):
+        raise MlabError(f"{folder}: vocab.json must map tokens to ids and merges.txt hold one pair a line")
+    if (len(vocab), len(merges)) != (GPT2_VOCAB, GPT2_MERGES):
+        log(f"note: {folder} has {len(vocab):,} tokens and {len(merges):,} merges; GPT-2's has {GPT2_VOCAB:,} "
+            f"and {GPT2_MERGES:,}")
 
 
 class Babylm(MLAgentBenchTask):
@@ -28,6 +47,9 @@ class Babylm(MLAgentBenchTask):
     files = "babylm"
     reference = "babylm"
     needs = {"torch": "text", "transformers": "text"}
+    downloads = [(BABYLM.filename, BABYLM)] + [(f"gpt2/{s.filename.removeprefix('gpt2-')}", s) for s in GPT2_FILES]
+    local_check = ("babylm_data/ holds babylm_10M, babylm_dev and babylm_test; gpt2/vocab.json maps tokens to ids "
+                   "and gpt2/merges.txt holds pairs")
     cpu_variant: str | None = f"{PACK}/babylm-cpu"
     max_eval_tokens: int = 0  # 0: the whole test split
     scoring_timeout_s: float = 4 * 3600.0
@@ -48,7 +70,7 @@ class Babylm(MLAgentBenchTask):
 
     def prepare_data(self, ctx: PrepareContext) -> None:
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
-            root = acquire.obtain_archive(ctx.source_dir, BABYLM, scratch, ctx.log, "babylm_data")
+            root = acquire.obtain_archive(ctx.source_dir, BABYLM, scratch, ctx.log, "babylm_data", task=self.name)
             data = root / "babylm_data"
             for split in ("babylm_10M", "babylm_dev", "babylm_test"):
                 if not (data / split).is_dir():
@@ -65,8 +87,9 @@ class Babylm(MLAgentBenchTask):
             if ctx.source_dir else None
         for source in GPT2_FILES:
             name = source.filename.removeprefix("gpt2-")
-            path = local / name if local else acquire.download(source, ctx.log)
+            path = local / name if local else acquire.download(source, ctx.log, task=self.name)
             shutil.copyfile(path, target / name)
+        check_tokenizer(target, ctx.log)
         (target / "tokenizer_config.json").write_text(json.dumps(
             {"tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024, "bos_token": "<|endoftext|>",
              "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "add_prefix_space": False}))

@@ -54,6 +54,9 @@ def decode(text, row: int):
 
 class IdentifyContrails(MLAgentBenchTask):
     short = "identify-contrails"
+    competition = COMPETITION
+    competition_files = ["train", "validation"]
+    local_check = "train/ and validation/ hold one folder of band_*.npy arrays per record"
     name = f"{PACK}/identify-contrails"
     description = "Segment aviation contrails in GOES-16 infrared images; mean Dice, higher is better"
     files = "identify-contrails"

@@ -62,6 +62,9 @@ def fetch_image(url: str, target: Path, timeout: float = 60.0) -> str | None:
 
 class Fathomnet(MLAgentBenchTask):
     short = "fathomnet"
+    competition = COMPETITION
+    competition_files = REQUIRED
+    local_check = "the annotation files are present; images are fetched from the FathomNet URLs in train.json"
     name = f"{PACK}/fathomnet"
     description = "Label the animals in FathomNet sea-floor images (290 categories); MAP@20, higher is better"
     files = "fathomnet"

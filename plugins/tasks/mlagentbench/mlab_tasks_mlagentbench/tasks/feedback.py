@@ -15,6 +15,7 @@ from ..submission import align, numbers, read_csv, require_columns
 
 COMPETITION = "feedback-prize-english-language-learning"
 DIMENSIONS = ["cohesion", "syntax", "vocabulary", "phraseology", "grammar", "conventions"]
+COLUMNS = ["text_id", "full_text", *DIMENSIONS]
 
 
 class Feedback(MLAgentBenchTask):
@@ -23,6 +24,9 @@ class Feedback(MLAgentBenchTask):
     description = "Score learners' essays on six measures (Kaggle ELLIPSE); MCRMSE, lower is better"
     files = "feedback"
     reference = "feedback"
+    competition = COMPETITION
+    competition_files = ["train.csv"]
+    local_check = "train.csv has text_id, full_text and the six score columns (3,911 essays in the original)"
     metric = Metric(name="mcrmse", higher_is_better=False)
     read_only_files = ["train.csv", "test.csv", "data_description.txt", "evaluation_details.txt",
                        "sample_submission.csv"]
@@ -42,7 +46,9 @@ class Feedback(MLAgentBenchTask):
 
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
             folder = acquire.obtain_competition(ctx.source_dir, COMPETITION, ["train.csv"],
-                                                ["feedback", COMPETITION], scratch, ctx.log)
+                                                ["feedback", COMPETITION], scratch, ctx.log,
+                                                accept=acquire.has_columns("train.csv", COLUMNS))
+            acquire.require_columns(folder / "train.csv", COLUMNS)  # the Kaggle download, unchecked so far
             data = pd.read_csv(folder / "train.csv")
         data = data.sample(frac=1, random_state=42).reset_index(drop=True)
         cut = int(len(data) * 0.98)

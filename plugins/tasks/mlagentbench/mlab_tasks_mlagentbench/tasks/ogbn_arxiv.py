@@ -14,7 +14,8 @@ from ..base import ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
 from ..submission import numbers, read_csv
 
 ARXIV = acquire.Source(url="http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip", filename="arxiv.zip",
-                       sha256="49f85c801589ecdcc52cfaca99693aaea7b8af16a9ac3f41dd85a5f3193fe276")
+                       sha256="49f85c801589ecdcc52cfaca99693aaea7b8af16a9ac3f41dd85a5f3193fe276",
+                       terms="https://ogb.stanford.edu/docs/nodeprop/#ogbn-arxiv")
 MARKER = "raw/node-feat.csv.gz"
 NUM_CLASSES = 40
 
@@ -32,6 +33,8 @@ class OgbnArxiv(MLAgentBenchTask):
     files = "ogbn-arxiv"
     reference = "ogbn-arxiv"
     needs = {"torch": "torch"}
+    downloads = [(ARXIV.filename, ARXIV)]
+    local_check = "an unpacked arxiv/: raw/*.csv.gz and split/time/*.csv.gz, node counts agreeing (169,343)"
     metric = Metric(name="accuracy", higher_is_better=True)
     fixed_baseline = 0.3134
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
@@ -50,7 +53,7 @@ class OgbnArxiv(MLAgentBenchTask):
         import pandas as pd
 
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
-            root = acquire.obtain_archive(ctx.source_dir, ARXIV, scratch, ctx.log, MARKER)
+            root = acquire.obtain_archive(ctx.source_dir, ARXIV, scratch, ctx.log, MARKER, task=self.name)
             target = ctx.public_dir / "networks" / "ogbn-arxiv"
             target.mkdir(parents=True)
             features = pd.read_csv(root / "raw" / "node-feat.csv.gz", header=None, dtype="float32").to_numpy()

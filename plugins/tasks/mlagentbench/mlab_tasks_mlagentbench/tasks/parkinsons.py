@@ -32,6 +32,9 @@ def smape_plus_one(truth, predicted) -> float:
 
 class Parkinsons(MLAgentBenchTask):
     short = "parkinsons"
+    competition = COMPETITION
+    competition_files = FILES
+    local_check = "the four CSV files are present"
     name = f"{PACK}/parkinsons"
     description = "Forecast Parkinson's UPDRS scores (Kaggle AMP-PD); SMAPE+1, lower is better"
     files = "parkinsons"

@@ -59,7 +59,8 @@ class KaggleTabularTask(MLAgentBenchTask):
     def prepare_data(self, ctx: PrepareContext) -> None:
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
             folder = acquire.obtain_competition(ctx.source_dir, self.competition, ["train.csv"], self.aliases,
-                                                scratch, ctx.log)
+                                                scratch, ctx.log, accept=acquire.has_columns(
+                                                    "train.csv", [self.id_column, self.target]))
             n_train, n_test = split_records(folder / "train.csv", ctx.public_dir, ctx.hidden_dir,
                                             self.id_column, self.target)
             description = folder / self.description_file
@@ -95,6 +96,8 @@ class HousePrice(KaggleTabularTask):
     name = f"{PACK}/house-price"
     description = "Predict Ames house sale prices (Kaggle home-data-for-ml-course); MAE, lower is better"
     competition = "home-data-for-ml-course"
+    competition_files = ["train.csv", "data_description.txt"]
+    local_check = "train.csv has the Id and SalePrice columns (1,460 rows in the original)"
     aliases = ["house-prices", "house-price", "home-data-for-ml-course"]
     id_column, target = "Id", "SalePrice"
     description_file = "data_description.txt"
@@ -138,6 +141,8 @@ class SpaceshipTitanic(KaggleTabularTask):
     name = f"{PACK}/spaceship-titanic"
     description = "Predict which passengers were Transported (Kaggle spaceship-titanic); accuracy"
     competition = "spaceship-titanic"
+    competition_files = ["train.csv"]
+    local_check = "train.csv has the PassengerId and Transported columns (8,693 rows in the original)"
     aliases = ["spaceship-titanic", "spaceship_titanic"]
     id_column, target = "PassengerId", "Transported"
     description_file = "task_descriptor.txt"

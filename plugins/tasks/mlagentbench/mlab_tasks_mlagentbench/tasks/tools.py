@@ -14,20 +14,21 @@ import json
 import os
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources
+from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
 
 from ..base import FILES_DIR, PACK, MLAgentBenchTask, copy_files
 from ..toolcheck import check_bibtex, check_review, read
 
 LLM_ENV, BASE_URL_ENV, KEY_FILE_ENV = "MLAB_TOOL_LLM", "MLAB_TOOL_LLM_BASE_URL", "MLAB_TOOL_LLM_KEY_FILE"
+PROVIDERS = ("openai", "anthropic")  # what llm_tool.py speaks
 
 
 def llm_config() -> dict:
     """provider:model from MLAB_TOOL_LLM (e.g. openai:gpt-4o-mini, anthropic:claude-3-5-haiku-latest)."""
-    spec = os.environ.get(LLM_ENV, "")
-    if not spec:
-        return {"provider": None, "note": f"set {LLM_ENV}=provider:model when preparing, or edit this file"}
-    provider, _, model = spec.partition(":")
+    provider, _, model = os.environ[LLM_ENV].partition(":")
+    if provider not in PROVIDERS or not model:
+        raise MlabError(f"{LLM_ENV}={os.environ[LLM_ENV]!r}: give provider:model with provider one of "
+                        f"{', '.join(PROVIDERS)}, e.g. openai:gpt-4o-mini")
     config = {"provider": provider, "model": model}
     if os.environ.get(BASE_URL_ENV):
         config["base_url"] = os.environ[BASE_URL_ENV]
@@ -44,9 +45,20 @@ class ToolTask(MLAgentBenchTask):
     resources = Resources(gpu="none", ram_gb=1.0, network_for_prepare=False, network_at_run_time=True,
                           baseline_seconds=1.0, extras=["none (an LLM endpoint and internet access at run time)"])
 
+    @property
+    def offline_ready(self) -> bool:
+        """Prepared without the network, but runs need an LLM endpoint and paper search: never offline, and
+        never prepared on the fly (prepare must see the LLM settings)."""
+        return False
+
     def prepare_data(self, ctx: PrepareContext) -> None:
+        if not os.environ.get(LLM_ENV):
+            raise MlabError(f"{self.name} builds a tool that calls an LLM: set {LLM_ENV}=provider:model (e.g. "
+                            f"openai:gpt-4o-mini; optional {BASE_URL_ENV}, {KEY_FILE_ENV}) and prepare again; "
+                            "runs also need the network (the LLM endpoint, arXiv/Crossref)")
+        config = llm_config()
         copy_files(FILES_DIR / "tools-common", ctx.public_dir)
-        (ctx.public_dir / "llm_config.json").write_text(json.dumps(llm_config(), indent=2))
+        (ctx.public_dir / "llm_config.json").write_text(json.dumps(config, indent=2))
 
     def reference_solution(self, workspace: Path) -> str | None:
         super().reference_solution(workspace)
