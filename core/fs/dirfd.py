@@ -178,7 +178,7 @@ def walk(root_fd: int, skip: Callable[[str], bool] = lambda _rel: False,
     limits = limits or WalkLimits()
     stack: list[tuple[int, str, int, Iterator[tuple[str, os.stat_result | None]]]] = []
     first = os.dup(root_fd)
-    stack.append((first, "", 0, _list(first, sort)))
+    stack.append((first, "", 0, iter(list_dir(first, sort))))
     try:
         while stack:
             fd, prefix, depth, children = stack[-1]
@@ -209,13 +209,13 @@ def walk(root_fd: int, skip: Callable[[str], bool] = lambda _rel: False,
                     child = open_dir_at(fd, name)
                 except (NotAFolder, PermissionError):
                     continue
-                stack.append((child, rel + "/", depth + 1, _list(child, sort)))
+                stack.append((child, rel + "/", depth + 1, iter(list_dir(child, sort))))
     finally:
         for fd, *_rest in stack:
             os.close(fd)
 
 
-def _list(fd: int, sort: bool) -> Iterator[tuple[str, os.stat_result | None]]:
+def list_dir(fd: int, sort: bool = False) -> list[tuple[str, os.stat_result | None]]:
     """(name, lstat) of a folder's entries, read at once so the folder's descriptor is the only one held."""
     try:
         with os.scandir(fd) as entries:
@@ -226,10 +226,10 @@ def _list(fd: int, sort: bool) -> Iterator[tuple[str, os.stat_result | None]]:
                 except OSError:
                     found.append((entry.name, None))
     except OSError:
-        return iter(())
+        return []
     if sort:
         found.sort(key=lambda item: item[0])
-    return iter(found)
+    return found
 
 
 @contextmanager

@@ -1,9 +1,19 @@
-"""Content-addressed snapshots of a workspace: each step stores a manifest; a file's bytes are stored once.
+"""Content-addressed snapshots of a workspace, stored as a tree of per-folder listings (as git does).
 
-A manifest maps each path to {sha256, size, mode} for a regular file, or to {link, sha256, size, mode} for a
-symbolic link (stored as a link, its target text as the object: never followed). Other kinds of files (FIFOs,
-sockets, devices) are not recorded. Objects are private copies, so a script that later changes a workspace file
-in place cannot change an earlier snapshot.
+A folder's listing maps each name to {sha256, size, mode} for a regular file, {link, sha256, size, mode} for a
+symbolic link (stored as a link, its target text as the object: never followed) or {tree: digest} for a
+subfolder holding anything, the digest naming that subfolder's own listing, stored as an object. A snapshot
+`NAME` is the root folder's listing in snapshots/NAME.json; an unchanged folder is one reference, so a step
+stores only the listings on changed paths. Manifests of the flat kind (paths with slashes as keys), which
+earlier versions wrote, read the same way. Other kinds of files (FIFOs, sockets, devices) and folders holding
+nothing recorded are not kept. Objects are private copies, so a script that later changes a workspace file in
+place cannot change an earlier snapshot.
+
+Cost: the store remembers the workspace as it last recorded it (mlab.core.fs.tree_index). Taking a snapshot
+lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed; told what the harness
+itself changed (`changes`), it updates only those paths, or reuses the previous snapshot when nothing changed.
+Objects are written without fsync and made durable together by one syncfs before the snapshot's listing is
+written; an object found torn (a crash before that sync) is verified and rewritten, never trusted by name.
 
 The workspace is read and changed only through directory descriptors (mlab.core.fs.dirfd): agent code may
 swap any of its folders for a symlink while a snapshot is taken or restored.
@@ -15,18 +25,24 @@ import json
 import os
 import secrets
 import stat
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk
+from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
+from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
 
 _BLOCK = 1 << 20
+_SMALL_FILE = 1 << 20  # files up to this size are read once, hashed and stored from memory
+_TREE_CACHE = 4096  # parsed folder listings kept for reading manifests
 
 # A manifest entry: {sha256, size, mode}, plus `link` (its target) for a symbolic link.
 Entry = dict[str, Any]
 Manifest = dict[str, Entry]
+TREE = "tree"  # the key of a subfolder's entry in a listing
 
 
 def _digest_fd(fd: int) -> tuple[str, int]:
@@ -42,8 +58,31 @@ def is_link(entry: Entry) -> bool:
     return "link" in entry
 
 
+def encode_listing(listing: dict[str, Entry]) -> bytes:
+    return json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()
+
+
+class WorkspaceChanges:
+    """What the harness changed in the workspace since the last snapshot: the paths its own actions wrote,
+    or `unknown` once agent code ran (or before anything was recorded)."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.unknown = True
+
+    def wrote(self, rel: str) -> None:
+        self.paths.add(rel)
+
+    def ran_agent_code(self) -> None:
+        self.unknown = True
+
+    def clear(self) -> None:
+        self.paths.clear()
+        self.unknown = False
+
+
 class SnapshotStore:
-    """Stores objects under objects/ab/abcdef… and manifests under snapshots/NAME.json."""
+    """Stores objects under objects/ab/abcdef… and snapshots under snapshots/NAME.json."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -51,54 +90,119 @@ class SnapshotStore:
         self.manifests = root / "snapshots"
         self.objects.mkdir(parents=True, exist_ok=True)
         self.manifests.mkdir(parents=True, exist_ok=True)
-        # (size, mtime_ns, ctime_ns, inode) of a path at its last hashing: unchanged files are not read again
-        self._stat_cache: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        self.changes = WorkspaceChanges()
+        self.left_out = ""
+        # The workspace as last recorded: (root's (device, inode), skip, tree, name of that snapshot)
+        self._index: tuple[tuple[int, int], Callable[[str], bool], Folder, str] | None = None
+        self._good: set[str] = set()  # objects written or verified by this process
+        self._prefixes: set[str] = set()  # objects/ab folders known to exist
+        self._unsynced = False  # objects written since the last sync
+        self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
 
     def _object_path(self, digest: str) -> Path:
         return self.objects / digest[:2] / digest
 
-    def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False) -> Manifest:
-        """Record the workspace under `name`; returns the manifest. What a bounded walk left out (a tree too
-        deep or too large) is described by `self.left_out` afterwards."""
-        manifest: Manifest = {}
-        limits = WalkLimits()
+    # ---- taking a snapshot ----------------------------------------------------------------------
+    def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False,
+             changes: WorkspaceChanges | None = None) -> Manifest:
+        """Record the workspace under `name`; returns the manifest. `changes`, when given, is trusted to
+        name everything that changed since the last snapshot of this store (see WorkspaceChanges); without
+        it every entry is lstatted. What a bounded walk left out (a tree too deep or too large) is described
+        by `self.left_out` afterwards."""
+        return self._flatten(self.record(workspace, name, skip, changes), "")
+
+    def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False,
+               changes: WorkspaceChanges | None = None) -> dict[str, Entry]:
+        """take() without building the flat manifest: returns the root folder's listing."""
+        listing = self._record_tree(workspace, name, skip, changes)
+        if changes is not None:
+            changes.clear()
+        return listing
+
+    def _record_tree(self, workspace: Path, name: str, skip: Callable[[str], bool],
+                     changes: WorkspaceChanges | None) -> dict[str, Entry]:
         root = open_root(workspace)
         try:
-            for entry in walk(root, skip, limits):
-                st = entry.st
-                if stat.S_ISLNK(st.st_mode):
-                    try:
-                        target = os.readlink(entry.name, dir_fd=entry.dir_fd)
-                    except OSError:  # gone since the walk
-                        continue
-                    data = os.fsencode(target)
-                    manifest[entry.rel] = {"link": target, "sha256": self.store_bytes(data), "size": len(data),
-                                           "mode": 0o777}
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                cached = self._stat_cache.get(entry.rel)
-                if cached and cached[0] == key:
-                    digest, size = cached[1], st.st_size
-                else:
-                    stored = self._store(entry.dir_fd, entry.name)
-                    if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
-                        continue
-                    digest, size, key = stored
-                    self._stat_cache[entry.rel] = (key, digest)
-                manifest[entry.rel] = {"sha256": digest, "size": size, "mode": st.st_mode & 0o777}
+            st = os.fstat(root)
+            identity = (st.st_dev, st.st_ino)
+            index = self._index
+            self._index = None  # until this snapshot is complete: a failure leaves no half-updated tree
+            if index is None or index[0] != identity or index[1] != skip:
+                index = (identity, skip, Folder(), "")
+            tree, previous = index[2], index[3]
+            scanner = Scanner(self._record, skip, WalkLimits(),
+                              trust_horizon_ns(self.manifests / ".clock", st.st_dev))
+            known = changes is not None and not changes.unknown and previous and not self.left_out
+            if known and changes is not None and not changes.paths:
+                self._reuse(previous, name)
+                self._index = (identity, skip, tree, name)
+                return tree.listing(self._seal)
+            if not (known and changes is not None
+                    and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
+                try:
+                    scanner.scan(root, "", tree, 0)
+                except LimitReached:
+                    tree.dirty = True  # what the walk reached is kept; the rest is left out
+                self.left_out = scanner.limits.note()
+            listing = tree.listing(self._seal)
+            tree.dirty = False
+            self._commit(name, encode_listing(listing))
+            self._index = (identity, skip, tree, name)
+            return listing
         finally:
             os.close(root)
-        self.left_out = limits.note()
-        write_atomic(self.manifests / f"{name}.json", json.dumps(manifest, sort_keys=True).encode())
-        return manifest
 
-    left_out = ""
+    def _reuse(self, previous: str, name: str) -> None:
+        """Snapshot `name` is snapshot `previous`: one more name for the same file (a copy where the file
+        system has no hard links)."""
+        source = self.manifests / f"{previous}.json"
+        target = self.manifests / f"{name}.json"
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.link(source, tmp)
+        except OSError:
+            write_atomic(target, source.read_bytes())
+            return
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
-    def _store(self, dir_fd: int, name: str) -> tuple[str, int, tuple[int, int, int, int]] | None:
-        """Store a regular file's bytes; (digest, size, stat key), or None when it is not a regular file.
-        Read through one descriptor, never following a link, so what is hashed is what is stored."""
+    def _commit(self, name: str, listing: bytes) -> None:
+        """Make the objects durable, then the listing that refers to them."""
+        if self._unsynced:
+            sync_filesystem(self.objects)
+            self._unsynced = False
+        write_atomic(self.manifests / f"{name}.json", listing)
+
+    def _seal(self, folder: Folder) -> str | None:
+        """The digest of a folder's listing, stored as an object when it changed; None when it holds nothing."""
+        if folder.dirty:
+            listing = folder.listing(self._seal)
+            folder.digest = self._put(encode_listing(listing)) if listing else None
+            folder.dirty = False
+        return folder.digest
+
+    def _record(self, dir_fd: int, name: str, st: os.stat_result) -> tuple[Entry, StatKey] | None:
+        """Store the file or link `name` of dir_fd; its entry and the stat key it was read at."""
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(name, dir_fd=dir_fd)
+            except OSError:  # gone since the listing
+                return None
+            data = os.fsencode(target)
+            return {"link": target, "sha256": self._put(data), "size": len(data), "mode": 0o777}, stat_key(st)
+        stored = self._store(dir_fd, name)
+        if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
+            return None
+        digest, size, opened = stored
+        return {"sha256": digest, "size": size, "mode": opened.st_mode & 0o777}, stat_key(opened)
+
+    def _store(self, dir_fd: int, name: str) -> tuple[str, int, os.stat_result] | None:
+        """Store a regular file's bytes; (digest, size, its stat when opened), or None when it is not a
+        regular file. Read through one descriptor, never following a link, so what is hashed is what is
+        stored."""
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
         except OSError:
@@ -108,55 +212,148 @@ class SnapshotStore:
             if not stat.S_ISREG(st.st_mode):
                 return None
             os.set_blocking(fd, True)
+            if st.st_size <= _SMALL_FILE:
+                data = _read_all(fd, st.st_size)
+                if len(data) <= _SMALL_FILE:
+                    return self._put(data), len(data), st
+                os.lseek(fd, 0, os.SEEK_SET)  # it grew meanwhile: stream it
             digest, size = _digest_fd(fd)
-            if not self._object_path(digest).exists():
+            if not self._has(digest, size):
                 os.lseek(fd, 0, os.SEEK_SET)
                 digest, size = self._copy_in(fd, digest)
-            return digest, size, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            return digest, size, st
         finally:
             os.close(fd)
+
+    def _has(self, digest: str, size: int | None = None) -> bool:
+        """Whether the object is stored whole. One this process did not write is checked against its name
+        once (a crash before a sync may have left it torn); a torn one is removed, to be stored again."""
+        if digest in self._good:
+            return True
+        path = self._object_path(digest)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            intact = (size is None or os.fstat(fd).st_size == size) and _digest_fd(fd)[0] == digest
+        finally:
+            os.close(fd)
+        if intact:
+            self._good.add(digest)
+            return True
+        _unlink_object(path)
+        return False
+
+    def _prefix_dir(self, digest: str) -> Path:
+        folder = self.objects / digest[:2]
+        if digest[:2] not in self._prefixes:
+            folder.mkdir(exist_ok=True)
+            self._prefixes.add(digest[:2])
+        return folder
+
+    def _put(self, data: bytes) -> str:
+        """Store bytes (unsynced until the next commit); returns their digest."""
+        digest = hashlib.sha256(data).hexdigest()
+        if self._has(digest, len(data)):
+            return digest
+        tmp = self._prefix_dir(digest) / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._object_path(digest))
+        except BaseException:
+            _unlink_object(tmp)
+            raise
+        self._unsynced = True
+        self._good.add(digest)
+        return digest
 
     def _copy_in(self, fd: int, digest: str) -> tuple[str, int]:
         """Copy fd into the store; returns the digest and size of what was copied (the file may have changed
         since it was hashed)."""
-        tmp_dir = self.objects / digest[:2]
-        tmp_dir.mkdir(exist_ok=True)
-        tmp = tmp_dir / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = self._prefix_dir(digest) / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
         h = hashlib.sha256()
         try:
-            with open(tmp, "wb") as out:
-                size = _copy_sparse(fd, out.fileno(), h)
-                os.fsync(out.fileno())
-            copied = h.hexdigest()
-            target = self._object_path(copied)
-            target.parent.mkdir(exist_ok=True)
-            os.chmod(tmp, 0o444)  # objects are never changed in place
-            os.replace(tmp, target)
-            return copied, size
-        except BaseException:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+                size = _copy_sparse(fd, out, h)
+            finally:
+                os.close(out)
+            copied = h.hexdigest()
+            self._prefix_dir(copied)
+            os.replace(tmp, self._object_path(copied))  # objects are never changed in place (mode 0444)
+        except BaseException:
+            _unlink_object(tmp)
             raise
+        self._unsynced = True
+        self._good.add(copied)
+        return copied, size
 
     def store_bytes(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        target = self._object_path(digest)
-        if not target.exists():
-            target.parent.mkdir(exist_ok=True)
-            write_atomic(target, data)
-        return digest
+        """Store bytes outside any snapshot (e.g. earlier versions of edited files); durable once the next
+        snapshot is committed."""
+        return self._put(data)
 
     def read_object(self, digest: str) -> bytes:
         return self._object_path(digest).read_bytes()
 
+    # ---- reading snapshots ----------------------------------------------------------------------
     def manifest(self, name: str) -> Manifest:
-        manifest: Manifest = json.loads((self.manifests / f"{name}.json").read_text())
-        return manifest
+        """Snapshot `name` as one mapping: every file's and link's path -> its entry."""
+        return self._flatten(self._root_listing(name), "")
+
+    def _root_listing(self, name: str) -> dict[str, Entry]:
+        listing: dict[str, Entry] = json.loads((self.manifests / f"{name}.json").read_bytes())
+        return listing
+
+    def _tree(self, digest: str) -> dict[str, Entry]:
+        listing = self._trees.get(digest)
+        if listing is None:
+            listing = json.loads(self.read_object(digest))
+            self._trees[digest] = listing
+            if len(self._trees) > _TREE_CACHE:
+                self._trees.popitem(last=False)
+        else:
+            self._trees.move_to_end(digest)
+        return listing
+
+    def _flatten(self, listing: dict[str, Entry], prefix: str) -> Manifest:
+        flat: Manifest = {}
+        pending = [(listing, prefix)]
+        while pending:
+            current, at = pending.pop()
+            for key, entry in current.items():
+                if TREE in entry:
+                    pending.append((self._tree(entry[TREE]), f"{at}{key}/"))
+                else:
+                    flat[at + key] = entry  # a name, or a whole path in a flat manifest
+        return flat
 
     def has(self, name: str) -> bool:
         return (self.manifests / f"{name}.json").exists()
+
+    def verify(self, name: str) -> list[str]:
+        """Paths of snapshot `name` whose stored object is missing or does not hold the bytes its name
+        promises (a crash tore it), checked once per object and process; [] when the snapshot is whole."""
+        broken: list[str] = []
+        pending = [(self._root_listing(name), "")]
+        while pending:
+            current, at = pending.pop()
+            for key, entry in current.items():
+                if TREE in entry:
+                    if self._has(entry[TREE]):
+                        pending.append((self._tree(entry[TREE]), f"{at}{key}/"))
+                    else:
+                        broken.append(at + key)
+                elif not self._has(entry["sha256"], entry["size"]):
+                    broken.append(at + key)
+        return sorted(broken)
 
     def restore(self, name: str, workspace: Path, skip: Callable[[str], bool] = lambda _rel: False) -> None:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
@@ -196,7 +393,7 @@ class SnapshotStore:
                     self._restore_entry(folder, leaf, entry)
         finally:
             os.close(root)
-        self._stat_cache.clear()
+        self._index = None  # the workspace is no longer what was last recorded
 
     def _restore_entry(self, folder: int, leaf: str, entry: Entry) -> None:
         st = lstat_at(folder, leaf)
@@ -305,3 +502,20 @@ def _copy_all(src: int, dst: int, size: int) -> None:
             view = memoryview(chunk)
             while view:
                 view = view[os.write(dst, view):]
+
+
+def _read_all(fd: int, expected: int) -> bytes:
+    """The whole file: one read for a file of `expected` bytes, more when it grew meanwhile."""
+    parts = []
+    want = expected + 1
+    while chunk := os.read(fd, want):
+        parts.append(chunk)
+        want = _BLOCK
+    return b"".join(parts)
+
+
+def _unlink_object(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,278 @@
+"""The snapshot store: a tree of per-folder listings, reading only what changed, durable without fsync per file.
+
+Reads are counted by watching which workspace files the store opens (strace-free: the store's own open is
+wrapped), so "hashes only what differs" is asserted on the calls, not on timings.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from mlab.core.fs.dirfd import MAX_DEPTH
+from mlab.core.run.snapshot import SnapshotStore, WorkspaceChanges
+
+
+def make_tree(ws: Path, folders: int = 5, files: int = 20) -> None:
+    for d in range(folders):
+        (ws / f"d{d}" / "inner").mkdir(parents=True)
+        for f in range(files):
+            (ws / f"d{d}" / f"f{f}.txt").write_text(f"folder {d} file {f}\n")
+        (ws / f"d{d}" / "inner" / "x.bin").write_bytes(bytes([d]) * 3000)
+    (ws / "top.py").write_text("print('top')\n")
+
+
+def state(ws: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted(ws.rglob("*")):
+        rel = path.relative_to(ws).as_posix()
+        if path.is_symlink():
+            found[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def manifest_state(manifest: dict) -> dict[str, str]:
+    return {rel: ("link:" + e["link"]) if "link" in e else e["sha256"] for rel, e in manifest.items()}
+
+
+class OpenCounter:
+    """Names of the workspace files the store reads (opens by name relative to a folder descriptor)."""
+
+    def __init__(self, monkeypatch):
+        self.names: list[str] = []
+        real_open = os.open
+
+        def counting_open(path, flags, mode=0o777, *, dir_fd=None):
+            if dir_fd is not None and not flags & os.O_DIRECTORY:
+                self.names.append(os.fsdecode(path))
+            return real_open(path, flags, mode, dir_fd=dir_fd)
+
+        monkeypatch.setattr(os, "open", counting_open)
+
+
+def wait_for_new_tick(path: Path) -> None:
+    """Until the file system's clock has moved past the change time of `path` (its timestamps are coarse)."""
+    marker = path.parent / ".tick"
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        marker.write_bytes(b"")
+        if marker.stat().st_ctime_ns > path.stat().st_ctime_ns:
+            marker.unlink()
+            return
+    raise AssertionError("the file system clock did not move")
+
+
+@pytest.fixture
+def ws(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    make_tree(root)
+    wait_for_new_tick(root / "top.py")  # files changed in the tick of a snapshot are read again by the next
+    return root
+
+
+def test_snapshots_are_trees_of_folder_listings_and_unchanged_folders_are_shared(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    first = store.take(ws, "s0")
+    assert manifest_state(first) == state(ws)
+    root = json.loads((tmp_path / "run" / "snapshots" / "s0.json").read_text())
+    assert root["top.py"]["sha256"] and set(root["d0"]) == {"tree"}
+    objects_before = {p.name for p in (tmp_path / "run" / "objects").rglob("*") if p.is_file()}
+    (ws / "d3" / "inner" / "x.bin").write_bytes(b"changed")
+    second = store.take(ws, "s1")
+    assert manifest_state(second) == state(ws) and store.manifest("s1") == second
+    new_objects = {p.name for p in (tmp_path / "run" / "objects").rglob("*") if p.is_file()} - objects_before
+    # the new file, and the listings of d3/inner and d3: nothing for the four other folders
+    assert len(new_objects) == 3
+    after = json.loads((tmp_path / "run" / "snapshots" / "s1.json").read_text())
+    assert after["d0"] == root["d0"] and after["d3"] != root["d3"]
+    for path in (tmp_path / "run" / "objects").rglob("*"):
+        if path.is_file():
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
+
+
+def test_a_folder_holding_nothing_recorded_is_left_out_as_before(ws, tmp_path):
+    (ws / "empty" / "deeper").mkdir(parents=True)
+    os.mkfifo(ws / "d1" / "pipe")
+    store = SnapshotStore(tmp_path / "run")
+    manifest = store.take(ws, "s0")
+    assert not any(rel.startswith("empty") for rel in manifest) and "d1/pipe" not in manifest
+    assert "empty" not in json.loads((tmp_path / "run" / "snapshots" / "s0.json").read_text())
+
+
+def test_flat_manifests_written_by_earlier_versions_still_load_restore_and_materialize(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    flat = store.take(ws, "tree")
+    (tmp_path / "run" / "snapshots" / "old.json").write_text(json.dumps(flat, sort_keys=True))
+    assert store.manifest("old") == flat and store.verify("old") == []
+    (ws / "d0" / "f1.txt").write_text("edited\n")
+    (ws / "stray.txt").write_text("stray\n")
+    store.restore("old", ws)
+    assert state(ws) == manifest_state(flat)
+    out = tmp_path / "out"
+    out.mkdir()
+    store.materialize("old", out)
+    assert state(out) == manifest_state(flat)
+
+
+def test_only_files_whose_stat_changed_are_read_again(ws, tmp_path, monkeypatch):
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0")
+    target = ws / "d2" / "f5.txt"
+    target.write_text("new content\n")
+    wait_for_new_tick(target)
+    counter = OpenCounter(monkeypatch)
+    store.take(ws, "s1")
+    assert counter.names == ["f5.txt"]
+    counter.names.clear()
+    manifest = store.take(ws, "s2")
+    assert counter.names == [] and manifest_state(manifest) == state(ws)
+
+
+def test_a_file_read_in_the_clock_tick_it_changed_in_is_read_again_next_time(ws, tmp_path, monkeypatch):
+    """Racy files: a change later in the same tick keeps size, mtime (utime) and ctime (coarse), so a stat
+    taken in that tick cannot vouch for the content."""
+    import mlab.core.run.snapshot as snapshot
+
+    store = SnapshotStore(tmp_path / "run")
+    target = ws / "top.py"
+    store.take(ws, "s0")
+    target.write_text("print('x')\n")  # same size as before
+    # The snapshot is taken within the tick of that change: the file system's "now" is its ctime.
+    monkeypatch.setattr(snapshot, "trust_horizon_ns", lambda *_a: target.stat().st_ctime_ns)
+    store.take(ws, "s1")
+    counter = OpenCounter(monkeypatch)
+    store.take(ws, "s2")
+    assert counter.names == ["top.py"]  # read again, although its stat did not change
+    monkeypatch.undo()
+    store.take(ws, "s3")  # read at a later tick...
+    counter = OpenCounter(monkeypatch)
+    store.take(ws, "s4")
+    assert counter.names == []  # ...its stat now vouches for it
+    assert manifest_state(store.manifest("s4")) == state(ws)
+
+
+def test_no_change_reuses_the_previous_snapshot_without_reading_the_workspace(ws, tmp_path, monkeypatch):
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    counter = OpenCounter(monkeypatch)
+    scanned = []
+    monkeypatch.setattr(os, "scandir", lambda *a: scanned.append(a) or pytest.fail("listed a folder"))
+    store.take(ws, "s1", changes=store.changes)
+    assert counter.names == [] and scanned == []
+    snapshots = tmp_path / "run" / "snapshots"
+    assert os.stat(snapshots / "s1.json").st_ino == os.stat(snapshots / "s0.json").st_ino
+    assert store.manifest("s1") == store.manifest("s0")
+
+
+def test_paths_the_harness_wrote_are_updated_alone_and_agent_code_means_a_full_walk(ws, tmp_path, monkeypatch):
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    (ws / "d1" / "new" / "deep").mkdir(parents=True)
+    (ws / "d1" / "new" / "deep" / "n.txt").write_text("written by Write File\n")
+    (ws / "d4" / "f0.txt").write_text("overwritten\n")
+    store.changes.wrote("d1/new/deep/n.txt")
+    store.changes.wrote("d4/f0.txt")
+    counter = OpenCounter(monkeypatch)
+    scanned = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda *a: scanned.append(a) or real_scandir(*a))
+    manifest = store.take(ws, "s1", changes=store.changes)
+    assert sorted(counter.names) == ["f0.txt", "n.txt"] and scanned == []
+    assert manifest_state(manifest) == state(ws)
+    # Agent code may have changed anything: everything is listed again.
+    (ws / "d0" / "f3.txt").unlink()
+    store.changes.ran_agent_code()
+    manifest = store.take(ws, "s2", changes=store.changes)
+    assert scanned and manifest_state(manifest) == state(ws)
+
+
+def test_skip_is_asked_once_per_name_not_per_prefix_or_per_snapshot(ws, tmp_path):
+    asked: list[str] = []
+
+    def skip(rel: str) -> bool:
+        asked.append(rel)
+        return rel == "d1"
+
+    store = SnapshotStore(tmp_path / "run")
+    manifest = store.take(ws, "s0", skip=skip)
+    assert not any(rel.startswith("d1/") for rel in manifest)
+    assert len(asked) == len(set(asked)) and not any(rel.startswith("d1/") for rel in asked)
+    asked.clear()
+    (ws / "d2" / "added.txt").write_text("added\n")
+    store.take(ws, "s1", skip=skip)
+    assert asked == ["d2/added.txt"]
+
+
+def test_the_walk_limits_still_bound_a_deep_tree(tmp_path):
+    ws = tmp_path / "ws"
+    path = ws
+    for _ in range(MAX_DEPTH + 5):
+        path = path / "d"
+    path.mkdir(parents=True)
+    (path / "bottom.txt").write_text("bottom\n")
+    (ws / "top.txt").write_text("top\n")
+    store = SnapshotStore(tmp_path / "run")
+    manifest = store.take(ws, "s0")
+    assert f"more than {MAX_DEPTH} levels deep" in store.left_out and "top.txt" in manifest
+    assert all(rel.count("/") < MAX_DEPTH for rel in manifest)
+
+
+def test_objects_are_not_fsynced_one_by_one_but_synced_once_before_the_listing(ws, tmp_path, monkeypatch):
+    import mlab.core.run.snapshot as snapshot
+
+    calls: list[str] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(f"fsync {os.readlink(f'/proc/self/fd/{fd}')}"))
+    monkeypatch.setattr(snapshot, "sync_filesystem", lambda path: calls.append("syncfs"))
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0")
+    objects = str(tmp_path / "run" / "objects")
+    assert not any(objects in call for call in calls), calls
+    assert calls[0] == "syncfs" and calls.count("syncfs") == 1
+    assert any("snapshots" in call for call in calls[1:])  # the listing, after the objects
+    calls.clear()
+    store.take(ws, "s1")  # nothing new to sync
+    assert "syncfs" not in calls
+
+
+def test_a_torn_object_is_found_by_verify_and_never_reused_by_its_name(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    manifest = store.take(ws, "s0")
+    digest = manifest["d2/f7.txt"]["sha256"]
+    torn = tmp_path / "run" / "objects" / digest[:2] / digest
+    torn.chmod(0o644)
+    torn.write_bytes(b"")  # as a crash before the sync can leave it
+    reopened = SnapshotStore(tmp_path / "run")  # a resumed run: a new process
+    assert reopened.verify("s0") == ["d2/f7.txt"]
+    assert not torn.exists()
+    # The same content met again is stored again, not trusted because the name exists.
+    (ws / "copy.txt").write_text("folder 2 file 7\n")
+    reopened.take(ws, "s1")
+    assert hashlib.sha256(torn.read_bytes()).hexdigest() == digest
+    assert reopened.verify("s1") == [] and SnapshotStore(tmp_path / "run").verify("s0") == []
+
+
+def test_a_torn_folder_listing_is_reported_as_its_folder(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0")
+    tree = json.loads((tmp_path / "run" / "snapshots" / "s0.json").read_text())["d3"]["tree"]
+    path = tmp_path / "run" / "objects" / tree[:2] / tree
+    path.chmod(0o644)
+    path.write_bytes(b'{"f1.txt":')
+    assert SnapshotStore(tmp_path / "run").verify("s0") == ["d3"]
+
+
+def test_restore_then_take_records_the_restored_state(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    (ws / "d0" / "f0.txt").write_text("later\n")
+    store.changes.ran_agent_code()
+    store.take(ws, "s1", changes=store.changes)
+    store.restore("s0", ws)
+    assert manifest_state(store.take(ws, "s2", changes=WorkspaceChanges())) == manifest_state(store.manifest("s0"))
