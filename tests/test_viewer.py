@@ -1,8 +1,13 @@
 """The static HTML report shows every table the terminal report prints, with the same cells."""
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import urllib.error
+import urllib.request
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +86,138 @@ def test_html_report_has_the_threshold_overall_and_failure_tables_of_the_termina
     assert re.fullmatch(r"1", overall["fixture-appender"][7])  # AUP, as in the terminal
     # cells are text, never markup: nothing of rich's "[red]" survives, and table captions come along
     assert "[red]" not in str(page.tables) and "comparable to the paper" in (out / "report" / "index.html").read_text()
+
+
+# ---- mlab view: the server ------------------------------------------------------------------------------
+def _get(url: str, host: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def _run(run_dir: Path, agent: str = "fixture-stepper", llm: str | None = None, **options) -> None:
+    from mlab.core.models import RunConfig
+    from mlab.core.run.runner import Runner
+    from tests.fixtures.bench_plugins import bench_registry
+
+    config = RunConfig(task="fixture/counter", agent=agent, llm=llm, max_steps=10, action_timeout_s=60,
+                       agent_options=options)
+    Runner(run_dir, config, bench_registry(), warn=lambda _text: None).start()
+
+
+@pytest.fixture(scope="module")
+def runs_folder(tmp_path_factory):
+    """runs/plain (4 steps), runs/nested/llm (model calls, one without a price), and hostile folders."""
+    root = tmp_path_factory.mktemp("view") / "runs"
+    _run(root / "plain", steps=4)
+    replies = root.parent / "replies.jsonl"
+    replies.write_text("\n".join(json.dumps(r) for r in (
+        {"completion": "first", "prompt_tokens": 11, "completion_tokens": 3, "cost_usd": 0.002},
+        {"completion": "second", "prompt_tokens": 13, "completion_tokens": 4},  # a model without a price
+        {"completion": "done", "prompt_tokens": 17, "completion_tokens": 5, "cost_usd": 0.001})) + "\n")
+    _run(root / "nested" / "llm", agent="fixture-llm-stepper", llm=f"scripted:{replies}", steps=3)
+    secret = root.parent / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT\n")
+    # a run elsewhere reached through a link, and a run whose trace is a link: neither is listed
+    _run(root.parent / "elsewhere", steps=2)
+    (root / "linked").symlink_to(root.parent / "elsewhere")
+    (root / "fake").mkdir()
+    (root / "fake" / "trace.json").symlink_to(root.parent / "elsewhere" / "trace.json")
+    return root, secret
+
+
+def test_view_lists_runs_found_recursively_and_not_through_links(runs_folder):
+    from mlab.core.view.runs import find_runs
+
+    root, _secret = runs_folder
+    assert list(find_runs(root)) == ["nested/llm", "plain"]
+    assert list(find_runs(root / "plain")) == ["."]  # one run
+
+
+def test_view_shows_model_calls_with_tokens_and_unknown_cost(runs_folder):
+    from mlab.core.view.server import Viewer
+
+    root, _secret = runs_folder
+    with Viewer(root) as viewer:
+        status, _headers, body = _get(viewer.url + "api/runs")
+        assert status == 200
+        runs = {r["id"]: r for r in json.loads(body)["runs"]}
+        assert runs["plain"]["status"] == "finished" and runs["plain"]["steps"] == 4
+        llm = runs["nested/llm"]
+        # 3 answered calls, one unpriced: the run's cost is the priced part plus an unknown, never "$0"
+        assert (llm["calls"], llm["unpriced_calls"], llm["cost_usd"]) == (3, 1, pytest.approx(0.003))
+        status, _headers, body = _get(viewer.url + "api/run?id=nested/llm")
+        detail = json.loads(body)
+        calls = detail["calls"]
+        assert [(c["step"], c["prompt_tokens"], c["completion_tokens"], c["cost_usd"]) for c in calls] == [
+            (1, 11, 3, 0.002), (2, 13, 4, None), (3, 17, 5, 0.001)]
+        assert calls[0]["completion"] == "first" and "step 1" in calls[0]["messages"][-1]["content"]
+        assert [s["entries"] for s in detail["steps"][:2]] == [{"thought": "first"}, {"thought": "second"}]
+        # the page asks only for what it does not have
+        status, _headers, body = _get(viewer.url + f"api/run?id=nested/llm&have_steps=2&have_calls=3"
+                                                   f"&started={detail['summary']['started_at']}")
+        again = json.loads(body)
+        assert (again["steps_from"], len(again["steps"]), again["calls"]) == (2, 1, [])
+
+
+@pytest.mark.parametrize("path", [
+    "api/run?id=../../etc", "api/run?id=%2e%2e%2f%2e%2e%2fetc", "api/run?id=/etc", "api/run?id=linked",
+    "api/run?id=fake", "../../secret.txt", "%2e%2e/%2e%2e/secret.txt", "..%2f..%2fsecret.txt", "page.js/../../x",
+    "runs/plain/trace.json", "plain/trace.json", "/etc/passwd"])
+def test_view_urls_never_reach_outside_the_runs(runs_folder, path):
+    from mlab.core.view.server import Viewer
+
+    root, _secret = runs_folder
+    with Viewer(root) as viewer:
+        status, _headers, body = _get(viewer.url + path)
+    assert status == 404 and b"TOP-SECRET" not in body and b"fixture/counter" not in body
+
+
+def test_view_refuses_other_hosts_and_forbids_inline_scripts(runs_folder):
+    from mlab.core.view.server import Viewer
+
+    root, _secret = runs_folder
+    with Viewer(root) as viewer:
+        assert viewer.url.startswith("http://127.0.0.1:")
+        status, headers, body = _get(viewer.url)
+        assert status == 200 and b'<script src="/page.js">' in body
+        assert "script-src 'self'" in headers["Content-Security-Policy"]  # injected inline script never runs
+        # a page of another site that points a name at 127.0.0.1 (DNS rebinding) is refused
+        status, _headers, body = _get(viewer.url + "api/runs", host="evil.example:80")
+        assert status == 403 and b"plain" not in body
+
+
+def test_view_reads_snapshots_as_untrusted(runs_folder, tmp_path):
+    """A run folder that names files outside it (object names, snapshot names, links) shows none of them."""
+    from mlab.core.models import Trace
+    from mlab.core.run.trace import write_trace
+    from mlab.core.view.server import Viewer
+
+    root, secret = runs_folder
+    run = tmp_path / "runs" / "hostile"
+    shutil.copytree(root / "plain", run, symlinks=True)
+    snapshots = run / "snapshots"
+    for name in ("step_0001.json", "step_0002.json"):
+        (snapshots / name).unlink()
+    linked = "a" * 64
+    (run / "objects" / "aa").mkdir(exist_ok=True)
+    (run / "objects" / "aa" / linked).symlink_to(secret)
+    (snapshots / "step_0001.json").write_text(json.dumps({
+        "up.txt": {"sha256": "../../../../" + str(secret), "size": 10, "mode": 420},
+        "linked.txt": {"sha256": linked, "size": 10, "mode": 420},
+        "sub": {"tree": "../../../secret"}}))
+    (snapshots / "step_0002.json").symlink_to(secret)
+    trace = Trace.model_validate_json((run / "trace.json").read_text())
+    trace.steps[2].snapshot = "../../../secret"
+    write_trace(run, trace)
+    with Viewer(tmp_path / "runs") as viewer:
+        status, _headers, body = _get(viewer.url + "api/run?id=hostile")
+    assert status == 200 and b"TOP-SECRET" not in body
+    steps = json.loads(body)["steps"]
+    # the malformed entries are dropped, the linked object is not followed, step.py is gone from the snapshot
+    assert [(c["file"], c["change"]) for c in steps[0]["changes"]] == [("linked.txt", "added"), ("step.py", "deleted")]
+    assert "unreadable" in steps[0]["changes"][0]["diff"]
+    assert steps[1]["changes"] == [] and steps[2]["changes"] == []  # a linked or outside snapshot: nothing read

@@ -5,7 +5,6 @@ when the run is opened (file:// pages may load scripts, not fetch JSON), so a la
 """
 from __future__ import annotations
 
-import difflib
 import html
 import json
 import re
@@ -14,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlab.core.bench.results import Row
-from mlab.core.run.snapshot import Entry, Manifest, SnapshotStore
 from mlab.core.run.trace import read_trace
+from mlab.core.view.runs import errors_log, step_payloads
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -27,10 +26,6 @@ PAGE_FILE = "report_viewer.html"
 SCRIPT_FILE = "report_viewer.js"
 PLACEHOLDER = re.compile(r"%(TITLE|SUMMARY|FIGURES|DATA|SCRIPT)%")
 
-MAX_OBSERVATION = 20_000
-MAX_DIFF = 40_000
-MAX_DIFFED_FILE = 400_000
-
 
 def _js(value: object) -> str:
     """JSON safe to put inside a <script> element."""
@@ -38,64 +33,13 @@ def _js(value: object) -> str:
             .replace("\u2029", "\\u2029"))
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters not shown]"
-
-
-def _text(store: SnapshotStore, entry: Entry | None) -> str | None:
-    if entry is None:
-        return ""
-    if entry["size"] > MAX_DIFFED_FILE:
-        return None
-    data = store.read_object(entry["sha256"])
-    if b"\x00" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
-def file_changes(store: SnapshotStore, before: Manifest, after: Manifest) -> list[dict[str, str]]:
-    """Files a step added, removed or changed, with a unified diff where the file is text and not huge."""
-    changes = []
-    for rel in sorted(set(before) | set(after)):
-        a, b = before.get(rel), after.get(rel)
-        if a and b and a["sha256"] == b["sha256"]:
-            continue
-        kind = "added" if a is None else "deleted" if b is None else "modified"
-        old, new = _text(store, a), _text(store, b)
-        if old is None or new is None:
-            diff = f"(binary or large file: {a['size'] if a else 0} → {b['size'] if b else 0} bytes)"
-        else:
-            diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                                fromfile=f"a/{rel}", tofile=f"b/{rel}"))
-        changes.append({"file": rel, "change": kind, "diff": _clip(diff, MAX_DIFF)})
-    return changes
-
-
 def run_data(run_dir: Path, row: Row, scores: list[Row]) -> dict[str, Any]:
-    """Everything the viewer shows of one run."""
+    """Everything the viewer shows of one run; its steps as `mlab view` shows them."""
     trace = read_trace(run_dir)
-    store = SnapshotStore(run_dir)
-    by_step = {s["step"]: s for s in scores}
-    previous = store.manifest("step_0000") if store.has("step_0000") else {}
-    steps = []
-    for step in trace.steps:
-        current = store.manifest(step.snapshot) if store.has(step.snapshot) else previous
-        scored = by_step.get(step.index)
-        steps.append({
-            "index": step.index, "action": step.action.name, "args": step.action.args,
-            "entries": step.action.entries, "observation": _clip(step.observation, MAX_OBSERVATION),
-            "is_error": step.is_error, "duration_s": round(step.duration_s, 2), "tokens": step.usage.total_tokens,
-            "cost_usd": step.usage.cost_usd, "score": scored["score"] if scored else None,
-            "score_error": scored["error"] if scored else None, "changes": file_changes(store, previous, current)})
-        previous = current
+    steps = step_payloads(run_dir, trace, {s["step"]: (s["score"], s["error"]) for s in scores})
     return {"key": row["key"], "status": trace.status, "end_reason": trace.end_reason,
             "final_score": row["final_score"], "final_score_error": row["final_score_error"], "steps": steps,
-            "usage": trace.usage.model_dump(), "time_s": trace.total_time_s, "errors_log": _errors(run_dir)}
-
-
-def _errors(run_dir: Path) -> str:
-    path = run_dir / "errors.log"
-    return _clip(path.read_text(errors="replace"), 20_000) if path.is_file() else ""
+            "usage": trace.usage.model_dump(), "time_s": trace.total_time_s, "errors_log": errors_log(run_dir)}
 
 
 def _package_text(name: str) -> str:

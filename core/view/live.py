@@ -17,11 +17,13 @@ from typing import Any, TypedDict
 
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import Action
+from mlab.core.view.diffs import read_regular
 
 LIVE_FILE = "live.json"
 TAIL_BYTES = 4096  # of the running script's output, kept in memory
 TAIL_LINES = 12  # of those, shown
 WRITE_EVERY_S = 0.5  # output arrives in many small chunks: the file follows it at most this often
+MAX_LIVE_BYTES = 1 << 20
 MAX_ARG_CHARS = 200  # of each action argument in the live state (a Write File's content can be megabytes)
 
 
@@ -58,6 +60,7 @@ class LiveStep:
         self._state: LiveState | None = None
         self._tail = bytearray()
         self._written_at = 0.0
+        self._flush: threading.Timer | None = None  # writes output that came after the last write
 
     @property
     def state(self) -> LiveState | None:
@@ -66,6 +69,9 @@ class LiveStep:
 
     def begin(self, index: int) -> None:
         with self._lock:
+            if self._flush is not None:
+                self._flush.cancel()
+                self._flush = None
             self._tail.clear()
             self._state = {"step": index, "action": None, "args": {}, "started": time.time(), "output_tail": "",
                            "pid": os.getpid()}
@@ -87,11 +93,25 @@ class LiveStep:
             self._tail += chunk
             del self._tail[:-TAIL_BYTES]
             self._state["output_tail"] = output_tail(bytes(self._tail))
-            if time.monotonic() - self._written_at >= WRITE_EVERY_S:
+            wait = self._written_at + WRITE_EVERY_S - time.monotonic()
+            if wait <= 0:
+                self._write()
+            elif self._flush is None:  # a script that prints and then works quietly still shows its last lines
+                self._flush = threading.Timer(wait, self._flush_now)
+                self._flush.daemon = True
+                self._flush.start()
+
+    def _flush_now(self) -> None:
+        with self._lock:
+            self._flush = None
+            if self._state is not None:
                 self._write()
 
     def end(self) -> None:
         with self._lock:
+            if self._flush is not None:
+                self._flush.cancel()
+                self._flush = None
             self._state = None
             self._tail.clear()
             try:
@@ -110,18 +130,21 @@ class LiveStep:
 
 def read_live(run_dir: Path) -> LiveState | None:
     """The step in progress as the run last wrote it, or None (no step in progress, or a file cut short)."""
+    raw = read_regular(Path(run_dir) / LIVE_FILE, MAX_LIVE_BYTES)
     try:
-        data = json.loads((Path(run_dir) / LIVE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw is not None and len(raw) <= MAX_LIVE_BYTES else None
+    except ValueError:  # written atomically, but not necessarily by an mlab of this version
         return None
     if not isinstance(data, dict) or not isinstance(data.get("step"), int):
         return None
-    args = data.get("args") if isinstance(data.get("args"), dict) else {}
-    return {"step": data["step"], "action": data["action"] if isinstance(data.get("action"), str) else None,
-            "args": {str(k): _short(v) for k, v in list(args.items())[:10]},
-            "started": float(data["started"]) if isinstance(data.get("started"), (int, float)) else 0.0,
-            "output_tail": str(data.get("output_tail") or "")[-TAIL_BYTES:],
-            "pid": data["pid"] if isinstance(data.get("pid"), int) else 0}
+    raw_args = data.get("args")
+    args: dict[Any, Any] = raw_args if isinstance(raw_args, dict) else {}
+    started, pid = data.get("started"), data.get("pid")
+    return LiveState(step=data["step"], action=data["action"] if isinstance(data.get("action"), str) else None,
+                     args={str(k): _short(v) for k, v in list(args.items())[:10]},
+                     started=float(started) if isinstance(started, (int, float)) else 0.0,
+                     output_tail=str(data.get("output_tail") or "")[-TAIL_BYTES:],
+                     pid=pid if isinstance(pid, int) else 0)
 
 
 RUN_LOCK_FILE = ".lock"  # the runner holds an exclusive flock on it while the run goes

@@ -1,0 +1,43 @@
+"""`mlab view`: a local web viewer of runs that follows them live."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import click
+
+DEFAULT_DIR = "runs"
+
+
+@click.command()
+@click.argument("directory", metavar="[DIR]", required=False, type=click.Path(file_okay=False))
+@click.option("--port", default=0, type=click.IntRange(0, 65535), help="Port on 127.0.0.1 (default: a free one).")
+def view(directory: str | None, port: int) -> None:
+    """Watch runs in a browser: one run, a folder of runs (searched recursively) or a bench (default: runs/).
+
+    Lists the runs with status and scores; for each run its steps (reasoning, action, observation, file
+    changes), the score over steps and the model calls with tokens and cost. The page follows runs as they go.
+    Serves on 127.0.0.1 until Ctrl-C.
+    """
+    from mlab.core.view.runs import find_runs
+    from mlab.core.view.server import Viewer
+
+    root = Path(directory or DEFAULT_DIR)
+    if not root.is_dir():
+        raise click.UsageError(f"{str(root)!r} is not a folder" + (
+            "; give the folder of a run, of runs or of a bench" if directory else
+            " (the default); give the folder of a run, of runs or of a bench"))
+    try:
+        viewer = Viewer(root, port)
+    except OSError as exc:
+        why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror or exc})"
+        raise click.UsageError(f"port {port} {why}; leave --port out to use a free one") from None
+    found = len(find_runs(root))
+    click.echo(f"mlab view: {found} run(s) under {root}" + ("" if found else "; the page shows runs as they appear"))
+    click.echo(f"open {viewer.url} (Ctrl-C stops)", nl=True)
+    try:
+        viewer.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        viewer.httpd.server_close()
