@@ -276,3 +276,26 @@ def test_restore_then_take_records_the_restored_state(ws, tmp_path):
     store.take(ws, "s1", changes=store.changes)
     store.restore("s0", ws)
     assert manifest_state(store.take(ws, "s2", changes=WorkspaceChanges())) == manifest_state(store.manifest("s0"))
+
+
+@pytest.mark.parametrize("patterns", [["d1/*"], ["top.py", "d3/inner"], ["*.bin"], ["d?/f1*"]])
+def test_read_only_state_enters_only_folders_a_pattern_can_reach(ws, tmp_path, monkeypatch, patterns):
+    from mlab.core.run.env_settings import EnvSettings
+    from mlab.core.run.read_only_guard import ReadOnlyGuard
+    from mlab.core.run.readonly import is_read_only
+    from mlab.core.run.workspace import Workspace
+    from mlab.core.sandbox.local import LocalSandbox
+
+    rules = EnvSettings(workspace=ws, read_only_patterns=patterns, sandbox=LocalSandbox(),
+                        store=SnapshotStore(tmp_path / "run"))
+    guard = ReadOnlyGuard(rules, Workspace(rules))
+    expected = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*")
+                      if is_read_only(p.relative_to(ws).as_posix(), patterns))
+    listed = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda fd: listed.append(os.readlink(f"/proc/self/fd/{fd}")) or real_scandir(fd))
+    assert sorted(guard.state()) == expected
+    topmost = [rel for rel in expected if not any(rel.startswith(other + "/") for other in expected)]
+    assert guard.paths() == [ws / rel for rel in topmost]
+    if patterns[0].startswith(("d1", "top")):  # a literal folder: nothing else is entered
+        assert {Path(p).relative_to(ws).as_posix() for p in listed} <= {".", "d1", "d1/inner", "d3", "d3/inner"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlab.core.fs.dirfd import WalkLimits, open_dirs, open_root, remove_at, walk
 from mlab.core.run.env_settings import EnvSettings
-from mlab.core.run.readonly import is_read_only
+from mlab.core.run.readonly import read_only_rule
 from mlab.core.run.workspace import Workspace
 
 ReadOnlyState = dict[str, tuple[int, ...]]
@@ -21,38 +21,52 @@ class ReadOnlyGuard:
 
     def paths(self) -> list[Path]:
         """The topmost workspace entries matching a read-only pattern (what a sandbox mounts read-only)."""
-        patterns = self.settings.read_only_patterns
-        if not patterns:
+        rule = read_only_rule(tuple(self.settings.read_only_patterns))
+        if not rule:
             return []
-        found: list[Path] = []
+        found: list[str] = []
         root = open_root(self.workspace.root)
         try:
-            def below_match(rel: str) -> bool:
-                return "/" in rel and is_read_only(rel.rsplit("/", 1)[0], patterns)
+            matched: set[str] = set()
 
-            for entry in walk(root, skip=below_match, limits=WalkLimits(max_depth=64)):
-                if is_read_only(entry.rel, patterns):
-                    found.append(self.workspace.root / entry.rel)
+            def leave_out(rel: str) -> bool:  # below a match, or in a folder no pattern can reach
+                parent = rel.rpartition("/")[0]
+                return parent in matched or not (rule.matches(rel) or rule.may_hold(rel))
+
+            for entry in walk(root, skip=leave_out, limits=WalkLimits(max_depth=64)):
+                if rule.matches(entry.rel):
+                    found.append(entry.rel)
+                    matched.add(entry.rel)
         finally:
             os.close(root)
-        return sorted(found)
+        return sorted(self.workspace.root / rel for rel in found)
 
     def state(self) -> ReadOnlyState:
         """(type, size, mtime, ctime, inode) of every entry at or below the read-only paths, unfollowed; read
-        through folder descriptors, never by re-resolving a path."""
+        through folder descriptors, never by re-resolving a path. Only folders that can hold a read-only
+        entry are entered, and each path is matched once: below a matching folder everything is read-only."""
         state: ReadOnlyState = {}
-        patterns = self.settings.read_only_patterns
-        if not patterns:
+        rule = read_only_rule(tuple(self.settings.read_only_patterns))
+        if not rule:
             return state
         try:
             root = open_root(self.workspace.root)
         except OSError:
             return state
         try:
-            # skip nothing: a folder above a read-only file must be entered to reach it
-            for entry in walk(root, limits=WalkLimits(max_depth=64)):
-                if is_read_only(entry.rel, patterns):
+            read_only_dirs: set[str] = set()
+
+            def read_only(rel: str) -> bool:
+                return rel.rpartition("/")[0] in read_only_dirs or rule.matches(rel)
+
+            def leave_out(rel: str) -> bool:
+                return not (read_only(rel) or rule.may_hold(rel))
+
+            for entry in walk(root, skip=leave_out, limits=WalkLimits(max_depth=64)):
+                if read_only(entry.rel):
                     st = entry.st
+                    if stat.S_ISDIR(st.st_mode):
+                        read_only_dirs.add(entry.rel)
                     state[entry.rel] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                                         st.st_ino)
         finally:

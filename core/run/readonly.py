@@ -44,19 +44,42 @@ def relative_name(workspace: Path, path: Path) -> str:
 
 def is_read_only(relpath: str, patterns: list[str]) -> bool:
     """True when relpath, or a folder above it, matches one of the task's read-only glob patterns."""
-    matcher = _compiled(tuple(patterns))
-    if matcher is None:
-        return False
-    parts = relpath.split("/")
-    return any(matcher.match("/".join(parts[: i + 1])) for i in range(len(parts)))
+    return read_only_rule(tuple(patterns)).covers(relpath)
+
+
+class ReadOnlyRule:
+    """A task's read-only patterns, for walks that visit a folder before what it holds: `matches` tests one
+    path alone (what lies below a matching folder is read-only without testing), `may_hold` says whether a
+    folder can hold a match at all, so a walk looking for read-only files enters only those folders."""
+
+    def __init__(self, patterns: tuple[str, ...]):
+        normalized = [_normalize(p) for p in patterns]
+        self._regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in normalized)) if patterns else None
+        # what every path a pattern matches starts with: the pattern up to its first wildcard
+        self._prefixes = tuple(re.split(r"[*?\[]", p, maxsplit=1)[0] for p in normalized)
+
+    def __bool__(self) -> bool:
+        return self._regex is not None
+
+    def matches(self, relpath: str) -> bool:
+        return self._regex is not None and self._regex.match(relpath) is not None
+
+    def covers(self, relpath: str) -> bool:
+        """relpath or a folder above it matches."""
+        if self._regex is None:
+            return False
+        parts = relpath.split("/")
+        return any(self._regex.match("/".join(parts[: i + 1])) for i in range(len(parts)))
+
+    def may_hold(self, folder: str) -> bool:
+        below = folder + "/"
+        return any(prefix.startswith(below) or below.startswith(prefix) for prefix in self._prefixes)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
-    """All patterns as one regex, built once: snapshots test every workspace file at every step."""
-    if not patterns:
-        return None
-    return re.compile("|".join(f"(?:{fnmatch.translate(_normalize(p))})" for p in patterns))
+def read_only_rule(patterns: tuple[str, ...]) -> ReadOnlyRule:
+    """Built once per set of patterns: snapshots test every new workspace path."""
+    return ReadOnlyRule(patterns)
 
 
 def _normalize(pattern: str) -> str:
