@@ -4,14 +4,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import mlab, report_bench
+from tests.fixtures.bench_cli import REPO, mlab, report_bench
+from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 
 class Tables(HTMLParser):
@@ -221,3 +226,90 @@ def test_view_reads_snapshots_as_untrusted(runs_folder, tmp_path):
     assert [(c["file"], c["change"]) for c in steps[0]["changes"]] == [("linked.txt", "added"), ("step.py", "deleted")]
     assert "unreadable" in steps[0]["changes"][0]["diff"]
     assert steps[1]["changes"] == [] and steps[2]["changes"] == []  # a linked or outside snapshot: nothing read
+
+
+# ---- mlab view in a real browser, following a run in progress ---------------------------------------------
+def _start(*args: object, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.fixtures.gated_run", "mlab", *map(str, args)], cwd=REPO,
+                            text=True, **popen)
+
+
+def _viewer_url(proc: subprocess.Popen) -> str:
+    for line in proc.stdout:
+        if line.startswith("open http://"):
+            return line.split()[1]
+    raise AssertionError(f"mlab view printed no URL: {proc.stderr.read()}")
+
+
+def _wait_file(path: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=MISSING)
+def test_viewer_follows_a_run_in_progress_in_chromium(tmp_path):
+    from tests.fixtures.gated_run import MARKUP
+
+    runs, gates = tmp_path / "runs", tmp_path / "gates"
+    runs.mkdir()
+    gates.mkdir()
+    name = 'run<img src=x onerror="window.pwned = 3">'  # a folder name is shown as text, like everything else
+    run_dir = runs / name
+    run = _start("run", "--task", "fixture/counter", "--agent", "fixture-gated", "--agent-option",
+                 f"gates={gates}", "--run-dir", run_dir, "--max-steps", "10", stdout=subprocess.PIPE,
+                 stderr=subprocess.PIPE)
+    view = _start("view", runs, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = _viewer_url(view)
+        assert url.startswith("http://127.0.0.1:")
+        with Browser(tmp_path / "profile") as browser:
+            _wait_file(run_dir / "live.json")
+            browser.open(url + "#run=" + urllib.parse.quote(name, safe=""))
+            browser.wait_for("var e = document.getElementById('live-action');"
+                             "return e && e.textContent === 'waiting for the agent';")
+            browser.run("window.marker = 'the same page';")
+            assert browser.text("no-steps") == "No steps yet."
+
+            (gates / "step1").touch()  # the agent writes show.py
+            browser.wait_for("var e = document.getElementById('step-action');"
+                             "return e && e.textContent === 'Write File';")
+            assert "write a script that prints <b>markup</b>" in browser.text("step-thought")
+            assert "+print(" in browser.text("step-diff") and "show.py" in browser.text("step-diff")
+
+            (run_dir / "workspace" / "hold.txt").write_text("1")  # show.py waits for release.txt
+            (gates / "step2").touch()
+            output = browser.wait_for("var a = document.getElementById('live-action'),"
+                                      " o = document.getElementById('live-output');"
+                                      "return a && o && a.textContent.indexOf('Execute Script (script_name=show.py)')"
+                                      " === 0 && o.textContent.indexOf('epoch 3') >= 0 && o.textContent;")
+            assert MARKUP in output  # the running script's output, as text
+            assert browser.wait_for("var e = document.getElementById('live-elapsed'); return e && e.textContent;")
+
+            (run_dir / "workspace" / "release.txt").write_text("1")
+            observation = browser.wait_for(
+                "var e = document.getElementById('step-action'), o = document.getElementById('step-observation');"
+                "return e && e.textContent === 'Execute Script' && o.textContent;")
+            assert observation.startswith("The script ran. Output:") and MARKUP in observation
+
+            (gates / "step3").touch()
+            (gates / "step4").touch()
+            browser.wait_for("var e = document.getElementById('run-status');"
+                             "return e && e.textContent.indexOf('finished: final answer') === 0;")
+            assert browser.text("run-score") == "1.0000"
+            assert browser.run("return document.querySelectorAll('#steps button').length;") == 4
+            assert browser.run("return document.getElementById('live') === null;")
+            # no reload happened, and nothing from the run ran as code
+            assert browser.run("return [window.marker, typeof window.pwned, document.images.length];") == [
+                "the same page", "undefined", 0]
+            assert browser.run("return document.querySelector('#runs td.name').firstChild.textContent;") == name
+        assert run.wait(timeout=120) == 0, run.stderr.read()
+    finally:
+        for proc in (run, view):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                stream.close()
