@@ -129,18 +129,23 @@ def _prepare_one(harness: Harness, task: Task, data_dir: str | None, force: bool
 
 
 def _prepare_all(harness: Harness, data_dir: str | None, force: bool) -> None:
-    """Every task whose files are found is prepared; the others are named with what is missing. Exit 1 when a
-    prepare failed on files that were there."""
+    """Every task whose files are found is prepared; the others are named with what is missing or why this
+    machine cannot run them. Exit 1 when a prepare was refused or failed (bad files, a missing setting)."""
     from mlab.core.run.taskdata import data_files
 
     root = Path(data_dir).resolve() if data_dir else None
-    prepared, missing, failed = [], [], []
+    prepared, missing, cannot, failed = [], [], [], []
     for name in sorted(harness.registry.items["tasks"]):
         task = harness.registry.items["tasks"][name]
         needed = data_files(task)
         folders = sorted({f.path.split("/")[0] for f in needed})
         if needed and (root is None or not all((root / folder).is_dir() for folder in folders)):
             missing.append(f"{task.name}: needs {', '.join(f.path for f in needed)}")
+            continue
+        try:
+            task.check_runnable()
+        except MlabError as exc:  # e.g. a GPU task on a machine without one: not a failure of its files
+            cannot.append(f"{task.name}: {exc}")
             continue
         try:
             done = _prepare_one(harness, task, data_dir if needed else None, force)
@@ -153,6 +158,10 @@ def _prepare_all(harness: Harness, data_dir: str | None, force: bool) -> None:
         where = f" in {root}" if root else " (no --data-dir)"
         click.echo(f"not prepared, files not found{where} (see: mlab data TASK):")
         for line in missing:
+            click.echo(f"  {line}")
+    if cannot:
+        click.echo("not prepared, cannot run on this machine:")
+        for line in cannot:
             click.echo(f"  {line}")
     if failed:
         click.echo("not prepared, prepare refused or failed:")

@@ -2,10 +2,13 @@
 local copies held to published checksums (or checked for structure), and the bugs found by trying it as a user."""
 from __future__ import annotations
 
+import hashlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,8 @@ import pytest
 from mlab.core import MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.mlagentbench import cifar, kaggle, tabular, text
+from mlab_tasks_mlagentbench import acquire
+from tests.fixtures.mlagentbench import cifar, graph, kaggle, tabular, text
 
 QUIET = {"log": lambda _m: None}
 REPO = Path(__file__).resolve().parents[1]
@@ -190,3 +194,142 @@ def test_imdb_copies_distilbert_into_the_task(tmp_path, monkeypatch):
     (source / "distilbert-base-uncased" / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(MlabError, match="does not describe a DistilBERT"):
         taskdata.TaskHome(tmp_path / "home2").prepare(task, source, **QUIET)
+
+
+# ---- the data manifest -----------------------------------------------------------------------------
+class RangeServer(http.server.SimpleHTTPRequestHandler):
+    """Serves a folder with HTTP Range support; the first request for a file in `cut` stops halfway."""
+
+    cut: set[str] = set()
+    ranges: list[str] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        path = Path(self.directory) / self.path.lstrip("/")
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = 0
+        if self.headers.get("Range"):
+            RangeServer.ranges.append(self.headers["Range"])
+            start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        if path.name in RangeServer.cut:
+            RangeServer.cut.discard(path.name)
+            self.wfile.write(data[start:len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(data[start:])
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A 127.0.0.1 server over tmp_path/served, set as the pack's mirror; yields the served folder."""
+    import functools
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    RangeServer.cut, RangeServer.ranges = set(), []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeServer, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv(acquire.MIRROR_ENV, f"http://127.0.0.1:{httpd.server_address[1]}/")
+    yield folder
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_manifest_lists_every_file_with_url_checksum_terms_and_place():
+    proc = mlab("data", "--all", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    by_path = {r["path"]: r for r in rows}
+    cifar_row = by_path["cifar10/cifar-10-python.tar.gz"]
+    assert cifar_row["md5"] == "c58f30108f718f92721af3b95e74349a" and cifar_row["size"] == 170_498_071
+    assert cifar_row["url"] == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz" and cifar_row["terms"]
+    for path in ("imdb/distilbert-base-uncased/model.safetensors", "babylm/gpt2/vocab.json",
+                 "babylm/gpt2/merges.txt", "llama-inference/llama-7b/", "llama-inference/wikitext-103-v1.zip",
+                 "house-price/train.csv", "feedback/train.csv", "ogbn-arxiv/arxiv.zip"):
+        assert path in by_path, path
+    for row in rows:  # no checksum published: the manifest says how a local copy is checked instead
+        assert row["md5"] or row["sha256"] or row["check"], row
+    assert by_path["house-price/train.csv"]["how"] == "kaggle"
+    assert "rules" in by_path["house-price/train.csv"]["terms"]
+    assert {r["task"] for r in rows} >= {"mlagentbench/imdb", "mlagentbench/imdb-cpu", "mlagentbench/babylm-cpu"}
+    table = mlab("data", "cifar10", env={"COLUMNS": "400"})
+    assert table.returncode == 0 and "c58f30108f718f92721af3b95e74349a" in table.stdout
+    assert "give a task name, or --all" in one_line_error(mlab("data"))
+
+
+def test_download_resumes_verifies_and_uses_the_mirror(mirror, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from mlab.cli.data_cmds import data
+    from mlab_tasks_mlagentbench.tasks.cifar10 import Cifar10
+
+    cifar.cifar(mirror, per_batch=5, n_test=5, tarball=True)
+    served = (mirror / "cifar-10-python.tar.gz").read_bytes()
+    stand_in = acquire.Source(url="https://example.invalid/cifar-10-python.tar.gz",
+                              filename="cifar-10-python.tar.gz", md5=hashlib.md5(served).hexdigest())
+    monkeypatch.setattr(Cifar10, "downloads", [(stand_in.filename, stand_in)])
+    listed = json.loads(CliRunner().invoke(data, ["cifar10", "--json"]).output)
+    assert listed[0]["url"] == os.environ[acquire.MIRROR_ENV] + "cifar-10-python.tar.gz"  # the mirror's URL
+    RangeServer.cut = {"cifar-10-python.tar.gz"}
+    target = tmp_path / "fetched"
+    first = CliRunner().invoke(data, ["cifar10", "--download", str(target)])
+    assert first.exit_code == 1
+    for named in ("mlab data mlagentbench/cifar10", "--data-dir", acquire.MIRROR_ENV):
+        assert named in first.output, first.output
+    part = target / "cifar10" / "cifar-10-python.tar.gz.part"
+    assert 0 < part.stat().st_size < len(served)
+    second = CliRunner().invoke(data, ["cifar10", "--download", str(target)])
+    assert second.exit_code == 0, second.output
+    assert RangeServer.ranges == [f"bytes={len(served) // 2}-"]  # resumed, not started again
+    assert (target / "cifar10" / "cifar-10-python.tar.gz").read_bytes() == served and not part.exists()
+    # a corrupt file on the mirror: refused and not kept
+    (target / "cifar10" / "cifar-10-python.tar.gz").unlink()
+    (mirror / "cifar-10-python.tar.gz").write_bytes(b"something else")
+    third = CliRunner().invoke(data, ["cifar10", "--download", str(target)])
+    assert third.exit_code == 1 and "md5 checksum mismatch" in third.output
+    assert not any((target / "cifar10").iterdir())
+
+
+def test_a_failed_download_names_the_manifest_data_dir_and_mirror(tmp_path, monkeypatch):
+    monkeypatch.setenv(acquire.MIRROR_ENV, "http://127.0.0.1:9/")  # nothing listens there
+    with pytest.raises(MlabError) as caught:
+        taskdata.prepare(get_task("cifar10"), **QUIET)
+    for named in ("mlab data mlagentbench/cifar10", "--data-dir", acquire.MIRROR_ENV):
+        assert named in str(caught.value)
+
+
+@pytest.mark.slow
+def test_prepare_all_from_files_laid_out_as_the_manifest_says(tmp_path):
+    """Every task that prepares offline, from stand-ins in the real formats at the manifest's paths; the
+    others are named."""
+    root = tmp_path / "data"
+    tabular.house_prices(root / "house-price")
+    tabular.spaceship(root / "spaceship-titanic", with_descriptor=False)
+    kaggle.feedback(root / "feedback", essays=100)
+    kaggle.parkinsons(root / "parkinsons", patients=10)
+    cifar.cifar(root / "cifar10", per_batch=5, n_test=10)  # unpacked: stand-ins cannot match the real md5
+    graph.arxiv(root / "ogbn-arxiv", n=100, zipped=False)
+    home = tmp_path / "home"
+    proc = mlab("prepare", "--all", "--data-dir", str(root),
+                env={"MLAB_HOME": str(home), "MLAB_TOOL_LLM": "openai:some-model", "MLAB_ALLOW_NO_GPU": ""},
+                timeout=900)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    prepared = {p.name for p in (home / "tasks").iterdir() if (p / "prepared.json").exists()}
+    expected = {"house-price", "spaceship-titanic", "feedback", "parkinsons", "cifar10", "ogbn-arxiv", "clrs",
+                "vectorization", "bibtex-generation", "literature-review-tool"}
+    assert {f"mlagentbench__{t}" for t in expected} <= prepared
+    missing = proc.stdout.split("files not found", 1)[1]
+    for task in ("imdb", "babylm", "llama-inference", "fathomnet", "identify-contrails"):
+        assert f"mlagentbench/{task}: needs " in missing, proc.stdout

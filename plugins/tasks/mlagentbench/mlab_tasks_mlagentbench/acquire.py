@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import http.client
 import os
 import shutil
 import subprocess
@@ -118,8 +119,9 @@ def _fetch_locked(source: Source, final: Path, part: Path, log: Callable[[str], 
         url = source_url(source)
         try:
             _get(url, part, timeout, log)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise MlabError(f"downloading {url} failed: {exc}; {fetch_hint(task)}") from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+            raise MlabError(f"downloading {url} failed: {exc!r}; what arrived is kept and resumed next time; "
+                            f"{fetch_hint(task)}") from None
         try:
             verify(part, source)
         except MlabError as exc:
@@ -147,8 +149,15 @@ def _get(url: str, part: Path, timeout: float, log: Callable[[str], None]) -> No
         raise
     with response:
         resumed = have and response.status == 206
+        promised = response.headers.get("Content-Length")
+        received = 0
         with open(part, "ab" if resumed else "wb") as out:
-            shutil.copyfileobj(response, out, _CHUNK)
+            # read1 hands over what arrived, so a dropped connection keeps every byte for the next resume
+            while chunk := response.read1(_CHUNK):
+                out.write(chunk)
+                received += len(chunk)
+        if promised is not None and received < int(promised):
+            raise OSError(f"the connection closed after {received:,} of {int(promised):,} bytes")
 
 
 # ---- archives -------------------------------------------------------------------------------------
