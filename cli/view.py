@@ -1,14 +1,32 @@
-"""Showing a run's steps as they happen: a live table on a terminal, one line a step otherwise."""
+"""Live views on a terminal: a run's steps (`mlab run`) and a bench's runs (`mlab bench`); one line per step or
+per ended run elsewhere (a pipe, a CI log).
+
+Both redraw a few times a second from what the run loop publishes (core/view/live.py), so the current action,
+its elapsed time and a running script's last lines show while a step is still going.
+"""
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from types import TracebackType
+from typing import TYPE_CHECKING
 
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from mlab.core.models import Step
+from mlab.core.view.live import LiveState
 
 from .console import make_console
+
+if TYPE_CHECKING:
+    from mlab.core.bench.driver import BenchStatus
+
+REFRESH_PER_SECOND = 4
+TAIL_LINES = 6  # of a running script's output, under the table
+OTHER_LINES = 10  # what the table leaves room for on the screen: title, header, borders, current step, tail
 
 
 def _short(text: str, width: int) -> str:
@@ -16,22 +34,61 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def elapsed(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:02.0f} min"
+
+
+def current_step(state: LiveState, now: float | None = None) -> Text:
+    """"step 5: Execute Script (script_name=train.py) — 12 s", or the agent still choosing."""
+    args = ", ".join(f"{k}={_short(v, 40)}" for k, v in state["args"].items())
+    what = "waiting for the agent" if state["action"] is None else f"{state['action']}" + (f" ({args})" if args
+                                                                                             else "")
+    return Text.assemble((f"step {state['step']}: ", "bold"), (_short(what, 120), "cyan"),
+                         f" — {elapsed((now or time.time()) - state['started'])}")
+
+
 class StepView:
+    """`mlab run`'s view: a table of the steps so far (the latest that fit, and how many earlier ones are not
+    shown), the step in progress with an elapsed ticker, and the last lines of a running script's output."""
+
     def __init__(self, title: str, max_steps: int):
         self.console = make_console()
         self.title = title
         self.max_steps = max_steps
-        self.rows: list[tuple[str, ...]] = []
-        self.live = (Live(self._table(), console=self.console, refresh_per_second=4) if self.console.is_terminal
-                     else None)
+        self.rows: list[tuple[str | Text, ...]] = []
+        self.live_state: Callable[[], LiveState | None] = lambda: None
+        self.live = (Live(get_renderable=self._render, console=self.console, refresh_per_second=REFRESH_PER_SECOND)
+                     if self.console.is_terminal else None)
 
-    def _table(self) -> Table:
+    def follow(self, live_state: Callable[[], LiveState | None]) -> None:
+        """Show the step in progress as live_state() gives it (the runner's LiveStep.state)."""
+        self.live_state = live_state
+
+    def _room(self, tail: int) -> int:
+        return max(3, self.console.size.height - OTHER_LINES - tail)
+
+    def _render(self) -> RenderableType:
+        state = self.live_state()
+        tail = state["output_tail"].splitlines()[-TAIL_LINES:] if state else []
+        room = self._room(len(tail))
+        hidden = max(0, len(self.rows) - room)
         table = Table(title=f"{self.title} — {len(self.rows)}/{self.max_steps} steps")
         for column in ("step", "action", "input", "observation", "s"):
             table.add_column(column, overflow="fold")
-        for row in self.rows[-15:]:
+        if hidden:
+            table.add_row("…", Text(f"{hidden} earlier step(s) not shown", style="dim"), "", "", "")
+        for row in self.rows[hidden:]:
             table.add_row(*row)
-        return table
+        parts: list[RenderableType] = [table]
+        if state:
+            parts.append(current_step(state))
+            parts.extend(Text("  " + line, style="dim", no_wrap=True, overflow="ellipsis") for line in tail)
+        return Group(*parts)
 
     def __enter__(self) -> StepView:
         if self.live:
@@ -41,17 +98,78 @@ class StepView:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self.live:
+            self.live_state = lambda: None  # the run is over: no step is in progress any more
             self.live.__exit__(exc_type, exc, tb)
 
     def add(self, step: Step) -> None:
         args = ", ".join(f"{k}={_short(v, 30)}" for k, v in step.action.args.items())
-        style = "red" if step.is_error else ""
-        row = (str(step.index), step.action.name, _short(args, 60),
-               f"[{style}]{_short(step.observation, 80)}[/{style}]" if style else _short(step.observation, 80),
-               f"{step.duration_s:.1f}")
-        self.rows.append(row)
+        observation = Text(_short(step.observation, 80), style="red" if step.is_error else "")
+        self.rows.append((str(step.index), step.action.name, _short(args, 60), observation,
+                          f"{step.duration_s:.1f}"))
         if self.live:
-            self.live.update(self._table())
+            self.live.refresh()
         else:
-            self.console.print(f"step {row[0]}: {row[1]}({row[2]}) -> {_short(step.observation, 100)}",
-                               markup=False, highlight=False)
+            self.console.print(f"step {step.index}: {step.action.name}({_short(args, 60)}) -> "
+                               f"{_short(step.observation, 100)}", markup=False, highlight=False)
+
+
+class BenchView:
+    """`mlab bench`'s view: the counts (finished, running, failed, interrupted, pending), each running run with
+    its current action and time, and a line for every run that ends, printed above the live part so all stay in
+    the terminal's scrollback. Elsewhere only those lines."""
+
+    def __init__(self, title: str):
+        self.console = make_console()
+        self.title = title
+        self.printed = 0
+        self.status: BenchStatus | None = None
+        self.live = (Live(get_renderable=self._render, console=self.console, refresh_per_second=REFRESH_PER_SECOND,
+                          transient=False) if self.console.is_terminal else None)
+
+    def __enter__(self) -> BenchView:
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.live:
+            self.live.__exit__(exc_type, exc, tb)
+
+    def update(self, status: BenchStatus) -> None:
+        self.status = status
+        for line in status.last[self.printed:]:
+            self.console.print(line, markup=False, highlight=False)  # above the live part, when there is one
+        self.printed = len(status.last)
+        if self.live:
+            self.live.refresh()
+
+    def _render(self) -> RenderableType:
+        status = self.status
+        if status is None:
+            return Text(f"{self.title}: starting", style="bold")
+        return Group(counts(self.title, status), running_table(status))
+
+
+def counts(title: str, status: BenchStatus) -> Text:
+    running = len(status.running)
+    return Text.assemble(
+        (f"{title}: ", "bold"), f"{status.done} finished, ", (f"{running} running", "cyan"), ", ",
+        (f"{status.failed} failed", "red" if status.failed else ""), ", ",
+        (f"{status.interrupted_runs} interrupted", "yellow" if status.interrupted_runs else ""),
+        f", {status.pending} pending (of {status.total}) — "
+        f"{status.tokens + sum(r.tokens for r in status.running):,} tokens, "
+        f"${status.cost_usd + sum(r.cost_usd for r in status.running):.4f}")
+
+
+def running_table(status: BenchStatus, now: float | None = None) -> Table:
+    now = now or time.time()
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "step", "current action", "for", "tokens", "cost", "run time"):
+        table.add_column(column)
+    for r in status.running:
+        action = r.action or ("starting" if not r.started else "waiting for the agent")
+        table.add_row(r.key, f"{r.step}/{r.max_steps}", _short(action, 60),
+                      elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}", f"${r.cost_usd:.4f}",
+                      elapsed(now - r.started) if r.started else "starting")
+    return table

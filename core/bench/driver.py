@@ -25,6 +25,7 @@ from mlab.core.models import RunConfig
 from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.taskdata import TaskHome
+from mlab.core.view.live import read_live
 
 if TYPE_CHECKING:
     from mlab.core.bench.engines import JobSpec, LocalEngine, RayEngine, WorkerSettings
@@ -87,8 +88,9 @@ class RunProgress:
     max_steps: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
-    action: str = ""
+    action: str = ""  # the step in progress's, once the agent has chosen it
     started: float = 0.0
+    step_started: float = 0.0  # 0 between steps
 
 
 @dataclass
@@ -102,6 +104,7 @@ class BenchStatus:
     tokens: int = 0
     cost_usd: float = 0.0
     interrupted: bool = False
+    interrupted_runs: int = 0  # stopped part-way (Ctrl-C): resumed by the next `mlab bench`
     last: list[str] = field(default_factory=list)  # one line per run that ended, newest last
 
 
@@ -293,6 +296,7 @@ class Bench:
     def _ended(self, db: ResultsDB, job: Job, result: Row | None, status: BenchStatus) -> None:
         if result is None:
             db.upsert_run(job.key, status="interrupted")
+            status.interrupted_runs += 1
             status.last.append(f"{job.key}: interrupted (resumable)")
             return
         versions = result.pop("plugin_versions", {}) or {}
@@ -317,10 +321,14 @@ class Bench:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
-            return progress
+            data = {}
         progress.step, progress.tokens = data.get("step", 0), data.get("tokens", 0)
         progress.cost_usd, progress.action = data.get("cost_usd", 0.0), data.get("action", "")
         progress.started = data.get("started", 0.0)
+        live = read_live(self.dir / RUNS_DIR / job.name)  # the step in progress, not the last one done
+        if live is not None:
+            progress.step, progress.action, progress.step_started = live["step"], live["action"] or "", live["started"]
+            progress.started = progress.started or live["started"]
         return progress
 
 
