@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mlab.core.actions import ActionSpec
-from mlab.core.errors import MlabError
+from mlab.core.errors import BudgetExceeded, LLMError, MlabError
+from mlab.core.fs.atomic import is_disk_full
 from mlab.core.llm.client import LLMClient
 from mlab.core.models import Action, Step, StopRun
 
@@ -24,6 +25,8 @@ class AgentContext:
     seed: int = 0
     starter_script: str = "train.py"
     log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
+    # Versions of the key packages of the Python that runs agent code ({"python": "3.12.3", "pandas": ...}).
+    packages: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,3 +76,25 @@ class Agent(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional: no state by default)
         """Take back the memory of the last saved step, when a killed run resumes."""
+
+
+class AgentFailed(Exception):
+    """The agent's own code raised or broke its contract: the run fails as an agent error, not a harness one."""
+
+
+def agent_step(agent: Agent, state: RunState) -> Action | StopRun:
+    """agent.step(state), with the agent's own failures told apart from the model's (LLMError), the budgets'
+    and a full disk, which keep their own meaning."""
+    try:
+        decision = agent.step(state)
+    except (BudgetExceeded, LLMError):
+        raise
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise
+        raise AgentFailed(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise AgentFailed(f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(decision, (Action, StopRun)):
+        raise AgentFailed(f"{type(agent).__name__}.step returned {type(decision).__name__}, not an Action or StopRun")
+    return decision

@@ -608,7 +608,7 @@ def test_repl_keeps_its_namespace_and_shows_the_last_value(env):
     assert act(env, "Python REPL", command="import os\nx = 41") == ("", False)
     assert act(env, "Python REPL", command="x + 1") == ("42\n", False)
     obs, err = act(env, "Python REPL", command="print(os.getcwd())\nNone")
-    assert (obs, err) == (f"{env.workspace}\n", False)
+    assert (obs, err) == (".\n", False)  # the workspace as the agent knows it, not the host's path
     obs, err = act(env, "Python REPL", command="open('data/train.csv', 'w').write('hacked')")
     # Refused by a read-only mount, or put back afterwards where the sandbox has no mount namespace.
     assert "Read-only file system" in obs or "have been restored: data/train.csv" in obs, obs

@@ -4,10 +4,18 @@ from __future__ import annotations
 import json
 
 from mlab.core.llm.client import LLMClient
-from mlab.core.models import Action
+from mlab.core.models import Action, Step
 
 SUMMARY_THRESHOLD = 5_000  # observations longer than this (characters) are summarized before entering history
 SUMMARY_CHUNK = 20_000  # how much of an observation one summarizing call reads
+# An edit's diff is for the agent to check line by line: a summary would hide the mistakes it must catch. The
+# environment bounds these observations itself (and says how to see the rest).
+VERBATIM_ACTIONS = frozenset({"Edit Script (AI)", "Edit Script Segment (AI)"})
+
+
+def needs_summary(step: Step, threshold: int = SUMMARY_THRESHOLD) -> bool:
+    """True when a step's observation is long enough to summarize and is not one that must stay verbatim."""
+    return len(step.observation) > threshold and step.action.name not in VERBATIM_ACTIONS
 
 
 def action_text(action: Action) -> str:

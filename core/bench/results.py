@@ -48,7 +48,7 @@ RUN_FIELDS = ("task", "agent", "llm", "seed", "run_dir", "status", "end_reason",
 _ADDED_COLUMNS = (("success_margin", "REAL"),)
 
 # ---- the failure taxonomy ------------------------------------------------------------------------
-FAILURES = ("harness_error", "llm_error", "invalid_format", "out_of_memory", "timeout", "limits_reached",
+FAILURES = ("harness_error", "agent_error", "llm_error", "invalid_format", "out_of_memory", "timeout", "limits_reached",
             "no_submission")
 _OOM = re.compile(r"hit the memory limit|MemoryError|out of memory|std::bad_alloc")
 _TIMEOUT = re.compile(r"ran past the time limit")
@@ -74,6 +74,8 @@ def classify(trace: Trace) -> str | None:
     """Why a run has nothing to show, or None when it ended with a valid final submission."""
     reason = trace.end_reason or ""
     if trace.status == "failed":
+        if reason.startswith("agent error"):  # the agent's own code raised
+            return "agent_error"
         return "llm_error" if reason.startswith("llm error") else "harness_error"
     if is_valid(trace.final_score):
         return None

@@ -19,7 +19,7 @@ from mlab.core.run.files import FileActions
 from mlab.core.run.llm_actions import LLMActions
 from mlab.core.run.repl import Repl
 from mlab.core.run.research_log import ResearchLog
-from mlab.core.run.scripts import ScriptRunner
+from mlab.core.run.scripts import FailedOutput, ScriptRunner
 from mlab.core.run.workspace import MAX_WRITE_BYTES, Workspace
 from mlab.core.sandbox.contract import ExecResult, ExecSpec
 
@@ -67,7 +67,8 @@ class Environment:
         name = getattr(action, "name", None)
         try:
             spec, args = self._check(action)
-            observation, is_error = self._handlers[spec.name](**args), False
+            observation = self._handlers[spec.name](**args)
+            is_error = isinstance(observation, FailedOutput)  # code that ran and failed
         except EnvError as exc:
             observation, is_error = f"EnvError: {exc}", True
         except LLMError as exc:

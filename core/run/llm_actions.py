@@ -12,6 +12,10 @@ from mlab.core.run.research_log import ResearchLog
 from mlab.core.run.workspace import Workspace
 
 BLOCK_CHARS = 12_000
+LONG_LINE_CHARS = 2 * BLOCK_CHARS  # a single line longer than this is shown cut, with a note saying so
+# With its note, an edit's observation stays under the 5,000 characters the built-in agents show unabridged.
+MAX_DIFF_CHARS = 4_000
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 # Fences at line starts, so a ``` inside the code (a docstring, a markdown string) does not end the block.
 _FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 _LOOSE_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
@@ -34,20 +38,47 @@ def extract_code(text: str) -> str:
     return code if code.endswith("\n") else code + "\n"
 
 
+def _break_rank(lines: list[str], at: int) -> int:
+    """How good a place it is to start a block at lines[at]: 3 after a blank line and at an unindented line (a
+    new entry or paragraph), 2 after a blank line, 1 at an unindented line, 0 anywhere else. A blank line between
+    an entry's heading and its indented items ("PoolQC: Pool quality", blank, "Ex Excellent") ranks 2, below the
+    blank line before the next heading."""
+    after_blank = at > 0 and not lines[at - 1].strip()
+    unindented = bool(lines[at].strip()) and not lines[at][0].isspace()
+    return 2 * after_blank + unindented
+
+
 def split_blocks(text: str, limit: int = BLOCK_CHARS) -> list[tuple[int, int, str]]:
-    """Split text on line boundaries into (first line, last line, block) pieces of at most ~limit chars."""
+    """Split text into (first line, last line, block) pieces of at most ~limit characters, always between lines:
+    each block ends at the best break (see _break_rank) in the second half of what fits, the latest of the best.
+    A single line over LONG_LINE_CHARS is cut in its own block, with a note saying so."""
+    lines = text.splitlines(keepends=True)
     blocks: list[tuple[int, int, str]] = []
-    current: list[str] = []
-    first, size = 1, 0
-    for number, line in enumerate(text.splitlines(keepends=True), start=1):
-        if current and size + len(line) > limit:
-            blocks.append((first, number - 1, "".join(current)))
-            current, first, size = [], number, 0
-        current.append(line[: limit * 2])
-        size += len(line)
-    if current:
-        blocks.append((first, first + len(current) - 1, "".join(current)))
+    start = 0
+    while start < len(lines):
+        end, size = start, 0
+        while end < len(lines) and (end == start or size + len(lines[end]) <= limit):
+            size += len(lines[end])
+            end += 1
+        if end < len(lines) and end - start > 1:
+            low, grown = start + 1, 0
+            for k in range(start, end):  # breaks in the second half of the block only, so blocks stay large
+                grown += len(lines[k])
+                if grown >= size // 2:
+                    low = max(k + 1, start + 1)
+                    break
+            end = max(range(low, end + 1), key=lambda k: (_break_rank(lines, k), k))
+        shown = [_shown_line(line, start + i + 1) for i, line in enumerate(lines[start:end])]
+        blocks.append((start + 1, end, "".join(shown)))
+        start = end
     return blocks or [(1, 0, "")]
+
+
+def _shown_line(line: str, number: int) -> str:
+    if len(line) <= LONG_LINE_CHARS:
+        return line
+    return (f"{line[:LONG_LINE_CHARS]}\n[line {number} is {len(line)} characters long; the rest of it is not "
+            "shown]\n")
 
 
 class LLMActions:
@@ -147,6 +178,44 @@ class LLMActions:
 
 
 def _diff_report(save_name: str, old: str, new: str) -> str:
-    diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=f"{save_name} (before)", tofile=f"{save_name} (after)"))
-    return f"The edited file is saved as {save_name}. Check that this diff does what you meant:\n{diff}"
+    """The edit's unified diff, shown verbatim (never summarized: the agent must check the code itself) up to
+    MAX_DIFF_CHARS, cut between lines, with a note naming the lines of the file where the rest is."""
+    lines = list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                      fromfile=f"{save_name} (before)", tofile=f"{save_name} (after)"))
+    lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
+    shown, size = 0, 0
+    while shown < len(lines) and size + len(lines[shown]) <= MAX_DIFF_CHARS:
+        size += len(lines[shown])
+        shown += 1
+    report = f"The edited file is saved as {save_name}. Check that this diff does what you meant:\n"
+    report += "".join(lines[:shown])
+    if shown < len(lines):
+        left = lines[shown:]
+        where = _new_line_ranges(lines, shown)
+        report += (f"[The diff goes on for {len(left)} more lines ({sum(map(len, left))} characters), not shown here. "
+                   f"See the rest in the file itself with Inspect Script Lines on {save_name}"
+                   + (f", {where}" if where else "") + ".]\n")
+    return report
+
+
+def _new_line_ranges(lines: list[str], shown: int, most: int = 5) -> str:
+    """The lines of the edited file that the diff lines from `shown` on are about, e.g. "lines 120-180, 240"."""
+    ranges: list[tuple[int, int]] = []
+    position = 0  # the edited file's line the next diff line stands at
+    for index, line in enumerate(lines):
+        hunk = _HUNK.match(line)
+        if hunk:
+            position = int(hunk.group(1)) or 1
+            continue
+        if index >= shown and line[:1] in " +-" and not line.startswith(("+++", "---")):
+            if ranges and ranges[-1][1] >= position - 1:
+                ranges[-1] = (ranges[-1][0], max(ranges[-1][1], position))
+            else:
+                ranges.append((position, position))
+        if line[:1] in " +":
+            position += 1
+    if not ranges:
+        return ""
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in ranges[:most])
+    more = f" and {len(ranges) - most} more places" if len(ranges) > most else ""
+    return f"{'line' if ranges == [(ranges[0][0], ranges[0][0])] else 'lines'} {text}{more}"

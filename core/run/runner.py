@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from mlab.core.agent import AgentContext, RunState
+from mlab.core.agent import AgentContext, AgentFailed, RunState, agent_step
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.llm.client import LLMClient
@@ -29,6 +29,7 @@ from mlab.core.models import (
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
+from mlab.core.run.packages import package_versions
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
@@ -146,6 +147,7 @@ class Runner:
             task_name=self.task.name, research_problem=self.task.research_problem,
             actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
             seed=self.config.seed, starter_script=self.task.starter_script,
+            packages=package_versions(self.env.s.python),
             log=lambda msg: self._append_error(f"[agent] {msg}")))
 
     def _notify(self, hook: str, event: object) -> None:
@@ -232,12 +234,10 @@ class Runner:
                 self.live.begin(index)
                 if self.llm is not None:
                     self.llm.step_index = index  # tags the step's calls in the call log
-                decision = self.agent.step(state)
+                decision = agent_step(self.agent, state)
                 if isinstance(decision, StopRun):
                     reason = f"agent stopped: {decision.reason}"
                     break
-                if not isinstance(decision, Action):
-                    raise TypeError(f"agent returned {type(decision).__name__}, not an Action")
                 self.live.acting(decision)
                 observation, is_error = self.env.execute(decision)
                 observation += self._snapshot(step_snapshot_name(index), trace)
@@ -262,6 +262,9 @@ class Runner:
                     reason = "final answer"
         except BudgetExceeded as exc:
             reason = f"budget reached: {exc}"
+        except AgentFailed as exc:
+            reason, status = f"agent error: {exc}", "failed"
+            append_error(self.run_dir, traceback.format_exc())
         except OSError as exc:
             if not is_disk_full(exc):
                 reason, status = f"harness error: {type(exc).__name__}: {exc}", "failed"

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,16 @@ from mlab.core.sandbox.contract import ExecResult, ExecSpec
 
 # Only these variables of the harness reach agent code; everything else (API keys above all) is dropped.
 _ENV_PASSED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+TRACEBACK = "Traceback (most recent call last):"
+
+
+class FailedOutput(str):
+    """The observation of code that failed (a non-zero exit, a traceback): shown like any output, and recorded
+    in the trace as an error."""
+
+
+def _failed(text: str, failed: bool) -> str:
+    return FailedOutput(text) if failed else text
 
 
 class ScriptRunner:
@@ -24,6 +36,30 @@ class ScriptRunner:
         self.guard = ReadOnlyGuard(settings, workspace)
         self.repl: Repl | None = None  # started by the first Python REPL command
         self.on_output: Callable[[bytes], None] | None = None  # sees a script's output as it comes
+        self._host_prefixes = self._prefixes()
+
+    def _prefixes(self) -> list[tuple[str, str]]:
+        """Host folders as agent code's output shows them, longest first, with what the agent is shown instead:
+        workspace files by their workspace-relative names, the rest by a short name that gives nothing away."""
+        pairs: list[tuple[str, str]] = []
+        paths = sysconfig.get_paths()
+        for folder, shown in ((self.workspace.root, ""), (self.settings.sandbox_home, "~/"),
+                              (paths.get("purelib"), "<site-packages>/"), (paths.get("platlib"), "<site-packages>/"),
+                              (paths.get("stdlib"), "<python>/")):
+            if folder is None:
+                continue
+            for variant in {str(folder), os.path.realpath(folder)}:
+                pairs.append((variant.rstrip("/") + "/", shown))
+        return sorted(set(pairs), key=lambda pair: len(pair[0]), reverse=True)
+
+    def relative_paths(self, text: str) -> str:
+        """Output with host paths replaced: `File "/host/runs/x/workspace/train.py"` becomes `File "train.py"`."""
+        for prefix, shown in self._host_prefixes:
+            text = text.replace(prefix, shown)
+        root = str(self.workspace.root)
+        for variant in {root, os.path.realpath(root)}:  # the workspace itself (os.getcwd()) is "."
+            text = re.sub(re.escape(variant) + r"(?![\w.-])", ".", text)
+        return text
 
     def exec_spec(self, timeout_s: float | None = None) -> ExecSpec:
         s = self.settings
@@ -68,15 +104,17 @@ class ScriptRunner:
         result, changed = self.run_script(script_name)
         note = self.guard.note(changed)
         limits = self.settings.limits
+        output = self.relative_paths(result.output)
         if result.limit_hit == "timeout":
             raise EnvError(f"the script ran past the time limit of {limits.timeout_s:g} s and was "
-                           f"killed. Output before that:\n{result.output}{note}")
+                           f"killed. Output before that:\n{output}{note}")
         messages = limit_messages(limits)
         if result.limit_hit in messages:
             raise EnvError(f"the script {messages[result.limit_hit]} "
-                           f"(exit code {result.exit_code}). Output:\n{result.output}{note}")
+                           f"(exit code {result.exit_code}). Output:\n{output}{note}")
         status = "" if result.exit_code == 0 else f"\n[exit code {result.exit_code}]"
-        return f"The script ran. Output:\n{result.output}{status}{note}"
+        failed = result.exit_code != 0 or TRACEBACK in output
+        return _failed(f"The script ran. Output:\n{output}{status}{note}", failed)
 
     def python_repl(self, command: str) -> str:
         s = self.settings
@@ -87,9 +125,10 @@ class ScriptRunner:
             output = self.repl.run(command, s.limits.timeout_s, s.limits.output_bytes, limit_messages(s.limits))
         except EnvError as exc:
             self.workspace.recreate_if_removed()
-            raise EnvError(f"{exc}{self.guard.note(self.guard.restore(before))}") from exc
+            raise EnvError(f"{self.relative_paths(str(exc))}{self.guard.note(self.guard.restore(before))}") from exc
         self.workspace.recreate_if_removed()
-        return output + self.guard.note(self.guard.restore(before))
+        output = self.relative_paths(output)
+        return _failed(output + self.guard.note(self.guard.restore(before)), TRACEBACK in output)
 
     def close(self) -> None:
         if self.repl is not None:

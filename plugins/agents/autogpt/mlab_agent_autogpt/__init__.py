@@ -22,6 +22,7 @@ from mlab.core.agentkit import (
     match_name,
     pick_actions,
     positive_int_option,
+    research_problem,
     truncate_middle,
 )
 
@@ -100,7 +101,8 @@ class AutoGPTAgent(Agent):
         self.recent_chars = positive_int_option(opts, "recent_chars", 15_000)
         self.result_chars = positive_int_option(opts, "result_chars", 5_000)
         self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
-        self.system = SYSTEM.format(goal=ctx.research_problem.strip(), commands=self._command_list())
+        goal = research_problem(ctx, [spec.name for spec in self.commands.values()])
+        self.system = SYSTEM.format(goal=goal, commands=self._command_list())
         # Running memory: a condensed account of every step up to folded_through.
         self.memory = ""
         self.folded_through = 0

@@ -19,6 +19,7 @@ from mlab.core.agentkit import (
     check_option_names,
     pick_actions,
     positive_int_option,
+    research_problem,
     truncate_middle,
 )
 
@@ -39,6 +40,7 @@ class LangChainAgent(Agent):
         self.observation_chars = positive_int_option(opts, "observation_chars", 5_000)
         self.scratchpad_chars = positive_int_option(opts, "scratchpad_chars", 60_000)
         self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
+        self.problem = research_problem(ctx, self.actions)
         from . import chain  # LangChain loads here, when a run uses this agent, never at plugin discovery
 
         self._chain_module = chain
@@ -59,7 +61,7 @@ class LangChainAgent(Agent):
                           HumanMessage(content=f"That reply could not be used: {failures[-1]['problem']}. Reply "
                                                "again with a Thought and one JSON blob whose \"action\" is "
                                                f"\"Final Answer\" or one of: {', '.join(self.tools_by_name)}.")]
-            reply = self.chain.invoke({"input": self.ctx.research_problem, "conversation": asked})
+            reply = self.chain.invoke({"input": self.problem, "conversation": asked})
             text = self._chain_module.message_text(reply.content)
             try:
                 return self._to_action(text, failures)
@@ -114,7 +116,7 @@ class LangChainAgent(Agent):
                 break
             turns[:0] = [("ai", reply), ("human", observation)]
         dropped = len(state.history) - len(turns) // 2
-        question = f"Question: {self.ctx.research_problem.strip()}"
+        question = f"Question: {self.problem}"
         if dropped:
             question += f"\n\n({dropped} earlier steps are left out to save space.)"
         minutes = max(0, int(state.seconds_left // 60))

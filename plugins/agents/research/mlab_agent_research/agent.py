@@ -15,8 +15,10 @@ from mlab.core.agentkit import (
     bool_option,
     check_option_names,
     int_option,
+    needs_summary,
     parse_named_entries,
     pick_actions,
+    research_problem,
     summarize_observation,
 )
 
@@ -50,7 +52,8 @@ class ResearchAgent(Agent):
         self.history_steps = int_option(opts, "history_steps", 3, minimum=1)
         self.summarize_over = int_option(opts, "summarize_over", SUMMARY_THRESHOLD, minimum=100)
         self.max_attempts = int_option(opts, "max_attempts", MAX_ATTEMPTS, minimum=1)
-        self.system = prompts.system_prompt(ctx.research_problem, self.actions, self.entry_names)
+        self.system = prompts.system_prompt(research_problem(ctx, self.actions), self.actions,
+                                             self.entry_names)
         # Memory (saved with every step): summaries of long observations, the research log, what was recalled.
         self.seen = 0
         self.summaries: dict[str, str] = {}
@@ -91,7 +94,7 @@ class ResearchAgent(Agent):
         for step in history:
             if step.index <= self.seen:
                 continue
-            if len(step.observation) > self.summarize_over:
+            if needs_summary(step, self.summarize_over):
                 self.summaries[str(step.index)] = summarize_observation(
                     self.llm, step.observation, action_text(step.action))
             if self.retrieval:
