@@ -29,6 +29,7 @@ from mlab.core.models import (
 from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.rootfs import RootView, root_view
 from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, ScoringContext, Task, scoring_context
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "BudgetExceeded",
     "Completion", "EnvError", "ExecResult", "ExecSpec", "InvalidSubmission", "LLM", "LLMCallFinished",
     "LLMClient", "LLMError", "Limits", "LocalSandbox", "Message", "Metric", "MlabError", "PrepareContext",
-    "Resources", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "ScoringContext", "Step",
+    "Resources", "RootView", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "ScoringContext", "Step",
     "StepFinished", "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
-    "scoring_context",
+    "root_view", "scoring_context",
 ]

@@ -1,12 +1,12 @@
 """The embedded default sandbox: a child process group with resource limits (and a cgroup of its own where
 one can be made, bounding the processes and memory of the whole tree).
 
-Where the kernel allows it (root, or unprivileged user namespaces) the command also gets its own mount and
-PID namespaces: hidden paths are covered (an empty tmpfs over folders, /dev/null over files), read-only paths
-are bind-mounted read-only, every other disk file system except the workspace, the sandbox home and /tmp is
-read-only, block devices read as empty, and the command runs with no capabilities, so even as root it cannot
-unmount or remount any of that. /proc shows only the command's own processes, and every process the command
-started dies with it.
+Where the kernel allows it (root, or unprivileged user namespaces) the command runs in its own user, mount,
+PID, IPC, UTS and network namespaces, on a file system built from nothing as bwrap builds it
+(mlab.core.sandbox.rootfs): the workspace and the sandbox home writable, the system folders and the Python
+environment read-only, a private /tmp, /dev and /proc, and nothing else. It has a loopback of its own and no
+capabilities, even as root. confine.py, run by path with the harness's interpreter, does all that with direct
+system calls.
 
 Without namespaces (fallback) the command is only a process group with rlimits; daemonized children are
 found by a token in their environment and killed.
@@ -15,155 +15,53 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import marshal
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.rootfs import BASIC_DEVICES, RootView, root_view
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 
 
 @functools.lru_cache(maxsize=1)
-def confine_script() -> str:
-    """The shell script that sets up the namespaces before the command (confine.sh, next to this module)."""
-    return importlib.resources.files(__package__).joinpath("confine.sh").read_text(encoding="utf-8")
+def confine_program() -> str:
+    """The path of confine.py (next to this module), which the harness's interpreter runs by path."""
+    return str(importlib.resources.files(__package__).joinpath("confine.py"))
+
+
+def plan_of(view: RootView) -> str:
+    """The RootView as confine.py reads it."""
+    return marshal.dumps({
+        "links": view.links, "read_only": view.read_only, "late_read_only": view.late_read_only,
+        "devices": view.devices, "basic_devices": list(BASIC_DEVICES), "writable": view.writable,
+        "protected": view.protected, "masked_dirs": view.masked_dirs, "masked_files": view.masked_files,
+        "network": view.network, "tmp_bytes": view.tmp_bytes}).hex()
 
 
 @functools.lru_cache(maxsize=1)
 def namespace_prefix() -> tuple[str, ...] | None:
-    """The unshare command line that works here, or None when namespaces are unavailable."""
-    unshare = shutil.which("unshare")
-    if not unshare:
-        return None
-    base = [unshare, "--mount", "--pid", "--net", "--fork", "--kill-child", "--mount-proc", "--propagation",
-            "private"]
-    candidates = [base] if os.geteuid() == 0 else []
-    candidates.append(base[:1] + ["--map-root-user"] + base[1:])
-    for prefix in candidates:
+    """The command line that starts confine.py, when it works here; None when namespaces are unavailable."""
+    prefix = (sys.executable, "-I", "-S", "-B", confine_program())
+    with tempfile.TemporaryDirectory(prefix="mlab-probe-") as folder:
+        spec = ExecSpec(cwd=folder)
         try:
-            probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+            probe = subprocess.run([*prefix, plan_of(root_view(["true"], spec)), "--", "true"],
+                                   capture_output=True, timeout=20, cwd=folder)
         except (OSError, subprocess.TimeoutExpired):
-            continue
-        if probe.returncode == 0:
-            return tuple(prefix)
-    return None
-
-
-PRIVATE_TMP_BYTES = 1 << 30  # memory-backed: also within the command's memory limit
-
-
-def python_dirs(python: str) -> set[str]:
-    """The folders an interpreter needs: its environment (a venv), the installation it comes from, and the
-    harness's own."""
-    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    if os.path.isabs(python):
-        for exe in (python, os.path.realpath(python)):
-            home = os.path.dirname(os.path.dirname(exe))  # .../bin/python -> ...
-            dirs.add(os.path.realpath(home))
-            cfg = os.path.join(home, "pyvenv.cfg")
-            try:
-                with open(cfg, encoding="utf-8", errors="replace") as f:
-                    for line in f:
-                        key, _, value = line.partition("=")
-                        if key.strip() == "home" and value.strip():
-                            dirs.add(os.path.dirname(os.path.realpath(value.strip())))
-            except OSError:
-                pass
-    return {d for d in dirs if d != "/" and os.path.isdir(d)}
-
-
-def confine_options(spec: ExecSpec, argv: list[str] | None = None) -> list[str]:
-    """The options of the confine script for spec (writable first: later mounts must land on those binds)."""
-    writable = {os.path.realpath(spec.cwd)}
-    for folder in spec.writable_paths:
-        if os.path.isdir(folder) and not os.path.islink(folder):
-            writable.add(os.path.realpath(folder))
-    ordered = sorted(writable, key=lambda p: (p.count("/"), p))  # parents before children
-    options: list[str] = [] if spec.network else ["-N"]
-    tmp = os.path.realpath("/tmp")
-    if tmp == "/tmp" and os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
-        # Scripts get a /tmp of their own: other runs' files (and anything else) in the host's /tmp are
-        # neither readable nor writable; the workspace and home stay where they are even when below /tmp.
-        options += ["-T", str(PRIVATE_TMP_BYTES)]
-        # An interpreter below /tmp (a test's venv) stays reachable too; read-only, like the rest of the disk.
-        kept = set(ordered) | (python_dirs(argv[0]) if argv else set())
-        for path in sorted(kept, key=lambda p: (p.count("/"), p)):
-            if path.startswith("/tmp/") and not any(path.startswith(k + "/") for k in kept if k != path):
-                options += ["-k", path]
-        options += ["-M", "-D"]
-    elif os.path.isdir(tmp):
-        ordered = sorted({*ordered, tmp}, key=lambda p: (p.count("/"), p))
-    for path in ordered:
-        options += ["-w", path]
-    for hidden in spec.hidden_paths:
-        if os.path.isdir(hidden):
-            options += ["-h", os.path.realpath(hidden)]
-        elif os.path.exists(hidden):
-            options += ["-f", os.path.realpath(hidden)]
-    options += host_secrets(spec, ordered)
-    for protected in spec.read_only_paths:
-        # A symlink would make mount follow it, possibly out of the workspace; the harness restores those.
-        if os.path.lexists(protected) and not os.path.islink(protected):
-            options += ["-r", os.path.realpath(protected)]
-    needed = python_dirs(argv[0]) if argv else set()
-    kept_paths = [str(spec.cwd), *map(str, spec.writable_paths), *map(str, spec.read_only_paths), *needed]
-    # the confine script lists kept mounts separated by spaces
-    if "-M" in options and not any(char.isspace() for kept in kept_paths for char in kept):
-        private = private_folders(spec)
-        for hidden_dir in private:
-            for need in sorted(needed, key=lambda p: (p.count("/"), p)):
-                if need.startswith(hidden_dir + "/") and not any(need.startswith(k + "/") for k in needed if k != need):
-                    options += ["-r", need]
-        for hidden_dir in private:
-            options += ["-x", hidden_dir]
-    return options
-
-
-SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers")
-
-
-def host_secrets(spec: ExecSpec, writable: list[str]) -> list[str]:
-    """Options hiding what agent code running as uid 0 (without capabilities) could still read or reach: the
-    password hashes, and the host's runtime folder of daemon sockets (a Docker socket is the host's root). A
-    task that needs the network keeps /run: its resolver configuration may live there."""
-    options: list[str] = []
-    for secret in SECRET_FILES:
-        if os.path.isfile(secret) and not os.path.islink(secret):
-            options += ["-f", secret]
-    if not spec.network:
-        for runtime in ("/run", "/var/run"):
-            real = os.path.realpath(runtime)
-            if os.path.isdir(real) and real not in ("/", "/tmp") and real == runtime and not any(
-                    w == real or w.startswith(real + "/") for w in writable):
-                options += ["-h", real]
-    return options
-
-
-def private_folders(spec: ExecSpec) -> list[str]:
-    """Folders agent code must not see at all, whatever their permissions: the run's own folder (its trace,
-    snapshots and objects hold every earlier state of the workspace) and the harness user's home (caches, keys,
-    other task homes). Folders below /tmp are private already (the command has its own /tmp)."""
-    found = []
-    run_dir = os.path.dirname(os.path.realpath(spec.cwd))
-    if any(os.path.exists(os.path.join(run_dir, marker)) for marker in ("trace.json", "config.json")) or \
-            os.path.basename(run_dir).startswith("mlab-"):
-        found.append(run_dir)
-    home = os.path.realpath(os.path.expanduser("~"))
-    if home != run_dir:
-        found.append(home)
-    usable = [f for f in found if f not in ("/", "/tmp") and not f.startswith("/tmp/") and "\n" not in f
-              and " " not in f and os.path.isdir(f)]
-    # a folder inside another hidden one is hidden with it
-    return [f for f in usable if not any(f.startswith(o + "/") for o in usable if o != f)]
+            return None
+    return prefix if probe.returncode == 0 else None
 
 
 class LocalSandbox(Sandbox):
     name = "local"
-    description = "child process group with rlimits; mount and PID namespaces where the kernel allows"
+    description = ("namespaces and a file system built from nothing (workspace read-write, system and Python "
+                   "read-only, no network), with direct system calls; refuses where the kernel allows none")
 
     def __init__(self, namespaces: bool = True):
         self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)
@@ -194,11 +92,8 @@ class LocalSandbox(Sandbox):
         command = list(argv)
         env = dict(spec.env)
         prefix = namespace_prefix() if self.use_namespaces else None
-        if prefix is not None and spec.network:
-            prefix = tuple(part for part in prefix if part != "--net")
         if prefix is not None:
-            command = [*prefix, "/bin/sh", "-c", confine_script(), "mlab-confine", *confine_options(spec, argv),
-                       "--", *argv]
+            command = [*prefix, plan_of(root_view(argv, spec)), "--", *argv]
             token = None
         else:
             token = secrets.token_hex(16)

@@ -11,29 +11,19 @@ The image only supplies an empty root: MLAB_DOCKER_IMAGE, by default `mlab-empty
 """
 from __future__ import annotations
 
-import glob
 import os
 import secrets
 import subprocess
-import sys
 import time
 
-from mlab.core import ExecSpec, Sandbox, hookimpl
+from mlab.core import ExecSpec, Sandbox, hookimpl, root_view
 from mlab_sandbox_docker import cgroup, engine
 from mlab_sandbox_docker.engine import BUILD_HINT, DEFAULT_IMAGE, IMAGE_VAR, build_image
 
 __all__ = ["BUILD_HINT", "DEFAULT_IMAGE", "IMAGE_VAR", "DockerSandbox", "build_image", "command_for"]
 
-# Host folders shown read-only. A top-level link (/lib64 -> usr/lib64 on merged-/usr systems) is mounted as what
-# it points to: an empty root has no such link, and the dynamic loader is looked up by that path.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")
-# Files of /etc that programs need (the loader's cache, user names, time zone, certificates); the rest of /etc
-# may hold secrets. The engine writes /etc/hosts, hostname and resolv.conf itself.
-ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
-               "timezone", "ssl", "ca-certificates", "ca-certificates.conf", "alternatives", "mime.types",
-               "os-release", "fonts", "matplotlibrc", "gai.conf", "host.conf")
-# More read-only folders, e.g. a CUDA installation elsewhere: MLAB_DOCKER_RO=/path1:/path2
-EXTRA_RO_VAR = "MLAB_DOCKER_RO"
+# The engine writes these itself.
+ENGINE_FILES = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 TMP_SIZE = 1 << 30
 # The container's init: a shell that merges stderr into stdout (the engine carries them apart, and would lose
 # their order), sets the address-space bound the engine has no flag for, then stays PID 1 (no exec) to reap
@@ -41,31 +31,6 @@ TMP_SIZE = 1 << 30
 INIT = 'exec 2>&1; {ulimit}"$@"'
 # How long popen waits for the engine to start the container (its time limit counts from then).
 START_WAIT_S = 120.0
-
-
-def _inside(folder: str, path: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _python_dirs(python: str) -> list[str]:
-    """The folders a Python interpreter needs, by the paths it is named with and the real ones: its environment
-    (a venv), the installation it was made from, and the harness's own."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    if os.path.isabs(python):
-        for exe in (python, os.path.realpath(python)):
-            home = os.path.dirname(os.path.dirname(exe))  # .../bin/python -> ...
-            dirs.add(home)
-            try:
-                with open(os.path.join(home, "pyvenv.cfg"), encoding="utf-8", errors="replace") as f:
-                    for line in f:
-                        key, _, value = line.partition("=")
-                        if key.strip() == "home" and value.strip():
-                            dirs.add(os.path.dirname(value.strip()))
-                            dirs.add(os.path.dirname(os.path.realpath(value.strip())))
-            except OSError:
-                pass
-    found = {os.path.abspath(d) for d in dirs} | {os.path.realpath(d) for d in dirs}
-    return sorted(d for d in found if d != "/" and os.path.isdir(d))
 
 
 def _mount_option(kind: str, target: str, source: str | None = None, readonly: bool = False,
@@ -100,45 +65,25 @@ def command_for(argv: list[str], spec: ExecSpec, name: str, label: str = "") -> 
         cmd += ["--ulimit", f"fsize={limits.file_size_bytes}"]
     if limits.cpu_seconds:  # SIGXCPU at the soft limit tells what happened; at the hard one comes SIGKILL
         cmd += ["--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}"]
-    shown: list[str] = []  # container paths that show host folders
-
-    def ro(path: str) -> None:
-        nonlocal cmd
-        real = os.path.realpath(path)
-        if any(_inside(s, path) for s in shown) or not os.path.exists(real):
-            return
-        cmd += _mount_option("bind", path, real, readonly=True)
-        shown.append(path)
-
-    for path in SYSTEM_DIRS:
-        ro(path)
-    for entry in ETC_ENTRIES:
-        ro(os.path.join("/etc", entry))  # a link (/etc/localtime) is mounted as what it points to
-    extra = [p for p in os.environ.get(EXTRA_RO_VAR, "").split(":") if p.strip()]
-    for path in [*(_python_dirs(argv[0]) if argv else []), *extra]:
-        ro(path)  # after /tmp's tmpfs (the engine mounts deeper paths later): a venv below /tmp stays visible
-    devices = [d for d in sorted(glob.glob("/dev/nvidia*")) if not os.path.isdir(d)]  # GPUs, as bwrap passes them
-    for device in devices + (["/dev/dri"] if os.path.isdir("/dev/dri") else []):  # a folder: every device in it
+    view = root_view(argv, spec, named_too=True)
+    # A top-level link (/lib64 -> usr/lib64 on merged-/usr systems) is mounted as what it points to: an empty
+    # root has no such link, and the dynamic loader is looked up by that path.
+    for path, _target in view.links:
+        cmd += _mount_option("bind", path, os.path.realpath(path), readonly=True)
+    for source, target in [*view.read_only, *view.late_read_only]:
+        if target not in ENGINE_FILES:  # the engine mounts deeper paths later: a venv below /tmp stays visible
+            cmd += _mount_option("bind", target, source, readonly=True)
+    for device in view.devices:  # a folder (/dev/dri): every device in it
         cmd += ["--device", device]
-    workspace = os.path.realpath(spec.cwd)
-    writable = [workspace] + [os.path.realpath(p) for p in spec.writable_paths
-                              if os.path.isdir(p) and not os.path.islink(p)]
-    for path in writable:
+    for path in view.writable:
         cmd += _mount_option("bind", path, path)
-        shown.append(path)
-    for protected in spec.read_only_paths:
-        # A symlink would make the bind follow it, possibly out of the workspace; the harness restores those.
-        if os.path.lexists(protected) and not os.path.islink(protected):
-            real = os.path.realpath(protected)
-            if _inside(workspace, real):
-                cmd += _mount_option("bind", real, real, readonly=True)
-    for hidden in spec.hidden_paths:  # only matters where a hidden path lies inside something shown
-        real = os.path.realpath(hidden)
-        if any(_inside(s, real) for s in shown):
-            if os.path.isdir(real):
-                cmd += _mount_option("tmpfs", real, readonly=True, extra=",tmpfs-size=4096")
-            elif os.path.exists(real):
-                cmd += _mount_option("bind", real, "/dev/null", readonly=True)
+    for path in view.protected:
+        cmd += _mount_option("bind", path, path, readonly=True)
+    for path in view.masked_dirs:
+        cmd += _mount_option("tmpfs", path, readonly=True, extra=",tmpfs-size=4096")
+    for path in view.masked_files:
+        cmd += _mount_option("bind", path, "/dev/null", readonly=True)
+    workspace = view.writable[0]
     for key in spec.env:
         # Values come from the client's environment, not its command line; one the client needs for itself
         # (PATH) is given on the command line instead.

@@ -1,0 +1,288 @@
+"""The local sandbox's confinement, run as `python -I -S confine.py PLAN -- COMMAND...` (standard library only:
+it runs before anything of mlab is importable, by path). PLAN is a RootView as hex of marshal (the harness runs
+this with its own interpreter; marshal, unlike json, imports nothing: this runs before every command).
+
+It makes new user (unless root), mount, PID, IPC, UTS and network namespaces with direct system calls, builds
+the command's file system from an empty tmpfs as PLAN (a RootView as JSON) says, then runs the command with no
+capabilities and no way to gain any. One process does every mount: no `mount` or `ip` child per step.
+
+Processes: this one waits for the namespace's init and exits as it does; the init (PID 1 inside) builds the
+root, starts the command, reaps orphans, and exits 128+N when the command dies of signal N. When the init ends,
+the kernel kills everything left in the namespace.
+"""
+from __future__ import annotations
+
+import ctypes
+import marshal
+import os
+import signal
+import stat
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217, "i686": 217}
+# statvfs flags a remount must keep: in a user namespace the kernel refuses to clear locked ones
+KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+              (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME))
+SYSTEM_FAILURE = 120  # the sandbox could not be built: the harness reports the message, not the command's
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+class ConfineError(Exception):
+    pass
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise ConfineError(f"{what}: {os.strerror(err)}")
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _call(libc.mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(data)), f"mount {target}")
+
+
+def remount_read_only(target: str, extra: int = 0) -> None:
+    kept = 0
+    try:
+        got = os.statvfs(target).f_flag
+        kept = sum(ms for st, ms in KEPT_FLAGS if got & st)
+    except OSError:
+        pass
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept | extra)
+
+
+def pivot_root(new: str, old: str) -> None:
+    machine = os.uname().machine
+    number = PIVOT_ROOT.get(machine)
+    if number is None:
+        raise ConfineError(f"pivot_root: unknown system call number on {machine}")
+    _call(libc.syscall(number, os.fsencode(new), os.fsencode(old)), "pivot_root")
+
+
+def write_file(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def make_point(target: str, like: str) -> None:
+    """Create an empty file or folder at target to mount `like` (a host path, seen from the old root) on."""
+    if os.path.isdir(like):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def bind(source: str, shown_at: str, new_root: str, read_only: bool) -> None:
+    """Show source (a real host path, seen at /oldroot, or a descriptor's /proc link) at shown_at in new_root."""
+    origin = source if source.startswith("/oldroot/") else "/oldroot" + source
+    target = new_root + shown_at
+    make_point(target, origin)
+    mount(origin, target, None, MS_BIND | MS_REC)
+    if read_only:
+        remount_read_only(target, MS_NOSUID | MS_NODEV)
+
+
+def open_below(workspace: str, path: str) -> int | None:
+    """An O_PATH descriptor of path, reached from the workspace one component at a time without following a
+    link; None when a link (or nothing) is in the way: the harness restores those."""
+    parts = [p for p in os.path.relpath(path, workspace).split("/") if p not in ("", ".")]
+    fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    for part in parts:
+        try:
+            nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError:
+            nxt = -1
+        os.close(fd)
+        if nxt < 0:
+            return None
+        fd = nxt
+        if stat.S_ISLNK(os.fstat(fd).st_mode):  # O_PATH with O_NOFOLLOW opens a link itself
+            os.close(fd)
+            return None
+    return fd
+
+
+def loopback_up() -> None:
+    """Bring up the new network namespace's loopback (ioctl on a datagram socket, as `ip link set lo up`)."""
+    sock = libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM
+    if sock < 0:
+        raise ConfineError(f"socket: {os.strerror(ctypes.get_errno())}")
+    try:
+        request = ctypes.create_string_buffer(b"lo", 40)  # struct ifreq: the name, then the flags (a short)
+        _call(libc.ioctl(sock, SIOCGIFFLAGS, request), "read the loopback's flags")
+        flags = ctypes.c_short.from_buffer(request, 16)
+        flags.value |= IFF_UP
+        _call(libc.ioctl(sock, SIOCSIFFLAGS, request), "bring up the loopback")
+    finally:
+        os.close(sock)
+
+
+def build_root(plan: dict) -> None:
+    """Turn this mount namespace's root into the plan's file system and enter it."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Descriptors of the protected paths first, while the workspace is reached through the host's root.
+    workspace = plan["writable"][0]
+    protected = [(p, open_below(workspace, p)) for p in plan["protected"]]
+    # Stage on a tmpfs over /tmp; pivoting onto it leaves the host's root (its /tmp included) at /oldroot.
+    mount("mlab-root", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+    os.chdir("/tmp")
+    os.mkdir("newroot")
+    os.mkdir("oldroot")
+    pivot_root(".", "oldroot")
+    os.chdir("/")
+    new = "/newroot"
+    mount("mlab-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m,nr_inodes=16384")
+    for path, target in plan["links"]:
+        os.symlink(target, new + path)
+    for source, target in plan["read_only"]:
+        bind(source, target, new, read_only=True)
+    os.mkdir(new + "/proc")
+    mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # read-only: uid 0 without capabilities still owns /proc/sys and /proc/sysrq-trigger of the host kernel
+    remount_read_only(new + "/proc")
+    os.mkdir(new + "/dev")
+    mount("mlab-dev", new + "/dev", "tmpfs", MS_NOSUID, "mode=755,size=64k")
+    for name in plan["basic_devices"]:
+        if os.path.exists("/oldroot/dev/" + name):
+            bind("/dev/" + name, "/dev/" + name, new, read_only=False)
+    for device in plan["devices"]:
+        bind(device, device, new, read_only=False)
+    os.mkdir(new + "/dev/shm")
+    mount("mlab-shm", new + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
+    remount_read_only(new + "/dev")  # only /dev/shm takes files
+    os.makedirs(new + "/tmp", exist_ok=True)
+    mount("mlab-tmp", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={plan['tmp_bytes']}")
+    for source, target in plan["late_read_only"]:
+        bind(source, target, new, read_only=True)
+    for path in plan["writable"]:
+        bind(path, path, new, read_only=False)
+    for path, fd in protected:
+        if fd is not None:
+            bind(f"/oldroot/proc/self/fd/{fd}", path, new, read_only=True)
+            os.close(fd)
+    for path in plan["masked_dirs"]:
+        mount("mlab-hidden", new + path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=000")
+    for path in plan["masked_files"]:
+        mount("/newroot/dev/null", new + path, None, MS_BIND)
+    remount_read_only(new)  # nothing can be stored outside the workspace, the home and /tmp
+    _call(libc.umount2(b"/oldroot", MNT_DETACH), "umount /oldroot")
+    os.chdir(new)
+    pivot_root(".", ".")  # the staging tmpfs ends up on top of the new root: detach it
+    _call(libc.umount2(b".", MNT_DETACH), "umount the staging root")
+    os.chdir("/")
+
+
+def drop_privileges() -> None:
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # past the last capability this kernel knows
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    _call(libc.capset(header, data), "capset")
+    _call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def status_of(wait_status: int) -> int:
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.WEXITSTATUS(wait_status)
+
+
+def fail(message: str) -> None:
+    os.write(2, f"mlab sandbox: {message}\n".encode(errors="replace"))
+    os._exit(SYSTEM_FAILURE)
+
+
+def init(plan: dict, command: list[str]) -> None:
+    """PID 1 of the new namespace."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the outer process dies: so does the namespace
+    try:
+        build_root(plan)
+        if not plan["network"]:
+            loopback_up()
+        name = b"mlab-sandbox"
+        libc.sethostname(name, len(name))
+        os.chdir(plan["writable"][0])
+    except (ConfineError, OSError) as exc:
+        fail(str(exc))
+    child = os.fork()
+    if child == 0:
+        try:
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)  # Python ignores these; the command should not
+            drop_privileges()
+            os.execvp(command[0], command)
+        except ConfineError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            os.write(2, f"{command[0]}: {exc.strerror}\n".encode(errors="replace"))
+            os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    while True:  # reap orphans until the command ends
+        try:
+            pid, wait_status = os.wait()
+        except ChildProcessError:
+            os._exit(SYSTEM_FAILURE)
+        except InterruptedError:
+            continue
+        if pid == child:
+            os._exit(status_of(wait_status))
+
+
+def main(argv: list[str]) -> None:
+    plan = marshal.loads(bytes.fromhex(argv[1]))
+    command = argv[argv.index("--") + 1:]
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    if not plan["network"]:
+        flags |= CLONE_NEWNET
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+    try:
+        _call(libc.unshare(flags), "unshare")
+        if uid != 0:  # the caller becomes root of its user namespace, which owns the others
+            write_file("/proc/self/setgroups", "deny")
+            write_file("/proc/self/uid_map", f"0 {uid} 1")
+            write_file("/proc/self/gid_map", f"0 {gid} 1")
+    except (ConfineError, OSError) as exc:
+        fail(str(exc))
+    child = os.fork()
+    if child == 0:
+        init(plan, command)
+    while True:
+        try:
+            _pid, wait_status = os.waitpid(child, 0)
+        except InterruptedError:
+            continue
+        os._exit(status_of(wait_status))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

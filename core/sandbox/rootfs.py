@@ -1,0 +1,140 @@
+"""The file system a confined command sees, built from nothing: which host paths are shown (read-only or
+writable) and where something shown must be covered. The local and bwrap sandboxes mount exactly this plan, and
+docker mounts the same folders, so "what agent code can see" has one definition.
+
+Shown: the system folders and a few files of /etc (read-only), the Python environment that runs the command,
+folders named in MLAB_SANDBOX_RO, the GPU device nodes, the workspace and the other writable folders. Not
+shown, whatever their permissions: the run's own folder (trace, snapshots, objects), every task's hidden
+answers, other runs, the harness user's home, data folders, the LLM cache, daemon sockets, password hashes.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from dataclasses import dataclass, field
+
+from mlab.core.sandbox.contract import ExecSpec
+
+# System folders shown read-only (a top-level symlink such as /lib -> usr/lib is recreated as a link).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")
+# Files of /etc that programs need (the dynamic loader, user names, time zone, certificates); the rest of /etc
+# may hold secrets (password hashes, host keys) and is left out.
+ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
+               "timezone", "hosts", "ssl", "ca-certificates", "ca-certificates.conf", "alternatives", "mime.types",
+               "os-release", "fonts", "matplotlibrc", "gai.conf", "host.conf")
+# Only for a task that declares it needs the network: name resolution.
+NETWORK_ETC_ENTRIES = ("resolv.conf",)
+# Read-only folders beyond those, e.g. a CUDA installation elsewhere: MLAB_SANDBOX_RO=/path1:/path2 (the older
+# per-sandbox names still count).
+EXTRA_RO_VARS = ("MLAB_SANDBOX_RO", "MLAB_BWRAP_RO", "MLAB_DOCKER_RO")
+# GPUs stay usable: NVIDIA's device nodes, AMD's kfd and the DRI render nodes.
+GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
+# The character devices every program expects.
+BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+TMP_BYTES = 1 << 30  # the private /tmp: memory-backed, so also within the command's memory limit
+
+
+def inside(folder: str, path: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def python_dirs(python: str, named_too: bool = False) -> list[str]:
+    """The folders an interpreter needs: its environment (a venv), the installation it comes from, and the
+    harness's own. Real paths; with named_too also the paths as named (a container must show both)."""
+    named = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    if os.path.isabs(python):
+        for exe in (python, os.path.realpath(python)):
+            home = os.path.dirname(os.path.dirname(exe))  # .../bin/python -> ...
+            named.add(home)
+            try:
+                with open(os.path.join(home, "pyvenv.cfg"), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        key, _, value = line.partition("=")
+                        if key.strip() == "home" and value.strip():
+                            named.add(os.path.dirname(value.strip()))
+            except OSError:
+                pass
+    found = {os.path.realpath(d) for d in named}
+    if named_too:
+        found |= {os.path.abspath(d) for d in named}
+    return sorted(d for d in found if d != "/" and os.path.isdir(d))
+
+
+def extra_read_only() -> list[str]:
+    """The folders the user asked to show read-only (MLAB_SANDBOX_RO and the older names)."""
+    paths: list[str] = []
+    for var in EXTRA_RO_VARS:
+        paths += [p for p in os.environ.get(var, "").split(":") if p.strip() and p not in paths]
+    return paths
+
+
+def gpu_devices() -> list[str]:
+    """GPU device nodes (and device folders) of this host."""
+    found: list[str] = []
+    for pattern in GPU_DEVICE_GLOBS:
+        found += sorted(glob.glob(pattern))
+    return found
+
+
+@dataclass
+class RootView:
+    """What to mount, in order, on an empty read-only root. Every path is absolute and real, and shown at the
+    same path inside."""
+
+    links: list[tuple[str, str]] = field(default_factory=list)  # (path, target): top-level links like /lib
+    # (real host path, where it is shown): host files and folders shown read-only
+    read_only: list[tuple[str, str]] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # GPU device nodes, shown as they are
+    late_read_only: list[tuple[str, str]] = field(default_factory=list)  # after the private /tmp (a venv there)
+    writable: list[str] = field(default_factory=list)  # the workspace first, then e.g. the sandbox home
+    protected: list[str] = field(default_factory=list)  # inside the workspace: read-only over the writable bind
+    masked_dirs: list[str] = field(default_factory=list)  # hidden folders inside something shown: covered
+    masked_files: list[str] = field(default_factory=list)
+    network: bool = False  # the host's network (else a loopback of its own)
+    tmp_bytes: int = TMP_BYTES
+
+    def shown(self) -> list[str]:
+        return [target for _, target in (*self.read_only, *self.late_read_only)] + self.writable
+
+
+def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootView:
+    """The plan of the file system that runs argv per spec; named_too also shows the Python environment at
+    the paths it is named by (a container has none of the host's links)."""
+    view = RootView(network=spec.network)
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            view.links.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            view.read_only.append((os.path.realpath(path), path))
+    for name in ETC_ENTRIES + (NETWORK_ETC_ENTRIES if spec.network else ()):
+        path = os.path.join("/etc", name)
+        if os.path.exists(path):
+            # a link (/etc/localtime, a resolv.conf kept under /run) is shown as what it points to, at its name
+            view.read_only.append((os.path.realpath(path), path))
+    if os.path.isdir("/sys/devices/system/cpu"):
+        # CPU counts and caches, read by numpy and torch
+        view.read_only.append((os.path.realpath("/sys/devices/system/cpu"), "/sys/devices/system/cpu"))
+    view.devices = gpu_devices()
+    for path in [*(python_dirs(argv[0], named_too) if argv else []), *extra_read_only()]:
+        real = os.path.realpath(path)
+        shown_at = os.path.abspath(path) if named_too else real
+        if os.path.exists(real) and not any(inside(s, shown_at) for s in view.shown()):
+            view.late_read_only.append((real, shown_at))
+    workspace = os.path.realpath(spec.cwd)
+    view.writable = [workspace] + [os.path.realpath(p) for p in spec.writable_paths
+                                   if os.path.isdir(p) and not os.path.islink(p)]
+    for protected in spec.read_only_paths:
+        # A symlink would make the bind follow it, possibly out of the workspace; the harness restores those.
+        if os.path.lexists(protected) and not os.path.islink(protected):
+            real = os.path.realpath(protected)
+            if inside(workspace, real):
+                view.protected.append(real)
+    for hidden in spec.hidden_paths:  # only matters where a hidden path lies inside something shown
+        real = os.path.realpath(hidden)
+        if any(inside(s, real) for s in view.shown()):
+            if os.path.isdir(real):
+                view.masked_dirs.append(real)
+            elif os.path.exists(real):
+                view.masked_files.append(real)
+    return view
