@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.fs.dirfd import MAX_DEPTH
-from mlab.core.run.snapshot import SnapshotStore, WorkspaceChanges
+from mlab.core.run.snapshot import SnapshotStore
 
 
 def make_tree(ws: Path, folders: int = 5, files: int = 20) -> None:
@@ -224,21 +224,19 @@ def test_the_walk_limits_still_bound_a_deep_tree(tmp_path):
     assert all(rel.count("/") < MAX_DEPTH for rel in manifest)
 
 
-def test_objects_are_not_fsynced_one_by_one_but_synced_once_before_the_listing(ws, tmp_path, monkeypatch):
+def test_nothing_is_fsynced_file_by_file_one_syncfs_makes_the_snapshot_durable(ws, tmp_path, monkeypatch):
     import mlab.core.run.snapshot as snapshot
 
     calls: list[str] = []
+    listing = tmp_path / "run" / "snapshots" / "s0.json"
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(f"fsync {os.readlink(f'/proc/self/fd/{fd}')}"))
-    monkeypatch.setattr(snapshot, "sync_filesystem", lambda path: calls.append("syncfs"))
+    monkeypatch.setattr(snapshot, "sync_filesystem", lambda path: calls.append(f"syncfs {listing.exists()}"))
     store = SnapshotStore(tmp_path / "run")
-    store.take(ws, "s0")
-    objects = str(tmp_path / "run" / "objects")
-    assert not any(objects in call for call in calls), calls
-    assert calls[0] == "syncfs" and calls.count("syncfs") == 1
-    assert any("snapshots" in call for call in calls[1:])  # the listing, after the objects
+    store.take(ws, "s0", changes=store.changes)
+    assert calls == ["syncfs True"]  # once, with the listing in place
     calls.clear()
-    store.take(ws, "s1")  # nothing new to sync
-    assert "syncfs" not in calls
+    store.take(ws, "s1", changes=store.changes)  # the same snapshot again: a link, and its folder synced
+    assert calls == [f"fsync {tmp_path / 'run' / 'snapshots'}"]
 
 
 def test_a_torn_object_is_found_by_verify_and_never_reused_by_its_name(ws, tmp_path):
@@ -268,14 +266,18 @@ def test_a_torn_folder_listing_is_reported_as_its_folder(ws, tmp_path):
     assert SnapshotStore(tmp_path / "run").verify("s0") == ["d3"]
 
 
-def test_restore_then_take_records_the_restored_state(ws, tmp_path):
+def test_after_a_restore_the_next_snapshot_reads_only_the_files_the_restore_wrote(ws, tmp_path, monkeypatch):
     store = SnapshotStore(tmp_path / "run")
     store.take(ws, "s0", changes=store.changes)
     (ws / "d0" / "f0.txt").write_text("later\n")
     store.changes.ran_agent_code()
     store.take(ws, "s1", changes=store.changes)
-    store.restore("s0", ws)
-    assert manifest_state(store.take(ws, "s2", changes=WorkspaceChanges())) == manifest_state(store.manifest("s0"))
+    resumed = SnapshotStore(tmp_path / "run")  # as a resumed run does
+    resumed.restore("s0", ws)
+    counter = OpenCounter(monkeypatch)
+    manifest = resumed.take(ws, "s2", changes=resumed.changes)
+    assert counter.names == ["f0.txt"]
+    assert manifest_state(manifest) == manifest_state(store.manifest("s0")) == state(ws)
 
 
 @pytest.mark.parametrize("patterns", [["d1/*"], ["top.py", "d3/inner"], ["*.bin"], ["d?/f1*"]])

@@ -12,8 +12,9 @@ place cannot change an earlier snapshot.
 Cost: the store remembers the workspace as it last recorded it (mlab.core.fs.tree_index). Taking a snapshot
 lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed; told what the harness
 itself changed (`changes`), it updates only those paths, or reuses the previous snapshot when nothing changed.
-Objects are written without fsync and made durable together by one syncfs before the snapshot's listing is
-written; an object found torn (a crash before that sync) is verified and rewritten, never trusted by name.
+Objects and listings are written without fsync and made durable together by one syncfs before take() returns
+(the caller commits the step after it); an object a crash may have torn (one this process did not write) is
+checked against its name before it is reused, and verify() checks a whole snapshot.
 
 The workspace is read and changed only through directory descriptors (mlab.core.fs.dirfd): agent code may
 swap any of its folders for a symlink while a snapshot is taken or restored.
@@ -30,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk
 from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
 from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
@@ -52,6 +52,11 @@ def _digest_fd(fd: int) -> tuple[str, int]:
         h.update(chunk)
         size += len(chunk)
     return h.hexdigest(), size
+
+
+def keep_all(_rel: str) -> bool:
+    """The default skip: nothing is left out (one function, so the store knows a later call asks the same)."""
+    return False
 
 
 def is_link(entry: Entry) -> bool:
@@ -96,14 +101,13 @@ class SnapshotStore:
         self._index: tuple[tuple[int, int], Callable[[str], bool], Folder, str] | None = None
         self._good: set[str] = set()  # objects written or verified by this process
         self._prefixes: set[str] = set()  # objects/ab folders known to exist
-        self._unsynced = False  # objects written since the last sync
         self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
 
     def _object_path(self, digest: str) -> Path:
         return self.objects / digest[:2] / digest
 
     # ---- taking a snapshot ----------------------------------------------------------------------
-    def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False,
+    def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
              changes: WorkspaceChanges | None = None) -> Manifest:
         """Record the workspace under `name`; returns the manifest. `changes`, when given, is trusted to
         name everything that changed since the last snapshot of this store (see WorkspaceChanges); without
@@ -111,7 +115,7 @@ class SnapshotStore:
         by `self.left_out` afterwards."""
         return self._flatten(self.record(workspace, name, skip, changes), "")
 
-    def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = lambda _rel: False,
+    def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
                changes: WorkspaceChanges | None = None) -> dict[str, Entry]:
         """take() without building the flat manifest: returns the root folder's listing."""
         listing = self._record_tree(workspace, name, skip, changes)
@@ -154,27 +158,44 @@ class SnapshotStore:
 
     def _reuse(self, previous: str, name: str) -> None:
         """Snapshot `name` is snapshot `previous`: one more name for the same file (a copy where the file
-        system has no hard links)."""
+        system has no hard links), made durable by one fsync of the folder."""
         source = self.manifests / f"{previous}.json"
-        target = self.manifests / f"{name}.json"
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+        tmp = self._temporary(name)
         try:
             os.link(source, tmp)
         except OSError:
-            write_atomic(target, source.read_bytes())
+            self._commit(name, source.read_bytes())
             return
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        self._replace(tmp, name)
+        _fsync_folder(self.manifests)
 
     def _commit(self, name: str, listing: bytes) -> None:
-        """Make the objects durable, then the listing that refers to them."""
-        if self._unsynced:
-            sync_filesystem(self.objects)
-            self._unsynced = False
-        write_atomic(self.manifests / f"{name}.json", listing)
+        """Write the listing, then make it and every object written since the last commit durable with one
+        syncfs: the step that refers to them is committed (its trace written) only after this returns."""
+        tmp = self._temporary(name)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(listing)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except BaseException:
+            _unlink_object(tmp)
+            raise
+        self._replace(tmp, name)
+        sync_filesystem(self.manifests)
+
+    def _temporary(self, name: str) -> Path:
+        return self.manifests / f".{name}.json.tmp{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _replace(self, tmp: Path, name: str) -> None:
+        try:
+            os.replace(tmp, self.manifests / f"{name}.json")
+        except BaseException:
+            _unlink_object(tmp)
+            raise
 
     def _seal(self, folder: Folder) -> str | None:
         """The digest of a folder's listing, stored as an object when it changed; None when it holds nothing."""
@@ -253,7 +274,7 @@ class SnapshotStore:
         return folder
 
     def _put(self, data: bytes) -> str:
-        """Store bytes (unsynced until the next commit); returns their digest."""
+        """Store bytes (durable from the next commit on); returns their digest."""
         digest = hashlib.sha256(data).hexdigest()
         if self._has(digest, len(data)):
             return digest
@@ -270,7 +291,6 @@ class SnapshotStore:
         except BaseException:
             _unlink_object(tmp)
             raise
-        self._unsynced = True
         self._good.add(digest)
         return digest
 
@@ -291,7 +311,6 @@ class SnapshotStore:
         except BaseException:
             _unlink_object(tmp)
             raise
-        self._unsynced = True
         self._good.add(copied)
         return copied, size
 
@@ -355,14 +374,19 @@ class SnapshotStore:
                     broken.append(at + key)
         return sorted(broken)
 
-    def restore(self, name: str, workspace: Path, skip: Callable[[str], bool] = lambda _rel: False) -> None:
+    def restore(self, name: str, workspace: Path, skip: Callable[[str], bool] = keep_all) -> None:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
         manifest = self.manifest(name)
         folders = {rel.rsplit("/", 1)[0] for rel in manifest if "/" in rel}
         folders |= {f.rsplit("/", i)[0] for f in list(folders) for i in range(1, f.count("/") + 1)}
         workspace.mkdir(parents=True, exist_ok=True)
+        self._index = None  # until the restore is complete the workspace is neither what was recorded nor this
         root = open_root(workspace)
+        keys: dict[str, StatKey | None] = {}
         try:
+            st = os.fstat(root)
+            identity = (st.st_dev, st.st_ino)
+            horizon = trust_horizon_ns(self.manifests / ".clock", st.st_dev)
             # 1. remove what the snapshot does not have, each entry through its folder's descriptor
             limits = WalkLimits()
             extra_dirs = []
@@ -390,20 +414,32 @@ class SnapshotStore:
                 for rel, entry in sorted(manifest.items()):
                     *parts, leaf = rel.split("/")
                     folder = chain.folder(parts)
-                    self._restore_entry(folder, leaf, entry)
+                    key = self._restore_entry(folder, leaf, entry)
+                    keys[rel] = key if key is not None and key[3] < horizon else None
         finally:
             os.close(root)
-        self._index = None  # the workspace is no longer what was last recorded
+        # The workspace is now this snapshot: files found intact keep their stat, so the next snapshot reads
+        # only those written here.
+        tree = Folder()
+        for rel, entry in manifest.items():
+            *parts, leaf = rel.split("/")
+            folder_node = tree
+            for part in parts:
+                folder_node = folder_node.folders.setdefault(part, Folder())
+            folder_node.files[leaf] = (keys.get(rel), entry)
+        self._index = (identity, skip, tree, name)
+        self.left_out = ""
 
-    def _restore_entry(self, folder: int, leaf: str, entry: Entry) -> None:
+    def _restore_entry(self, folder: int, leaf: str, entry: Entry) -> StatKey | None:
+        """Put back one file or link; the stat key of what was found intact, None for what was written."""
         st = lstat_at(folder, leaf)
         if is_link(entry):
             if st is not None and stat.S_ISLNK(st.st_mode) and os.readlink(leaf, dir_fd=folder) == entry["link"]:
-                return
+                return stat_key(st)
             if st is not None:
                 remove_at(folder, leaf)
             os.symlink(entry["link"], leaf, dir_fd=folder)
-            return
+            return None
         if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry["size"]:
             try:
                 fd = os.open(leaf, FILE_FLAGS, dir_fd=folder)
@@ -412,15 +448,18 @@ class SnapshotStore:
             if fd >= 0:
                 try:
                     os.set_blocking(fd, True)
-                    if stat.S_ISREG(os.fstat(fd).st_mode) and _digest_fd(fd)[0] == entry["sha256"]:
-                        if stat.S_IMODE(os.fstat(fd).st_mode) != entry["mode"]:
+                    opened = os.fstat(fd)
+                    if stat.S_ISREG(opened.st_mode) and _digest_fd(fd)[0] == entry["sha256"]:
+                        if stat.S_IMODE(opened.st_mode) != entry["mode"]:
                             os.fchmod(fd, entry["mode"])
-                        return
+                            return None
+                        return stat_key(opened)
                 finally:
                     os.close(fd)
         if st is not None:
             remove_at(folder, leaf)
         _copy_object_at(self._object_path(entry["sha256"]), folder, leaf, entry["mode"])
+        return None
 
     def materialize(self, name: str, target: Path) -> None:
         """Write snapshot `name` into an empty folder. Links that would lead out of it are left out: the
@@ -512,6 +551,14 @@ def _read_all(fd: int, expected: int) -> bytes:
         parts.append(chunk)
         want = _BLOCK
     return b"".join(parts)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _unlink_object(path: Path) -> None:

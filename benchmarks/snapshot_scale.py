@@ -1,0 +1,222 @@
+"""Snapshot cost against workspace size: mlab's store now, the store before the tree of folder listings (taken
+from git, same machine, same run) and the original benchmark's per-step save (every non-read-only file copied
+each step, re-implemented from its description), on the same workspaces.
+
+Workspaces: N files of --file-bytes in folders of 100 (src/pNNN/fNNNNN.py). Per size it reports:
+  first snapshot, beside `cp -r` of the same tree;
+  a step after agent code changed one file (the stat walk), beside a bare stat walk of the tree (µs per file);
+  a step after Write File (the one path), and a step that changed nothing (List Files);
+  bytes stored after --steps steps changing one file each, beyond the first snapshot.
+Rounds alternate between the implementations so machine load affects them alike.
+
+    python benchmarks/snapshot_scale.py [--sizes 1000,10000,100000] [--steps 20] [--old-rev REV]
+                                        [--old-max-files 10000]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from mlab.core.fs.dirfd import list_dir, open_dir_at, open_root
+from mlab.core.run.snapshot import SnapshotStore
+
+REPO = Path(__file__).resolve().parents[1]
+OLD_REV = "0a79632^"  # the last commit with flat manifests, a stat cache per path and an fsync per object
+FOLDER_FILES = 100
+TARGET_STEP_MS_50K = 150.0
+
+
+def old_store_module(rev: str, scratch: Path) -> ModuleType:
+    source = subprocess.run(["git", "show", f"{rev}:core/run/snapshot.py"], cwd=REPO, check=True,
+                            capture_output=True).stdout
+    path = scratch / "old_snapshot.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("old_snapshot", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_workspace(root: Path, files: int, file_bytes: int) -> list[Path]:
+    paths = []
+    for i in range(files):
+        folder = root / "src" / f"p{i // FOLDER_FILES:03d}"
+        if i % FOLDER_FILES == 0:
+            folder.mkdir(parents=True)
+        path = folder / f"f{i:06d}.py"
+        path.write_bytes(os.urandom(file_bytes))
+        paths.append(path)
+    return paths
+
+
+def tree_bytes(folder: Path) -> int:
+    total = 0
+    for base, _dirs, names in os.walk(folder):
+        for name in names:
+            total += os.lstat(os.path.join(base, name)).st_blocks * 512
+    return total
+
+
+def stat_walk(root: Path) -> int:
+    """lstat of every entry through folder descriptors: the floor of any walk that must see every change."""
+    count = 0
+    pending = [open_root(root)]
+    while pending:
+        fd = pending.pop()
+        try:
+            for name, st in list_dir(fd):
+                count += 1
+                if st is not None and (st.st_mode & 0o170000) == 0o040000:
+                    pending.append(open_dir_at(fd, name))
+        finally:
+            os.close(fd)
+    return count
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    action()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+class Original:
+    """The original benchmark's save: every file copied into a folder per step."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir()
+
+    def take(self, workspace: Path, name: str) -> None:
+        shutil.copytree(workspace, self.root / name, symlinks=True)
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scratch: Path) -> dict[str, Any]:
+    ws = scratch / f"ws{files}"
+    paths = make_workspace(ws, files, args.file_bytes)
+    os.sync()
+    row: dict[str, Any] = {"files": files}
+    # first snapshot, beside cp -r (each into a cold store; the page cache is warm for all alike)
+    cp_target = scratch / f"cp{files}"
+    row["cp_s"] = timed(lambda: subprocess.run(["cp", "-r", str(ws), str(cp_target)], check=True))[0]
+    shutil.rmtree(cp_target)
+    new = SnapshotStore(scratch / f"new{files}")
+    row["new_first_s"], row["new_first_cpu_s"] = timed(lambda: new.record(ws, "step_0000", changes=new.changes))
+    stores: dict[str, Any] = {"new": new}
+    if old is not None and files <= args.old_max_files:
+        old_store = old.SnapshotStore(scratch / f"old{files}")
+        row["old_first_s"] = timed(lambda: old_store.take(ws, "step_0000"))[0]
+        stores["old"] = old_store
+    if files <= args.old_max_files:
+        original = Original(scratch / f"orig{files}")
+        row["orig_first_s"] = timed(lambda: original.take(ws, "step_0000"))[0]
+        stores["orig"] = original
+    base = {name: tree_bytes(scratch / f"{name}{files}") for name in stores}
+    walks, script, write, idle = [], {name: [] for name in stores}, [], []
+    for step in range(1, args.steps + 1):
+        name = f"step_{step:04d}"
+        walks.append(timed(lambda: stat_walk(ws)))
+        paths[(step * 7919) % files].write_bytes(os.urandom(1000))  # agent code changed one file
+        for label, store in stores.items():
+            if label == "new":
+                store.changes.ran_agent_code()
+                script[label].append(timed(lambda s=store, n=name: s.record(ws, n, changes=s.changes)))
+            else:
+                script[label].append(timed(lambda s=store, n=name: s.take(ws, n)))
+    for label in stores:
+        row[f"{label}_bytes_after"] = tree_bytes(scratch / f"{label}{files}") - base[label]
+    for step in range(args.steps + 1, 2 * args.steps + 1):  # Write File, then List Files: new only
+        target = paths[(step * 7919) % files]
+        target.write_bytes(os.urandom(1000))
+        new.changes.wrote(target.relative_to(ws).as_posix())
+        write.append(timed(lambda s=step: new.record(ws, f"step_{s:04d}w", changes=new.changes)))
+        idle.append(timed(lambda s=step: new.record(ws, f"step_{s:04d}i", changes=new.changes)))
+    row["walk_ms"] = median_ms([w for w, _c in walks])
+    for label in stores:
+        row[f"{label}_step_ms"] = median_ms([w for w, _c in script[label]])
+        row[f"{label}_step_cpu_ms"] = median_ms([c for _w, c in script[label]])
+    row["new_write_ms"] = median_ms([w for w, _c in write])
+    row["new_write_cpu_ms"] = median_ms([c for _w, c in write])
+    row["new_idle_ms"] = median_ms([w for w, _c in idle])
+    row["new_idle_cpu_ms"] = median_ms([c for _w, c in idle])
+    for label in stores:
+        shutil.rmtree(scratch / f"{label}{files}", ignore_errors=True)
+    shutil.rmtree(ws)
+    return row
+
+
+def report(row: dict[str, Any], steps: int) -> None:
+    n = row["files"]
+    print(f"\n== {n} files ==")
+    first = f"first snapshot: new {row['new_first_s']:.2f} s = {row['new_first_s'] / row['cp_s']:.2f}x cp -r " \
+            f"({row['cp_s']:.2f} s)"
+    if "old_first_s" in row:
+        first += f"; old {row['old_first_s']:.2f} s (new/old {row['new_first_s'] / row['old_first_s']:.3f})"
+    if "orig_first_s" in row:
+        first += f"; original {row['orig_first_s']:.2f} s"
+    print(first)
+    walk = row["walk_ms"]
+    print(f"bare stat walk: {walk:.1f} ms = {walk * 1000 / n:.2f} µs per file")
+    line = (f"step after agent code changed one file: new {row['new_step_ms']:.1f} ms "
+            f"({row['new_step_cpu_ms']:.1f} ms CPU) = {row['new_step_ms'] * 1000 / n:.2f} µs per file, "
+            f"{row['new_step_ms'] / walk:.2f}x the stat walk")
+    if "old_step_ms" in row:
+        line += f"; old {row['old_step_ms']:.1f} ms (new/old {row['new_step_ms'] / row['old_step_ms']:.3f})"
+    if "orig_step_ms" in row:
+        line += f"; original {row['orig_step_ms']:.1f} ms (new/original {row['new_step_ms'] / row['orig_step_ms']:.4f})"
+    print(line)
+    print(f"step after Write File: {row['new_write_ms']:.2f} ms ({row['new_write_cpu_ms']:.2f} ms CPU); "
+          f"step that changed nothing: {row['new_idle_ms']:.2f} ms ({row['new_idle_cpu_ms']:.2f} ms CPU)")
+    stored = f"bytes stored by {steps} steps beyond the first snapshot: new {row['new_bytes_after'] / 1e6:.2f} MB"
+    if "old_bytes_after" in row:
+        stored += f"; old {row['old_bytes_after'] / 1e6:.2f} MB " \
+                  f"(new/old {row['new_bytes_after'] / row['old_bytes_after']:.3f})"
+    if "orig_bytes_after" in row:
+        stored += f"; original {row['orig_bytes_after'] / 1e6:.1f} MB " \
+                  f"(new/original {row['new_bytes_after'] / row['orig_bytes_after']:.4f})"
+    print(stored)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--file-bytes", type=int, default=1000)
+    parser.add_argument("--old-rev", default=OLD_REV)
+    parser.add_argument("--old-max-files", type=int, default=10_000,
+                        help="compare with the old store and the original's save up to this size (both are slow)")
+    parser.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mlab-snapshot-scale-", dir=args.dir) as tmp:
+        scratch = Path(tmp)
+        try:
+            old = old_store_module(args.old_rev, scratch)
+        except subprocess.CalledProcessError:
+            print(f"(no old store: {args.old_rev} is not in this checkout)", file=sys.stderr)
+            old = None
+        for size in (int(s) for s in args.sizes.split(",")):
+            row = run_size(size, args, old, scratch)
+            report(row, args.steps)
+            if size >= 50_000 and row["new_step_ms"] > TARGET_STEP_MS_50K:
+                print(f"  step above the {TARGET_STEP_MS_50K:g} ms target at {size} files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
