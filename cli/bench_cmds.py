@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from mlab.core.bench.report_formats import FORMATS
 from mlab.core.errors import MlabError
 
 from .console import make_console
@@ -149,34 +150,58 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
 
 
 @click.command()
-@click.argument("bench_dir", type=click.Path(file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Where to write (default: BENCH_DIR/report).")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write (default: FOLDER/report).")
 @click.option("--compare", nargs=2, metavar="AGENT_A AGENT_B",
               help="Paired comparison of two agents on the same tasks (automatic when there are exactly two).")
+@click.option("--format", "table_format", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="How the tables are given: on the terminal, or as CSV files (numbers, intervals in their own "
+                   "columns), LaTeX (booktabs) or JSON written to OUT/tables and printed (CSV: the files' paths).")
 @click.option("--no-plots", is_flag=True, help="Skip the plots (PDF, SVG and 300-dpi PNG).")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON instead of tables.")
-def report(bench_dir: str, out_dir: str | None, compare: tuple[str, str] | None, no_plots: bool, no_html: bool,
-           as_json: bool) -> None:
-    """Tables of a bench's metrics, plots for a paper (PDF, SVG, PNG) and a static HTML report with a trace viewer."""
+def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, table_format: str, no_plots: bool,
+           no_html: bool, as_json: bool) -> None:
+    """Tables of the metrics of a bench, a folder of runs or one run; plots for a paper (PDF, SVG, PNG) and a
+    static HTML report with a trace viewer."""
     import json
 
     from mlab.core.bench import report as rep
+    from mlab.core.bench.report_formats import to_csv, to_json, to_latex
 
-    data = rep.load(Path(bench_dir), compare or None)
+    if as_json and table_format != "table":
+        raise click.UsageError("--json prints the metrics; --format prints the tables: give one of them")
+    data = rep.load_any(folder, compare or None)
     if not data.rows:
-        raise MlabError(f"bench {bench_dir!r} has no runs yet")
-    console = make_console(stderr=as_json)
-    target = Path(out_dir) if out_dir else Path(bench_dir) / "report"
+        raise MlabError(f"bench {str(folder)!r} has no runs yet")
+    data_on_stdout = as_json or table_format != "table"
+    console = make_console(stderr=data_on_stdout)
+    target = out_dir or folder / "report"
     written = rep.write(data, target, plots=not no_plots, html=not no_html,
                         log=lambda msg: console.print(msg, highlight=False))
+    tables = rep.report_tables(data)
     if as_json:
         click.echo(json.dumps(data.as_dict(), indent=1, default=str))
-    else:
-        for table in rep.tables(data):
-            console.print(table)
+    elif table_format == "table":
+        for table in tables:
+            console.print(rep.to_rich(table))
         sources = ", ".join(f"{t}: {s}" for t, s in data.baseline_sources.items())
         console.print(f"baselines — {sources}", highlight=False)
+    else:
+        tables_dir = target / "tables"
+        tables_dir.mkdir(parents=True, exist_ok=True)
+        if table_format == "csv":
+            for table in tables:
+                path = tables_dir / f"{table.key}.csv"
+                path.write_text(to_csv(table), encoding="utf-8")
+                click.echo(str(path))
+        else:
+            text = to_json(tables) if table_format == "json" else "\n".join(to_latex(t) for t in tables)
+            path = tables_dir / ("tables.json" if table_format == "json" else "tables.tex")
+            path.write_text(text, encoding="utf-8")
+            click.echo(text, nl=False)
+            console.print(f"tables: {path}", highlight=False)
     if data.unconfined_runs:
         console.print(f"[red]warning: {len(data.unconfined_runs)} run(s) ran agent code unconfined (--sandbox "
                       "unconfined): their scores prove nothing[/red]")

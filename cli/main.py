@@ -10,8 +10,10 @@ from mlab.core.errors import MlabError
 from .bench_cmds import bench, report
 from .check_cmds import check_task
 from .data_cmds import data, prepare
+from .grade_cmds import grade
 from .inspect_cmds import agents, list_plugins, tasks
 from .run_cmds import baseline, eval_runs, run
+from .runs_cmds import runs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,7 +22,8 @@ def cli() -> None:
     """Benchmark AI research agents on machine-learning tasks."""
 
 
-for command in (list_plugins, tasks, agents, data, prepare, baseline, check_task, run, eval_runs, bench, report):
+for command in (list_plugins, tasks, agents, data, prepare, baseline, check_task, run, eval_runs, grade, runs, bench,
+                report):
     cli.add_command(command)
 
 

@@ -34,7 +34,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
     (["run"], ["--task is required"]),
     (["run", "--resume", "/does/not/exist"], ["not a run directory"]),
     (["run", "--bogus"], ["No such option"]),
-    (["eval", "/does/not/exist"], ["not a run directory"]),
+    (["eval", "/does/not/exist"], ["does not exist", "a run folder (with trace.json)"]),
     (["prepare", "no-such-task"], ["unknown task"]),
     (["prepare", "lite/digits", "--data-dir", "/does/not/exist"], ["does not exist"]),
     (["baseline", "no-such-task"], ["unknown task"]),

@@ -97,7 +97,7 @@ def test_json_output_and_bad_input(bench, tmp_path):
     assert {"bench_dir", "baselines", "baseline_sources", "groups", "overall", "comparisons", "runs"} < set(data)
     assert {"success", "success_original", "aup"} <= set(data["overall"]["baseline"])
     for args, fragment in (((out, "--compare", "fixture-appender", "nobody"), "no runs of 'nobody'"),
-                           ((tmp_path,), "not a bench folder")):
+                           ((tmp_path,), "holds no runs; give a run folder (with trace.json), a bench folder")):
         bad = mlab("report", *args, extra_env=home)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and fragment in bad.stderr
 

@@ -2,6 +2,10 @@
 metric's name and direction on its axes, and the report's tables as CSV, LaTeX and JSON."""
 from __future__ import annotations
 
+import csv
+import importlib.util
+import io
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,7 +15,8 @@ import pytest
 from mlab.core.bench.metrics import RunRecord, all_groups, overall, performance_profiles
 from mlab.core.bench.report import ReportData
 
-pytest.importorskip("matplotlib", reason="plots need the report extra: pip install 'mlab[report]'")
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="plots need the report extra: pip install 'mlab[report]'")
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -60,6 +65,7 @@ def number(label: str) -> float:
     return float(label.replace("−", "-").replace("%", "").replace(",", ""))
 
 
+@needs_matplotlib
 def test_every_plot_is_written_as_pdf_svg_and_a_300_dpi_png_a_column_wide(tmp_path):
     from PIL import Image
 
@@ -84,6 +90,7 @@ def test_every_plot_is_written_as_pdf_svg_and_a_300_dpi_png_a_column_wide(tmp_pa
             assert min(edge) == 255, f"{png.name} draws on its own edge: something is clipped"
 
 
+@needs_matplotlib
 def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(tmp_path):
     from mlab.core.bench.report_plots import write_plots
 
@@ -96,6 +103,7 @@ def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(t
     assert "success rate, >10% over baseline (higher is better)" in " ".join(svg_texts(tmp_path / "success_rate.svg"))
 
 
+@needs_matplotlib
 def test_titles_and_labels_stay_inside_every_figure(tmp_path):
     import matplotlib.pyplot as plt
 
@@ -117,6 +125,7 @@ def test_titles_and_labels_stay_inside_every_figure(tmp_path):
         plt.close(fig)
 
 
+@needs_matplotlib
 def test_costs_that_are_all_zero_get_an_axis_from_zero(tmp_path):
     from mlab.core.bench.report_plots import write_plots
 
@@ -128,6 +137,7 @@ def test_costs_that_are_all_zero_get_an_axis_from_zero(tmp_path):
     assert "mean cost per run (USD) (lower is better)" in svg_texts(svg)
 
 
+@needs_matplotlib
 def test_a_constant_curve_gets_a_plain_readable_axis(tmp_path):
     from mlab.core.bench.report_plots import write_plots
 
@@ -141,6 +151,7 @@ def test_a_constant_curve_gets_a_plain_readable_axis(tmp_path):
     assert set(svg_texts(svg, "matplotlib.axis_2")) == {*ticks, "accuracy (higher is better)"}
 
 
+@needs_matplotlib
 def test_a_zero_bar_is_drawn_as_a_zero(tmp_path):
     import matplotlib.pyplot as plt
 
@@ -157,3 +168,62 @@ def test_a_zero_bar_is_drawn_as_a_zero(tmp_path):
                    and s[1][0] >= bar.get_x() + bar.get_width() - 1e-9 for s in segments)
     for fig in figs.values():
         plt.close(fig)
+
+
+# ---- tables as CSV, LaTeX and JSON -----------------------------------------------------------------------------
+
+def tables_of(tmp_path: Path):
+    from mlab.core.bench.metrics import paired
+    from mlab.core.bench.report import report_tables
+
+    data = report_data(tmp_path, tasks=("lite/wine", "lite/digits"))
+    data.comparisons = [paired(data.groups, "good", "zero")]
+    data.records[0].failure = "timeout"  # one run of 'good' timed out: the failure taxonomy has a row
+    return data, report_tables(data)
+
+
+def test_every_terminal_table_is_in_every_format(tmp_path):
+    from mlab.core.bench.report_formats import to_csv, to_json, to_latex, to_rich
+
+    _data, tables = tables_of(tmp_path)
+    assert [t.key for t in tables] == ["per_task", "thresholds", "overall", "profiles", "failures",
+                                       "comparison_good_vs_zero"]
+    as_json = json.loads(to_json(tables))
+    assert list(as_json) == [t.key for t in tables]
+    for table in tables:
+        rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+        assert len(rows) == len(table.rows) == to_rich(table).row_count == len(as_json[table.key]["rows"])
+        latex = to_latex(table)
+        body = latex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
+        assert len(body) == len(table.rows)
+        assert all(line.count(" & ") == len(table.columns) - 1 and line.endswith(r"\\") for line in body)
+
+
+def test_csv_and_json_hold_numbers_with_their_intervals(tmp_path):
+    from mlab.core.bench.report_formats import to_csv, to_json
+
+    data, tables = tables_of(tmp_path)
+    per_task = next(t for t in tables if t.key == "per_task")
+    rows = {(r["task"], r["agent"]): r for r in csv.DictReader(io.StringIO(to_csv(per_task)))}
+    group = next(g for g in data.groups if (g.task, g.label) == ("lite/digits", "good"))
+    row = rows[("lite/digits", "good")]
+    assert float(row["success_all_runs"]) == group.success_rate.mean == 1.0  # a fraction, not "100%"
+    assert float(row["success_all_runs_lo"]) == pytest.approx(group.success_rate.lo)
+    assert float(row["improvement"]) == pytest.approx(group.improvement.mean) and row["runs"] == "3"
+    failures = json.loads(to_json(tables))["failures"]
+    assert failures["rows"] == [{"agent": "good", "timeout": 1}]
+    assert {"key": "timeout", "header": "timeout", "kind": "int"} in failures["columns"]
+
+
+def test_latex_is_escaped_for_a_paper(tmp_path):
+    from mlab.core.bench.report_formats import latex_escape, to_latex
+
+    _data, tables = tables_of(tmp_path)
+    text = "\n".join(to_latex(t) for t in tables)
+    assert text.count(r"\begin{table}") == len(tables) == text.count(r"\end{tabular}")
+    assert r"\toprule" in text and r"\label{tab:mlab-per-task}" in text
+    assert not re.search(r"(?<!\\)%", text)  # every percent sign escaped
+    assert not re.search(r"(?<!\$)[<>](?!\$)", text)  # < and > only in math mode
+    assert "100\\% (44--100)" in text  # an interval's range as an en dash
+    assert latex_escape("a_b & 50% $x #1 {y} ~^\\") == \
+        r"a\_b \& 50\% \$x \#1 \{y\} \textasciitilde{}\textasciicircum{}\textbackslash{}"

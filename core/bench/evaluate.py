@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from mlab.core.bench.results import DB_FILE, Judged, ResultsDB, classify, judge_runs
+from mlab.core.bench.run_folders import runs_in
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import Registry
@@ -141,7 +142,7 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                         run_dirs.append(run_dir)
                         bench_of[run_dir] = (path, row["key"])
         else:
-            run_dirs.append(path)
+            run_dirs.extend(runs_in(path))  # one run, or every run in a folder of runs (runs/demo)
     results = evaluate_runs(run_dirs, intermediate, workers, on_done=on_done, harness=harness)
     for res in results:
         if res["run_dir"] in bench_of:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from mlab.core.bench.formatting import num, pct, pvalue, ratio, sem_pct, signed_pct
+from mlab.core.bench.formatting import pvalue, signed_pct
 from mlab.core.bench.metrics import (
     SUCCESS,
     THRESHOLDS,
@@ -22,9 +24,12 @@ from mlab.core.bench.metrics import (
     paired,
     performance_profiles,
 )
-from mlab.core.bench.results import FAILURES, ResultsDB, Row, bench_baselines, judge_runs
+from mlab.core.bench.report_formats import Column, ReportTable, to_rich
+from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_runs, summarize
+from mlab.core.bench.run_folders import is_bench, runs_in
 from mlab.core.run.scoring import Verdict
 from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.trace import read_trace
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -134,6 +139,32 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     return data
 
 
+def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportData:
+    """The report of run folders outside a bench (one run, or a folder of runs such as runs/demo): their traces
+    are gathered into a scratch database and reported like a bench's, judged against the tasks' known baselines."""
+    from mlab.core.plugins.registry import load_registry
+
+    registry = load_registry()
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(prefix="mlab-report-") as scratch:
+        with ResultsDB(Path(scratch) / DB_FILE) as db:
+            for run_dir in runs_in(folder):
+                trace = read_trace(run_dir)
+                task = registry.get("tasks", trace.config.task)
+                key = run_dir.relative_to(folder).as_posix() if run_dir != folder else run_dir.resolve().name
+                db.upsert_run(key, task=task.name, agent=trace.config.agent, llm=trace.config.llm,
+                              seed=trace.config.seed, run_dir=str(run_dir.resolve()), **summarize(trace, task))
+                db.set_plugin_versions(key, trace.plugin_versions)
+        data = load(Path(scratch), compare)
+    data.bench_dir = folder
+    return data
+
+
+def load_any(folder: Path, compare: tuple[str, str] | None = None) -> ReportData:
+    """A bench's report, or the report of the run folders under folder."""
+    return load(folder, compare) if is_bench(folder) else load_runs(folder, compare)
+
+
 def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
@@ -147,56 +178,59 @@ def _estimates(o: LabelSummary) -> dict[str, Estimate]:
                                           "cost_usd", "time_s")}
 
 
-def tables(data: ReportData) -> list[Table]:
-    """rich Tables: per task and agent, thresholds, overall, performance profiles, failures, paired comparisons."""
-    from rich.table import Table
-
-    out: list[Table] = []
-    t = Table(title=f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step, "
+def report_tables(data: ReportData) -> list[ReportTable]:
+    """Every table of the report, as data: per task and agent, thresholds, overall, performance profiles, the
+    failure taxonomy and paired comparisons. The terminal, CSV, LaTeX and JSON all render these."""
+    out: list[ReportTable] = []
+    per_task = ReportTable(
+        "per_task", f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step, "
                     "unless the task sets its own margin; 95% intervals over seeds)",
-              caption=f"success (all runs): {LEGEND['success (all runs)']}; success (original): "
-                      f"{LEGEND['success (original)']}. Intervals: {LEGEND['intervals']}.")
-    for col in ("task", "agent", "baseline", "runs", "failed", "success\n(all runs)", "success\n(original)",
-                "any step", "improvement", "tokens", "time s", "cost $"):
-        t.add_column(col, overflow="fold")
+        [Column("task", "task"), Column("agent", "agent"), Column("baseline", "baseline", "num", ".4g"),
+         Column("runs", "runs", "int"), Column("failed", "failed", "int"),
+         Column("success\n(all runs)", "success_all_runs", "pct"),
+         Column("success\n(original)", "success_original", "pct"), Column("any step", "success_any_step", "pct"),
+         Column("improvement", "improvement", "signed_pct"), Column("tokens", "tokens", "num"),
+         Column("time s", "time_s", "num", ",.1f"), Column("cost $", "cost_usd", "num", ".4f")],
+        caption=f"success (all runs): {LEGEND['success (all runs)']}; success (original): "
+                f"{LEGEND['success (original)']}. Intervals: {LEGEND['intervals']}.")
     for g in data.groups:
-        base = "-" if g.baseline is None else f"{g.baseline:.4g}"
-        t.add_row(g.task, g.label, base, str(g.runs), str(g.failed), pct(g.success_rate), pct(g.success_original),
-                  pct(g.success_any), signed_pct(g.improvement), num(g.tokens), num(g.time_s, ",.1f"),
-                  num(g.cost_usd, ".4f"))
-    out.append(t)
+        per_task.rows.append([g.task, g.label, g.baseline, g.runs, g.failed, g.success_rate, g.success_original,
+                              g.success_any, g.improvement, g.tokens, g.time_s, g.cost_usd])
+    out.append(per_task)
 
-    t = Table(title="Success rate by improvement threshold (final step, all runs)")
-    t.add_column("task")
-    t.add_column("agent")
-    for threshold in THRESHOLDS:
-        t.add_column(f">{threshold:.0%}")
+    thresholds = ReportTable("thresholds", "Success rate by improvement threshold (final step, all runs)",
+                             [Column("task", "task"), Column("agent", "agent"),
+                              *(Column(f">{th:.0%}", f"success_over_{round(th * 100)}", "pct") for th in THRESHOLDS)])
     for g in data.groups:
-        t.add_row(g.task, g.label, *(pct(g.success[th]) for th in THRESHOLDS))
-    out.append(t)
+        thresholds.rows.append([g.task, g.label, *(g.success[th] for th in THRESHOLDS)])
+    out.append(thresholds)
 
     tau_max = data.profiles.tau_max if data.profiles else 1.0
-    t = Table(title="Overall: means over tasks (each task weighs the same)",
-              caption=f"± SEM: {LEGEND['sem']}. AUP (of {tau_max:g}): {LEGEND['aup']}.")
-    for col in ("agent", "tasks", "success\n(all runs)", "success\n(original)", "± SEM\n(seeds)", "any step",
-                "improvement", "AUP", "tokens", "cost $", "time s"):
-        t.add_column(col, overflow="fold")
+    totals = ReportTable(
+        "overall", "Overall: means over tasks (each task weighs the same)",
+        [Column("agent", "agent"), Column("tasks", "tasks", "int"),
+         Column("success\n(all runs)", "success_all_runs", "pct"),
+         Column("success\n(original)", "success_original", "pct"), Column("± SEM\n(seeds)", "success_sem", "sem_pct"),
+         Column("any step", "success_any_step", "pct"), Column("improvement", "improvement", "signed_pct"),
+         Column("AUP", "aup", "ratio"), Column("tokens", "tokens", "num"), Column("cost $", "cost_usd", "num", ".4f"),
+         Column("time s", "time_s", "num", ",.1f")],
+        caption=f"± SEM: {LEGEND['sem']}. AUP (of {tau_max:g}): {LEGEND['aup']}.")
     for label, o in data.overall.items():
         e = _estimates(o)
-        t.add_row(label, str(o["tasks"]), pct(e["success"]), pct(e["success_original"]), sem_pct(e["success"]),
-                  pct(e["success_any"]), signed_pct(e["improvement"]), ratio(o["aup"]), num(e["tokens"]),
-                  num(e["cost_usd"], ".4f"), num(e["time_s"], ",.1f"))
-    out.append(t)
+        totals.rows.append([label, o["tasks"], e["success"], e["success_original"], e["success"], e["success_any"],
+                            e["improvement"], o["aup"], e["tokens"], e["cost_usd"], e["time_s"]])
+    out.append(totals)
 
     if data.profiles and data.profiles.tasks:
         p = data.profiles
-        t = Table(title=f"Performance ratios (MLGym: 1 = the best mean final score on the task; - = infeasible: no "
-                        f"valid score or worse than the baseline) and AUP (of {p.tau_max:g})")
-        for col in ("method", "AUP", *p.tasks):
-            t.add_column(col, overflow="fold")
+        profiles = ReportTable(
+            "profiles", f"Performance ratios (MLGym: 1 = the best mean final score on the task; - = infeasible: no "
+                        f"valid score or worse than the baseline) and AUP (of {p.tau_max:g})",
+            [Column("method", "method"), Column("AUP", "aup", "ratio"),
+             *(Column(task, task, "ratio") for task in p.tasks)])
         for m in p.methods:
-            t.add_row(m, ratio(p.aup[m]), *(ratio(p.ratios[m][task]) for task in p.tasks))
-        out.append(t)
+            profiles.rows.append([m, p.aup[m], *(p.ratios[m][task] for task in p.tasks)])
+        out.append(profiles)
 
     counts: dict[str, dict[str, int]] = {}
     for r in data.records:
@@ -204,27 +238,35 @@ def tables(data: ReportData) -> list[Table]:
             counts.setdefault(r.label, {}).setdefault(r.failure, 0)
             counts[r.label][r.failure] += 1
     if counts:
-        t = Table(title="Why runs have no valid final submission (or failed)")
-        t.add_column("agent")
         used = [f for f in FAILURES if any(f in c for c in counts.values())]
-        for f in used:
-            t.add_column(f)
+        failures = ReportTable("failures", "Why runs have no valid final submission (or failed)",
+                               [Column("agent", "agent"), *(Column(f, f, "int") for f in used)])
         for label, by_failure in sorted(counts.items()):
-            t.add_row(label, *(str(by_failure.get(f, 0)) for f in used))
-        out.append(t)
+            failures.rows.append([label, *(by_failure.get(f, 0) for f in used)])
+        out.append(failures)
 
     for c in data.comparisons:
-        t = Table(title=f"Paired comparison on the same tasks: {c.a} − {c.b}")
-        for col in ("task", f"success {c.a}", f"success {c.b}", "difference", "p", f"improvement {c.a}",
-                    f"improvement {c.b}", "p "):
-            t.add_column(col, overflow="fold")
+        pair = ReportTable(
+            f"comparison_{_slug(c.a)}_vs_{_slug(c.b)}", f"Paired comparison on the same tasks: {c.a} − {c.b}",
+            [Column("task", "task"), Column(f"success {c.a}", "success_a", "pct"),
+             Column(f"success {c.b}", "success_b", "pct"), Column("difference", "success_difference", "signed_pct"),
+             Column("p", "p_success", "p"), Column(f"improvement {c.a}", "improvement_a", "signed_pct"),
+             Column(f"improvement {c.b}", "improvement_b", "signed_pct"), Column("p ", "p_improvement", "p")],
+            caption=comparison_summary(c))
         for row in c.tasks:
-            t.add_row(row["task"], f"{row['success_a']:.0%}", f"{row['success_b']:.0%}",
-                      f"{row['success_diff']:+.0%}", _p(row["p_success"]), _signed(row["improvement_a"]),
-                      _signed(row["improvement_b"]), _p(row["p_improvement"]))
-        t.caption = comparison_summary(c)
-        out.append(t)
+            pair.rows.append([row["task"], row["success_a"], row["success_b"], row["success_diff"], row["p_success"],
+                              row["improvement_a"], row["improvement_b"], row["p_improvement"]])
+        out.append(pair)
     return out
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") or "agent"
+
+
+def tables(data: ReportData) -> list[Table]:
+    """The report's tables for a terminal."""
+    return [to_rich(t) for t in report_tables(data)]
 
 
 def comparison_summary(c: PairedComparison) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,7 +141,6 @@ class Scorer:
 
     def score_snapshot(self, task: Task, run_dir: Path, snapshot: str) -> Score:
         store = SnapshotStore(Path(run_dir))
-        public = self.home.public_dir(task)
         try:
             size = sum(entry["size"] for entry in store.manifest(snapshot).values())
         except (OSError, ValueError) as exc:
@@ -151,9 +151,31 @@ class Scorer:
                 store.materialize(snapshot, target)
             except FileNotFoundError as exc:
                 return None, f"snapshot {snapshot} is missing: {exc}"
-            for path in self._read_only_files(task):
-                link = target / path.relative_to(public)
-                if not link.exists():
-                    link.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(path, link)
+            self._link_read_only_files(task, target)
+            return self.score_folder(task, target)
+
+    def _link_read_only_files(self, task: Task, target: Path) -> None:
+        """The task's read-only files (its data) beside a submission, as links: a submission never holds them."""
+        public = self.home.public_dir(task)
+        for path in self._read_only_files(task):
+            link = target / path.relative_to(public)
+            if not os.path.lexists(link):
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(path, link)
+
+    def score_path(self, task: Task, path: Path) -> Score:
+        """A loose submission (`mlab grade`): a folder scored as a run's workspace, or one file scored as the only
+        file an agent wrote, under its own name; either is copied to scratch first (links are not followed, so
+        nothing outside it is read) and the task's read-only files are linked in."""
+        path = Path(path)
+        size = path.stat().st_size if path.is_file() else sum(
+            p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+        with tempfile.TemporaryDirectory(prefix="mlab-grade-", dir=_scratch_root(size)) as scratch:
+            target = Path(scratch) / "submission"
+            if path.is_dir():
+                shutil.copytree(path, target, symlinks=True)
+            else:
+                target.mkdir()
+                shutil.copyfile(path, target / path.name)
+            self._link_read_only_files(task, target)
             return self.score_folder(task, target)

@@ -1,0 +1,64 @@
+"""`mlab grade`: score a loose submission (a file or a folder made outside a run) with the task's own scorer,
+through the harness, and judge it against the task's baseline as runs are judged."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from mlab.core.plugins.registry import load_registry
+
+from .console import make_console
+
+
+@click.command()
+@click.argument("task_name", metavar="TASK")
+@click.argument("submission", metavar="FILE_OR_DIR", type=click.Path(exists=True, path_type=Path))
+@click.option("--sandbox", default="auto", show_default=True,
+              help="Sandbox of any submitted code the task's scorer runs (auto: bwrap, else local).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def grade(task_name: str, submission: Path, sandbox: str, as_json: bool) -> None:
+    """Score FILE_OR_DIR with TASK's scorer: a folder is scored as a run's workspace would be, a file as the only
+    file in one (under its own name, e.g. submission.csv). Prints the score, the baseline, the improvement and
+    whether it counts as a success; exits 1 when the submission is invalid."""
+    from mlab.core.run.baseline import known_baseline
+    from mlab.core.run.harness import Harness
+    from mlab.core.run.scoring import judge
+
+    harness = Harness(load_registry(), sandbox=sandbox)
+    task = harness.task(task_name)
+    harness.ensure_prepared(task)
+    score, error = harness.scorer.score_path(task, submission)
+    harness.scored(task, (score, error))
+    baseline, source = known_baseline(task, harness.home)
+    verdict = judge(score, baseline, task)
+    result = {"task": task.name, "submission": str(submission), "metric": task.metric.name,
+              "higher_is_better": task.metric.higher_is_better, "score": score, "error": error,
+              "baseline": baseline, "baseline_source": source, "baseline_refused": verdict.refused,
+              "valid": verdict.valid, "improvement": verdict.improvement, "success": verdict.success,
+              "success_margin": float(task.success_margin)}
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        console = make_console()
+        arrow = "higher" if task.metric.higher_is_better else "lower"
+        if score is None:
+            console.print(f"{task.name}: no {task.metric.name}: {error}", highlight=False, soft_wrap=True)
+        else:
+            console.print(f"{task.name}: {task.metric.name} = {score:.6g} ({arrow} is better)", highlight=False)
+        if baseline is None:
+            console.print(f"baseline: not known (run: mlab baseline {task.name})", highlight=False)
+        else:
+            console.print(f"baseline: {baseline:.6g} ({source})", highlight=False)
+        if verdict.improvement is not None:
+            outcome = "a success" if verdict.success else "not a success"
+            console.print(f"improvement: {verdict.improvement:+.1%}, {outcome} (success: more than "
+                          f"{task.success_margin:.0%} better than the baseline)", highlight=False)
+        elif verdict.refused:
+            console.print(f"improvement: none ({verdict.refused})", highlight=False)
+        else:
+            console.print("improvement: none", highlight=False)
+    if score is None:
+        sys.exit(1)

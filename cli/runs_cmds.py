@@ -1,0 +1,58 @@
+"""`mlab runs`: the runs under a folder (found at any depth), one line each: status, task, agent, steps, score."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from mlab.core.bench.run_folders import runs_in
+from mlab.core.errors import MlabError
+from mlab.core.run.trace import read_trace
+
+from .console import make_console
+
+
+def run_row(root: Path, run_dir: Path) -> dict[str, Any]:
+    """What the listing shows of one run; an unreadable trace is listed with its problem, not skipped."""
+    where = "." if run_dir == root else run_dir.relative_to(root).as_posix()
+    try:
+        trace = read_trace(run_dir)
+    except MlabError as exc:
+        return {"run": where, "run_dir": str(run_dir), "status": "unreadable", "error": str(exc), "task": None,
+                "agent": None, "llm": None, "seed": None, "steps": None, "max_steps": None, "end_reason": None,
+                "score": None, "score_error": None, "tokens": None, "cost_usd": None, "time_s": None,
+                "started_at": None}
+    c = trace.config
+    return {"run": where, "run_dir": str(run_dir), "status": trace.status, "error": None, "task": c.task,
+            "agent": c.agent, "llm": c.llm, "seed": c.seed, "steps": len(trace.steps), "max_steps": c.max_steps,
+            "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
+            "tokens": trace.usage.total_tokens, "cost_usd": trace.usage.cost_usd,
+            "time_s": round(trace.total_time_s, 2), "started_at": trace.started_at}
+
+
+_STYLE = {"finished": "green", "failed": "red", "running": "cyan", "unreadable": "red"}
+
+
+@click.command()
+@click.argument("folder", default="runs", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run, as a list.")
+def runs(folder: Path, as_json: bool) -> None:
+    """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench."""
+    rows = [run_row(folder, run_dir) for run_dir in runs_in(folder)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"runs in {folder}")
+    for column in ("run", "status", "task", "agent", "steps", "score", "end"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        style = _STYLE.get(r["status"], "")
+        agent = r["agent"] if not r["llm"] else f"{r['agent']} ({r['llm']})"
+        score = f"{r['score']:.6g}" if r["score"] is not None else "-"
+        steps = f"{r['steps']}/{r['max_steps']}" if r["steps"] is not None else "-"
+        table.add_row(r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"], r["task"] or "-",
+                      agent or "-", steps, score, r["end_reason"] or r["error"] or r["score_error"] or "")
+    make_console().print(table)

@@ -1,0 +1,141 @@
+"""The report's tables as data, and the ways they are written out: a terminal table, CSV (numbers, for analysis),
+LaTeX (booktabs, for a paper) and JSON. Each table is built once (report.report_tables) and only rendered here,
+so every format shows the same rows."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from mlab.core.bench.formatting import num, pct, pvalue, ratio, sem_pct, signed_pct
+from mlab.core.bench.metrics import Estimate
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+Kind = Literal["text", "int", "pct", "signed_pct", "num", "sem_pct", "ratio", "p"]
+FORMATS = ("table", "csv", "latex", "json")
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str  # as shown to people (may hold a line break)
+    key: str  # as written for machines: a CSV header, a JSON key
+    kind: Kind = "text"
+    fmt: str = ",.0f"  # for kind "num"
+
+
+@dataclass
+class ReportTable:
+    key: str  # names the table's file: per_task.csv
+    title: str
+    columns: list[Column]
+    rows: list[list[Any]] = field(default_factory=list)  # str, int, float, None or Estimate, one per column
+    caption: str = ""
+
+
+def cell_text(column: Column, value: Any) -> str:
+    """A cell as people read it: an estimate with its interval, a p-value, a count."""
+    if value is None:
+        return "-"
+    if isinstance(value, Estimate):
+        if column.kind == "pct":
+            return pct(value)
+        if column.kind == "signed_pct":
+            return signed_pct(value)
+        if column.kind == "sem_pct":
+            return sem_pct(value)
+        return num(value, column.fmt)
+    if column.kind == "ratio":
+        return ratio(float(value))
+    if column.kind == "p":
+        return pvalue(float(value))
+    if column.kind == "pct":
+        return f"{float(value):.0%}"
+    if column.kind == "signed_pct":
+        return f"{float(value):+.1%}"
+    if column.kind == "num" and isinstance(value, float):
+        return f"{value:{column.fmt}}"
+    return str(value)
+
+
+def _machine_cells(column: Column, value: Any) -> dict[str, Any]:
+    """A cell as numbers: an estimate becomes its mean and interval ends (proportions as fractions, not %);
+    a standard error column its standard error."""
+    if isinstance(value, Estimate):
+        if column.kind == "sem_pct":
+            return {column.key: value.sem}
+        return {column.key: value.mean, f"{column.key}_lo": value.lo, f"{column.key}_hi": value.hi}
+    return {column.key: value}
+
+
+def machine_rows(table: ReportTable) -> list[dict[str, Any]]:
+    return [{k: v for column, value in zip(table.columns, row, strict=True)
+             for k, v in _machine_cells(column, value).items()} for row in table.rows]
+
+
+def to_rich(table: ReportTable) -> Table:
+    from rich.table import Table
+
+    out = Table(title=table.title, caption=table.caption or None)
+    for column in table.columns:
+        out.add_column(column.header, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(cell_text(c, v) for c, v in zip(table.columns, row, strict=True)))
+    return out
+
+
+def to_csv(table: ReportTable) -> str:
+    rows = machine_rows(table)
+    present = {k for row in rows for k in row}
+    fields = [k for c in table.columns for k in (c.key, f"{c.key}_lo", f"{c.key}_hi") if k in present or
+              (k == c.key and not rows)]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, restval="", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+def to_json(tables: list[ReportTable]) -> str:
+    return json.dumps({t.key: {"title": t.title, "caption": t.caption,
+                               "columns": [{"key": c.key, "header": " ".join(c.header.split()), "kind": c.kind}
+                                           for c in t.columns],
+                               "rows": machine_rows(t)} for t in tables}, indent=1, default=str)
+
+
+_LATEX_SPECIAL = re.compile(r"([&%$#_{}~^\\])")
+_LATEX_REPLACEMENTS = {"~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+
+
+def latex_escape(text: str) -> str:
+    text = _LATEX_SPECIAL.sub(lambda m: _LATEX_REPLACEMENTS.get(m.group(1), "\\" + m.group(1)), text)
+    for plain, math in (("±", r"$\pm$"), ("−", "--"), ("≤", r"$\le$"), ("τ", r"$\tau$"), (">", "$>$"), ("<", "$<$")):
+        text = text.replace(plain, math)  # text-mode < and > print as other glyphs in LaTeX's default encoding
+    return text
+
+
+def _latex_cell(column: Column, value: Any) -> str:
+    text = latex_escape(cell_text(column, value))
+    # an interval's dash is a range: an en dash in print
+    return re.sub(r"(\d)-(\d)", r"\1--\2", text) if column.kind in ("pct", "num") else text
+
+
+def to_latex(table: ReportTable) -> str:
+    """A booktabs table (\\usepackage{booktabs}), one float, labelled tab:mlab-KEY."""
+    align = "".join("l" if c.kind == "text" else "r" for c in table.columns)
+    head = " & ".join(latex_escape(" ".join(c.header.split())) for c in table.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{latex_escape(table.title)}}}", rf"\label{{tab:mlab-{table.key.replace('_', '-')}}}",
+             rf"\begin{{tabular}}{{{align}}}", r"\toprule", head + r" \\", r"\midrule"]
+    lines += [" & ".join(_latex_cell(c, v) for c, v in zip(table.columns, row, strict=True)) + r" \\"
+              for row in table.rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if table.caption:
+        lines.append(rf"\par\smallskip\footnotesize {latex_escape(table.caption)}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
