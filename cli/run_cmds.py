@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import statistics
 import sys
 from collections.abc import Callable
@@ -177,6 +178,9 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     registry = load_registry()
     if resume_dir:
         trace = read_trace(Path(resume_dir))
+        if trace.status != "running":
+            raise MlabError(f"run {resume_dir!r} has already ended ({trace.status}: {trace.end_reason}), so there is "
+                            f"nothing to resume; see it with: mlab view {shlex.quote(resume_dir)}")
         config = trace.config
         runner = Runner(Path(resume_dir), config, registry, ask_human=_ask_human if config.interactive else None)
     else:
@@ -191,13 +195,19 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
                            **model_settings)
         target = Path(run_dir) if run_dir else new_run_dir(config)
+        _check_new_run_dir(target)
         runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
     view = StepView(f"{config.agent} on {config.task}", config.max_steps)
     if any(b.uses_terminal for b in (runner._backends or {}).values()):
         view.live = None  # a person answers model calls in this terminal: no live redraw over their typing
-    with view:
-        runner.on_step = view.add
-        trace = runner.resume() if resume_dir else runner.start()
+    view.follow(lambda: runner.live.state)
+    try:
+        with view:
+            runner.on_step = view.add
+            trace = runner.resume() if resume_dir else runner.start()
+    except KeyboardInterrupt:
+        click.echo(f"mlab: {_interrupted_hint(runner.run_dir)}", err=True)
+        raise
     console = make_console()
     score = "none" if trace.final_score is None else f"{trace.final_score:.6g}"
     console.print(f"run {trace.status}: {trace.end_reason}; {len(trace.steps)} steps, "
@@ -210,6 +220,43 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     console.print(f"trace: {runner.run_dir / 'trace.json'}", highlight=False, soft_wrap=True)
     if trace.status == "failed":
         sys.exit(1)
+
+
+def _check_new_run_dir(target: Path) -> None:
+    """A --run-dir that already holds something: say what it is and what can be done with it."""
+    from mlab.core.run.trace import read_trace
+    from mlab.core.view.live import run_in_progress
+
+    if not target.is_dir() or not any(target.iterdir()):
+        return
+    where = shlex.quote(str(target))
+    try:
+        trace = read_trace(target)
+    except MlabError:
+        raise MlabError(f"--run-dir {where} is not empty and holds no run; give a new or empty folder") from None
+    if trace.status == "running" and run_in_progress(target):
+        raise MlabError(f"--run-dir {where} holds a run going on in another mlab process; watch it with: "
+                        f"mlab view {where}")
+    if trace.status == "running":
+        raise MlabError(f"--run-dir {where} holds a run stopped after step {len(trace.steps)}; continue it with: "
+                        f"mlab run --resume {where}")
+    raise MlabError(f"--run-dir {where} holds a run that has ended ({trace.status}: {trace.end_reason}); see it "
+                    f"with: mlab view {where}; give another --run-dir for a new run")
+
+
+def _interrupted_hint(run_dir: Path) -> str:
+    """After Ctrl-C: --resume only where there is a trace to resume from."""
+    from mlab.core.run.trace import read_trace
+
+    where = shlex.quote(str(run_dir))
+    try:
+        trace = read_trace(run_dir)
+    except MlabError:
+        return "interrupted before the run started, so nothing was kept: start it again with the same command"
+    if trace.status == "running":
+        return (f"interrupted after step {len(trace.steps)} of at most {trace.config.max_steps}; continue with: "
+                f"mlab run --resume {where}")
+    return f"interrupted after the run ended ({trace.status}); see it with: mlab view {where}"
 
 
 def _cache_dir(value: str | None) -> str | None:

@@ -250,17 +250,17 @@ def _wait_file(path: Path, timeout_s: float = 60) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=MISSING)
-def test_viewer_follows_a_run_in_progress_in_chromium(tmp_path):
-    from tests.fixtures.gated_run import MARKUP
+def test_viewer_follows_a_run_in_progress_in_chromium(tmp_path, monkeypatch):
+    from tests.fixtures.gated_run import GATES_VARIABLE, MARKUP
 
     runs, gates = tmp_path / "runs", tmp_path / "gates"
     runs.mkdir()
     gates.mkdir()
+    monkeypatch.setenv(GATES_VARIABLE, str(gates))
     name = 'run<img src=x onerror="window.pwned = 3">'  # a folder name is shown as text, like everything else
     run_dir = runs / name
-    run = _start("run", "--task", "fixture/counter", "--agent", "fixture-gated", "--agent-option",
-                 f"gates={gates}", "--run-dir", run_dir, "--max-steps", "10", stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE)
+    run = _start("run", "--task", "fixture/counter", "--agent", "fixture-gated", "--run-dir", run_dir,
+                 "--max-steps", "10", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     view = _start("view", runs, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         url = _viewer_url(view)
