@@ -144,3 +144,40 @@ def test_agent_code_sees_nothing_of_the_host_and_changes_nothing(host_dir, sandb
     assert not leftovers, leftovers  # nothing written reached the host
     assert "root:" not in report["shadow"]
     assert report["interfaces"] == ["lo"], report["interfaces"]
+
+
+PACK_PROBE = r'''
+import os, sys, tempfile
+import mlab_example_tasks  # the harness itself imports the pack
+from mlab.core.plugins.registry import load_registry
+from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.local import LocalSandbox
+box = LocalSandbox() if sys.argv[1] == "local" else load_registry().items["sandboxes"][sys.argv[1]]()
+probe = ("import os\n"
+         "try:\n"
+         "    import mlab_example_tasks.line_fit; print('IMPORTED')\n"
+         "except ImportError:\n"
+         "    print('NO IMPORT')\n"
+         "try:\n"
+         "    print('READ', len(open(%r).read()))\n"
+         "except OSError:\n"
+         "    print('NOT READ')\n") % os.path.join(mlab_example_tasks.__path__[0], "line_fit.py")
+result = box.run([sys.executable, "-c", probe], ExecSpec(cwd=tempfile.mkdtemp()))
+print("PROBE", result.exit_code, result.output)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_an_installed_task_packs_code_is_not_there_for_agent_code(tmp_path, sandbox):
+    """A pack installed normally lives in the shown Python environment: its generator and seed would rebuild
+    the answers, so its code is covered (the harness itself still imports it)."""
+    from tests.fixtures.venvs import EXAMPLE_PACK, make_venv
+    from test_sandbox import make_sandbox
+
+    make_sandbox(sandbox)  # skips with the reason where this sandbox cannot run here
+    venv = make_venv(tmp_path / "venv")
+    venv.install(EXAMPLE_PACK)
+    result = venv.run("-c", PACK_PROBE, sandbox)
+    assert result.returncode == 0, result.stderr
+    assert "PROBE 0 NO IMPORT\nNOT READ" in result.stdout, result.stdout

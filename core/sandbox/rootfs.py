@@ -5,14 +5,18 @@ docker mounts the same folders, so "what agent code can see" has one definition.
 Shown: the system folders and a few files of /etc (read-only), the Python environment that runs the command,
 folders named in MLAB_SANDBOX_RO, the GPU device nodes, the workspace and the other writable folders. Not
 shown, whatever their permissions: the run's own folder (trace, snapshots, objects), every task's hidden
-answers, other runs, the harness user's home, data folders, the LLM cache, daemon sockets, password hashes.
+answers, other runs, the harness user's home, data folders, the LLM cache, daemon sockets, password hashes,
+and the code of installed plugins (a task pack's generator and seed would rebuild its answers).
 """
 from __future__ import annotations
 
+import functools
 import glob
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 
 from mlab.core.sandbox.contract import ExecSpec
 
@@ -32,7 +36,8 @@ EXTRA_RO_VARS = ("MLAB_SANDBOX_RO", "MLAB_BWRAP_RO", "MLAB_DOCKER_RO")
 GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
 # The character devices every program expects.
 BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-TMP_BYTES = 1 << 30  # the private /tmp: memory-backed, so also within the command's memory limit
+TMP_BYTES = 1 << 30
+PLUGIN_GROUP = "mlab"  # the entry-point group of every plugin (mlab.core.plugins.manager)  # the private /tmp: memory-backed, so also within the command's memory limit
 
 
 def inside(folder: str, path: str) -> bool:
@@ -67,6 +72,25 @@ def extra_read_only() -> list[str]:
     for var in EXTRA_RO_VARS:
         paths += [p for p in os.environ.get(var, "").split(":") if p.strip() and p not in paths]
     return paths
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_code() -> tuple[str, ...]:
+    """Where the installed plugins' code lives (their import packages): covered wherever a shown folder holds
+    them, so agent code cannot run a task pack's data generator (the answers follow from its code and seed) or
+    read whatever else a pack ships for the harness alone."""
+    found: set[str] = set()
+    for ep in entry_points(group=PLUGIN_GROUP):
+        top = ep.value.split(":", 1)[0].split(".", 1)[0]
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        places = list(spec.submodule_search_locations or []) or ([spec.origin] if spec.origin else [])
+        found.update(os.path.realpath(p) for p in places if os.path.exists(p))
+    return tuple(sorted(found))
 
 
 def gpu_devices() -> list[str]:
@@ -130,7 +154,7 @@ def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootV
             real = os.path.realpath(protected)
             if inside(workspace, real):
                 view.protected.append(real)
-    for hidden in spec.hidden_paths:  # only matters where a hidden path lies inside something shown
+    for hidden in [*spec.hidden_paths, *plugin_code()]:  # only where it lies inside something shown
         real = os.path.realpath(hidden)
         if any(inside(s, real) for s in view.shown()):
             if os.path.isdir(real):
