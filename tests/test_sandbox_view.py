@@ -172,8 +172,9 @@ print("PROBE", result.exit_code, result.output)
 def test_an_installed_task_packs_code_is_not_there_for_agent_code(tmp_path, sandbox):
     """A pack installed normally lives in the shown Python environment: its generator and seed would rebuild
     the answers, so its code is covered (the harness itself still imports it)."""
-    from tests.fixtures.venvs import EXAMPLE_PACK, make_venv
     from test_sandbox import make_sandbox
+
+    from tests.fixtures.venvs import EXAMPLE_PACK, make_venv
 
     make_sandbox(sandbox)  # skips with the reason where this sandbox cannot run here
     venv = make_venv(tmp_path / "venv")

@@ -36,8 +36,8 @@ EXTRA_RO_VARS = ("MLAB_SANDBOX_RO", "MLAB_BWRAP_RO", "MLAB_DOCKER_RO")
 GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
 # The character devices every program expects.
 BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-TMP_BYTES = 1 << 30
-PLUGIN_GROUP = "mlab"  # the entry-point group of every plugin (mlab.core.plugins.manager)  # the private /tmp: memory-backed, so also within the command's memory limit
+TMP_BYTES = 1 << 30  # the private /tmp: memory-backed, so also within the command's memory limit
+PLUGIN_GROUP = "mlab"  # the entry-point group of every plugin (mlab.core.plugins.manager)
 
 
 def inside(folder: str, path: str) -> bool:
