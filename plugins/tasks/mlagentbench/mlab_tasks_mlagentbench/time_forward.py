@@ -1,0 +1,30 @@
+"""Time one Conv2D forward pass of a vectorization train.py: run by the scorer in the scoring sandbox, once per
+script per repetition. Usage: python time_forward.py FOLDER (the folder holding train.py).
+
+The batch and the layer's weights come from a fixed seed, so the starter and the submission compute on the same
+numbers; the output's shape and sum tell the scorer the result is unchanged. The time is the process's CPU time
+(numpy's threads are limited to one by the scorer): other processes on the machine barely change it, where they
+stretch wall-clock time by whatever share of the cores they take. Prints one JSON line."""
+import json
+import os
+import sys
+import time
+
+folder = os.path.abspath(sys.argv[1])
+os.chdir(folder)
+sys.path.insert(0, folder)
+sys.argv = ["train.py"]
+import importlib.util  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("submitted_train", os.path.join(folder, "train.py"))
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # the script's own timing runs only under __main__
+np.random.seed(0)
+batch = np.random.randn(32, 64, 64, 3)
+layer = module.Conv2DLayer(3, 8, 3, 2, 2, "relu")
+start = time.process_time()
+output = np.asarray(layer.forward(batch))
+seconds = time.process_time() - start
+print(json.dumps({"seconds": seconds, "shape": list(output.shape), "sum": float(output.sum())}))

@@ -1,0 +1,70 @@
+"""vectorization's score is taken at scoring time: the starter and the submission are timed back to back,
+interleaved, in the scoring sandbox, so load from other processes moves both alike."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlab.core import InvalidSubmission
+from mlab.core.plugins.registry import load_registry
+from mlab.core.run import taskdata
+from mlab.core.run.scoring import judge
+from mlab_tasks_mlagentbench.base import REFERENCE_DIR
+
+BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def vectorization():
+    return load_registry().get("tasks", "mlagentbench/vectorization")
+
+
+def fresh_workspace(task, tmp_path: Path) -> Path:
+    taskdata.prepare(task, log=lambda _m: None)
+    workspace = tmp_path / "ws"
+    shutil.copytree(taskdata.public_dir(task), workspace)
+    return workspace
+
+
+@pytest.fixture
+def cpu_load():
+    """Two processes keeping both cores busy: stress-ng when installed, else Python busy loops."""
+    if shutil.which("stress-ng"):
+        procs = [subprocess.Popen(["stress-ng", "--cpu", "2", "--timeout", "600s", "--quiet"])]
+    else:
+        procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]
+    yield
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu_load):
+    task = vectorization()
+    workspace = fresh_workspace(task, tmp_path)
+    (workspace / "submission.csv").write_text("0.001\n")  # a recorded time is not what is scored
+    score = task.evaluate(workspace, taskdata.hidden_dir(task))
+    verdict = judge(score, task.fixed_baseline, task)
+    assert abs(verdict.improvement) < 0.08 and not verdict.success, verdict
+
+
+@pytest.mark.slow
+def test_a_vectorised_forward_pass_succeeds_and_a_wrong_one_is_invalid(tmp_path):
+    task = vectorization()
+    workspace = fresh_workspace(task, tmp_path)
+    shutil.copytree(REFERENCE_DIR / "vectorization", workspace, dirs_exist_ok=True)
+    verdict = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
+    assert verdict.success and verdict.improvement > 0.5, verdict
+    script = workspace / "train.py"
+    script.write_text(script.read_text() + "\nConv2DLayer.forward = lambda self, x: x[:, ::2, ::2, :1]\n")
+    with pytest.raises(InvalidSubmission, match="another result|failed"):
+        task.evaluate(workspace, taskdata.hidden_dir(task))
+
+
+def test_a_submission_without_train_py_is_invalid(tmp_path):
+    with pytest.raises(InvalidSubmission, match="no train.py"):
+        vectorization().evaluate(tmp_path, tmp_path)
