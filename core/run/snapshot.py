@@ -100,7 +100,8 @@ class SnapshotStore:
         # The workspace as last recorded: (root's (device, inode), skip, tree, name of that snapshot)
         self._index: tuple[tuple[int, int], Callable[[str], bool], Folder, str] | None = None
         self._good: set[str] = set()  # objects written or verified by this process
-        self._prefixes: set[str] = set()  # objects/ab folders known to exist
+        self._listed: dict[str, set[str]] = {}  # objects/ab -> its objects, listed once
+        self._objects_dir = str(self.objects)
         self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
 
     def _object_path(self, digest: str) -> Path:
@@ -246,15 +247,32 @@ class SnapshotStore:
         finally:
             os.close(fd)
 
+    def _stored_names(self, prefix: str) -> set[str]:
+        """The objects of folder objects/<prefix>, listed once per process."""
+        names = self._listed.get(prefix)
+        if names is None:
+            try:
+                names = set(os.listdir(os.path.join(self._objects_dir, prefix)))
+            except FileNotFoundError:
+                os.mkdir(os.path.join(self._objects_dir, prefix))
+                names = set()
+            self._listed[prefix] = names
+        return names
+
     def _has(self, digest: str, size: int | None = None) -> bool:
         """Whether the object is stored whole. One this process did not write is checked against its name
-        once (a crash before a sync may have left it torn); a torn one is removed, to be stored again."""
+        once (a crash may have left it torn: objects are written in place, unsynced); a torn one is removed,
+        to be stored again."""
         if digest in self._good:
             return True
-        path = self._object_path(digest)
+        names = self._stored_names(digest[:2])
+        if digest not in names:
+            return False
+        path = self._object_file(digest)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
+            names.discard(digest)
             return False
         try:
             intact = (size is None or os.fstat(fd).st_size == size) and _digest_fd(fd)[0] == digest
@@ -264,40 +282,38 @@ class SnapshotStore:
             self._good.add(digest)
             return True
         _unlink_object(path)
+        names.discard(digest)
         return False
 
-    def _prefix_dir(self, digest: str) -> Path:
-        folder = self.objects / digest[:2]
-        if digest[:2] not in self._prefixes:
-            folder.mkdir(exist_ok=True)
-            self._prefixes.add(digest[:2])
-        return folder
+    def _object_file(self, digest: str) -> str:
+        return os.path.join(self._objects_dir, digest[:2], digest)
 
     def _put(self, data: bytes) -> str:
-        """Store bytes (durable from the next commit on); returns their digest."""
+        """Store bytes (durable from the next commit on); returns their digest. Written in place under its
+        name, read-only: a crash that tears it is caught by _has before any reuse."""
         digest = hashlib.sha256(data).hexdigest()
         if self._has(digest, len(data)):
             return digest
-        tmp = self._prefix_dir(digest) / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        path = self._object_file(digest)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._object_path(digest))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         except BaseException:
-            _unlink_object(tmp)
+            _unlink_object(path)  # e.g. a full disk: nothing half written stays
             raise
+        finally:
+            os.close(fd)
+        self._stored_names(digest[:2]).add(digest)
         self._good.add(digest)
         return digest
 
     def _copy_in(self, fd: int, digest: str) -> tuple[str, int]:
         """Copy fd into the store; returns the digest and size of what was copied (the file may have changed
-        since it was hashed)."""
-        tmp = self._prefix_dir(digest) / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        since it was hashed, so it is copied under a temporary name and named by what was copied)."""
+        self._stored_names(digest[:2])
+        tmp = os.path.join(self._objects_dir, digest[:2], f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}")
         h = hashlib.sha256()
         try:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
@@ -306,11 +322,12 @@ class SnapshotStore:
             finally:
                 os.close(out)
             copied = h.hexdigest()
-            self._prefix_dir(copied)
-            os.replace(tmp, self._object_path(copied))  # objects are never changed in place (mode 0444)
+            names = self._stored_names(copied[:2])
+            os.replace(tmp, self._object_file(copied))  # objects are never changed in place (mode 0444)
         except BaseException:
-            _unlink_object(tmp)
+            _unlink_object(Path(tmp))
             raise
+        names.add(copied)
         self._good.add(copied)
         return copied, size
 
@@ -544,12 +561,13 @@ def _copy_all(src: int, dst: int, size: int) -> None:
 
 
 def _read_all(fd: int, expected: int) -> bytes:
-    """The whole file: one read for a file of `expected` bytes, more when it grew meanwhile."""
-    parts = []
-    want = expected + 1
-    while chunk := os.read(fd, want):
+    """The whole file: one read for a file still of `expected` bytes, more when it changed meanwhile."""
+    first = os.read(fd, expected + 1)
+    if len(first) == expected and expected:
+        return first  # a regular file gives all it has in one read; the next would return nothing
+    parts = [first]
+    while first and (chunk := os.read(fd, _BLOCK)):
         parts.append(chunk)
-        want = _BLOCK
     return b"".join(parts)
 
 
@@ -561,7 +579,7 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _unlink_object(path: Path) -> None:
+def _unlink_object(path: str | Path) -> None:
     try:
         os.unlink(path)
     except OSError:
