@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core import MlabError
+from mlab.core import Metric, MlabError, Task
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from mlab_tasks_mlagentbench import acquire
@@ -333,3 +333,66 @@ def test_prepare_all_from_files_laid_out_as_the_manifest_says(tmp_path):
     missing = proc.stdout.split("files not found", 1)[1]
     for task in ("imdb", "babylm", "llama-inference", "fathomnet", "identify-contrails"):
         assert f"mlagentbench/{task}: needs " in missing, proc.stdout
+
+
+# ---- runs share prepared data --------------------------------------------------------------------
+class BigDataTask(Task):
+    """A task whose large data file is read-only, and whose starter tries to overwrite it."""
+
+    name = "test/big-data"
+    description = "a large read-only file"
+    research_problem = "none"
+    read_only_files = ["data/*"]
+    metric = Metric(name="x", higher_is_better=True)
+
+    def prepare(self, ctx):
+        (ctx.public_dir / "data").mkdir()
+        with open(ctx.public_dir / "data" / "big.bin", "wb") as f:
+            f.write(os.urandom(1 << 16) * 96)  # 6 MB
+        (ctx.public_dir / "train.py").write_text(
+            "import os\n"
+            "for how in ('r+b', 'wb', 'ab'):\n"
+            "    try:\n"
+            "        with open('data/big.bin', how) as f:\n"
+            "            f.write(b'overwritten')\n"
+            "        print('wrote with', how)\n"
+            "    except OSError as exc:\n"
+            "        print('refused', how, exc.errno)\n"
+            "try:\n"
+            "    os.chmod('data/big.bin', 0o666)\n"
+            "except OSError as exc:\n"
+            "    print('chmod refused', exc.errno)\n"
+            "open('submission.txt', 'w').write('1')\n")
+
+    def evaluate(self, workspace, hidden_dir):
+        return 1.0
+
+
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_a_run_links_large_read_only_files_and_cannot_write_through_them(tmp_path, sandbox):
+    from mlab.core.sandbox.resolve import resolve_sandbox
+
+    try:
+        resolve_sandbox(load_registry(), sandbox)
+    except MlabError as exc:
+        pytest.skip(f"{sandbox} is not usable here: {exc}")
+    from mlab.core.run.harness import Harness
+    from mlab.core.run.taskdata import TaskHome
+
+    task = BigDataTask()
+    harness = Harness(load_registry(), TaskHome(tmp_path / "home"), sandbox=sandbox)
+    harness.prepare(task)
+    prepared = harness.home.public_dir(task) / "data" / "big.bin"
+    digest = hashlib.sha256(prepared.read_bytes()).hexdigest()
+    workspace = harness.new_workspace(task, tmp_path / "ws")
+    linked = workspace / "data" / "big.bin"
+    assert linked.stat().st_ino == prepared.stat().st_ino  # the run's copy costs no disk
+    assert (workspace / "train.py").stat().st_ino != (harness.home.public_dir(task) / "train.py").stat().st_ino
+    outcome = harness.run_script_fresh(task, timeout_s=120)
+    assert outcome.score == 1.0, outcome
+    assert "wrote with" not in outcome.output, outcome.output
+    assert hashlib.sha256(prepared.read_bytes()).hexdigest() == digest
+    assert oct(prepared.stat().st_mode & 0o777) != oct(0o666)
+    unconfined = Harness(load_registry(), TaskHome(tmp_path / "home"), sandbox="unconfined")
+    copied = unconfined.new_workspace(task, tmp_path / "ws2") / "data" / "big.bin"
+    assert copied.stat().st_ino != prepared.stat().st_ino  # nothing there would stop a write through a link

@@ -3,7 +3,6 @@ scorer. `mlab run`, `baseline`, `check-task`, `eval`, `bench` and the report all
 a task is staged, confined or scored lands once."""
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 import traceback
@@ -17,7 +16,7 @@ from mlab.core.models import SubmissionScored, TaskPrepared
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.scoring import Score, Scorer
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.taskdata import TaskHome, stage_workspace
 from mlab.core.sandbox.contract import ExecResult, Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.resolve import resolve_sandbox
@@ -103,8 +102,15 @@ class Harness:
         self.prepare(task)
 
     def new_workspace(self, task: Task, workspace: Path) -> Path:
-        """A fresh copy of the task's public files: the starting point of every run, baseline and check."""
-        shutil.copytree(self.home.public_dir(task), workspace, symlinks=False)
+        """A fresh copy of the task's public files: the starting point of every run, baseline and check. Large
+        read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
+        sandbox but unconfined), so runs share the task's data."""
+        from mlab.core.run.readonly import is_read_only
+
+        patterns = list(task.read_only_files)
+        enforced = self.sandbox_name != "unconfined"
+        stage_workspace(self.home.public_dir(task), workspace,
+                        share=lambda rel: enforced and is_read_only(rel, patterns))
         return workspace
 
     # ---- confinement --------------------------------------------------------------------------------

@@ -145,6 +145,33 @@ class TaskHome:
         write_atomic(self.baseline_path(task), json.dumps({"task": task.name, **record}, indent=1).encode())
 
 
+# Read-only files at least this large reach a workspace as hard links to the prepared copy; smaller ones are
+# copied (a link would save little and share an inode for nothing).
+SHARE_MIN_BYTES = 1 << 20
+
+
+def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool]) -> list[str]:
+    """Copy a task's prepared public files into a new workspace, hard-linking the large files `share` accepts
+    (read-only files the sandbox mounts read-only, so no write reaches the prepared copy through the link), so a
+    run costs what it writes. Falls back to a copy where a link cannot be made (another file system). Returns the
+    linked paths, relative to the workspace."""
+    linked: list[str] = []
+
+    def copy(source: str, target: str) -> object:
+        rel = Path(source).relative_to(public).as_posix()
+        if share(rel) and os.path.getsize(source) >= SHARE_MIN_BYTES:
+            try:
+                os.link(source, target, follow_symlinks=False)
+                linked.append(rel)
+                return target
+            except OSError:
+                pass
+        return shutil.copy2(source, target)
+
+    shutil.copytree(public, workspace, symlinks=False, copy_function=copy)
+    return linked
+
+
 def tree_digest(root: Path) -> dict[str, tuple[str, str]]:
     """Every entry below root by relative path: ("dir", ""), ("file", sha256 of the content), ("symlink", its
     target, unresolved) or ("other", ""). Files are read in chunks, so a tree of any size fits in memory."""
