@@ -72,14 +72,20 @@ def tasks(as_json: bool) -> None:
 def agents(as_json: bool) -> None:
     """Available agents."""
     registry = load_registry()
+    from mlab.core.agent import option_rows
+
     rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
-             "provider": registry.provider("agents", name)} for name, cls in sorted(registry.items["agents"].items())]
+             "provider": registry.provider("agents", name), "options": option_rows(cls)}
+            for name, cls in sorted(registry.items["agents"].items())]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, indent=2, default=str))
         return
     table = Table(title="mlab agents")
-    for column in ("agent", "needs LLM", "provider", "description"):
+    for column in ("agent", "needs LLM", "provider", "description", "options (--agent-option KEY=VALUE)"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["name"], "yes" if r["needs_llm"] else "no", r["provider"], r["description"])
+        options = "\n".join(
+            f"{o['name']}" + (" (required)" if o["required"] else f"={json.dumps(o['default'], default=str)}")
+            + (f": {o['description']}" if o["description"] else "") for o in r["options"]) or "none"
+        table.add_row(r["name"], "yes" if r["needs_llm"] else "no", r["provider"], r["description"], options)
     make_console().print(table)

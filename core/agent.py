@@ -1,10 +1,13 @@
 """The Agent contract: a step policy. The core owns the loop, the limits and the trace."""
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mlab.core.actions import ActionSpec
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
@@ -27,6 +30,13 @@ class AgentContext:
     log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
     # Versions of the key packages of the Python that runs agent code ({"python": "3.12.3", "pandas": ...}).
     packages: dict[str, str] = field(default_factory=dict)
+
+
+class AgentOptions(BaseModel):
+    """What `--agent-option KEY=VALUE` may set: an agent subclasses it with one field per option, each with a
+    default and a description (`mlab agents` shows them). Keys it does not declare are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass
@@ -52,12 +62,17 @@ class Agent(ABC):
     """One line for `mlab agents`."""
     needs_llm: ClassVar[bool] = True
     """True: a run refuses to start without `--llm` (and `ctx.llm` is never None)."""
+    Options: ClassVar[type[AgentOptions]] = AgentOptions
+    """The agent's options; the default declares none, so any `--agent-option` is refused."""
 
     ctx: AgentContext
     """What the agent was built with for this run."""
+    options: AgentOptions
+    """ctx.options checked against Options, with the defaults filled in."""
 
     def __init__(self, ctx: AgentContext):
         self.ctx = ctx
+        self.options = check_agent_options(type(self), ctx.options)
 
     @property
     def llm(self) -> LLMClient:
@@ -76,6 +91,37 @@ class Agent(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional: no state by default)
         """Take back the memory of the last saved step, when a killed run resumes."""
+
+
+def check_agent_options(agent_cls: type[Agent], given: dict[str, Any]) -> AgentOptions:
+    """The agent's Options from `--agent-option` values; MlabError in one line naming the valid options when a
+    key is unknown or a value does not fit."""
+    fields = agent_cls.Options.model_fields
+    valid = ", ".join(fields) or "none (it takes no options)"
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise MlabError(f"agent {agent_cls.name!r} has no option {', '.join(unknown)}; options: {valid}")
+    try:
+        return agent_cls.Options.model_validate(given)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"]) or "options"
+        message = str(error["msg"])
+        message = message.removeprefix("Value error, ")
+        raise MlabError(f"agent {agent_cls.name!r}: option {key}: {message[:1].lower()}{message[1:]} "
+                        f"(got {json.dumps(error.get('input'), default=str)[:100]})") from None
+
+
+def option_rows(agent_cls: type[Agent]) -> list[dict[str, Any]]:
+    """The agent's options for listings: name, type, whether required, default and description of each."""
+    rows = []
+    for name, info in agent_cls.Options.model_fields.items():
+        kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        required = info.is_required()
+        rows.append({"name": name, "type": kind, "required": required,
+                     "default": None if required else info.get_default(call_default_factory=True),
+                     "description": info.description or ""})
+    return rows
 
 
 class AgentFailed(Exception):

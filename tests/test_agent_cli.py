@@ -45,7 +45,8 @@ def test_unknown_agent_lists_the_valid_ones():
 @pytest.mark.parametrize("agent, option, fragment", [
     ("research", "actions=[\"Fly\"]", "unknown action(s) 'Fly' in option actions"),
     ("research", "colour=1", "agent 'research' has no option colour"),
-    ("autogpt", "recent_chars=-1", "option recent_chars must be a positive whole number"),
+    ("autogpt", "recent_chars=-1", "agent 'autogpt': option recent_chars: input should be greater than or equal "
+                                   "to 1 (got -1)"),
     ("langchain", "tools=[\"Fly\"]", "unknown action(s) 'Fly' in option tools"),
 ])
 def test_bad_agent_options_are_one_line_errors(tmp_path, agent, option, fragment):

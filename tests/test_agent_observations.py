@@ -12,7 +12,7 @@ import pytest
 
 from mlab.core import Action, Agent, RunConfig, RunState, Task
 from mlab.core.agent import AgentContext
-from mlab.core.agentkit import needs_summary, research_problem
+from mlab.core.agentkit import AgentOptions, needs_summary, research_problem
 from mlab.core.bench.results import classify
 from mlab.core.models import Step
 from mlab.core.run.llm_actions import MAX_DIFF_CHARS, split_blocks
@@ -148,10 +148,15 @@ def test_a_repl_command_that_raises_is_an_error_without_host_paths(tmp_path):
 
 
 # ---- the agent's own failures ---------------------------------------------------------------------------
+class CrashingOptions(AgentOptions):
+    garbage: bool = False
+
+
 class CrashingAgent(Agent):
     name = "test-crashing"
     description = "raises on its second step"
     needs_llm = False
+    Options = CrashingOptions
 
     def step(self, state: RunState):
         if state.step_index == 2:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import LLM, Action, Agent, Completion, RunConfig, RunState
+from mlab.core.agentkit import AgentOptions
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import load_registry
 from mlab.core.sandbox.limits import Limits
@@ -87,6 +88,11 @@ def manifest_state(manifest: dict) -> dict[str, str]:
     return {rel: ("link:" + e["link"]) if "link" in e else e["sha256"] for rel, e in manifest.items()}
 
 
+class FaultOptions(AgentOptions):
+    steps: int = 7
+    run_dir: str
+
+
 class FaultAgent(Agent):
     """Steps cycle through an LLM call, a short script and a script writing a big file (a slow snapshot);
     each phase is announced on stdout so a test can kill the process inside it. The first step in each
@@ -95,6 +101,8 @@ class FaultAgent(Agent):
     name = AGENT_NAME
     description = "test agent"
     needs_llm = True
+
+    Options = FaultOptions
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -24,6 +24,8 @@ from mlab.core.agentkit.named_entries import (
 )
 from mlab.core.agentkit.options import (
     RESEARCH_ACTIONS,
+    ActionNames,
+    AgentOptions,
     bool_option,
     check_option_names,
     int_option,
@@ -34,9 +36,10 @@ from mlab.core.agentkit.problem import packages_line, research_problem
 from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
 
 __all__ = [
-    "ACTION", "ACTION_INPUT", "Attempts", "InvalidResponse", "MAX_ATTEMPTS", "OBSERVATION_STOP", "RESEARCH_ACTIONS",
-    "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text", "args_example", "ask_until_valid",
-    "bool_option", "check_args", "check_option_names", "int_option", "loads_lenient", "match_name", "needs_summary",
-    "packages_line", "parse_named_entries", "pick_actions", "positive_int_option", "research_problem",
-    "split_named_entries", "strip_fences", "summarize_observation", "truncate_middle",
+    "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
+    "OBSERVATION_STOP", "RESEARCH_ACTIONS", "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text",
+    "args_example", "ask_until_valid", "bool_option", "check_args", "check_option_names", "int_option",
+    "loads_lenient", "match_name", "needs_summary", "packages_line", "parse_named_entries", "pick_actions",
+    "positive_int_option", "research_problem", "split_named_entries", "strip_fences", "summarize_observation",
+    "truncate_middle",
 ]

@@ -5,14 +5,32 @@ Each check raises MlabError with a one-line message; the CLI shows it as the run
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 from mlab.core.actions import ActionSpec
+from mlab.core.agent import AgentOptions
 from mlab.core.errors import MlabError
+
+__all__ = ["ActionNames", "AgentOptions", "RESEARCH_ACTIONS", "bool_option", "check_option_names", "int_option",
+           "pick_actions", "positive_int_option"]
 
 # The actions the original research agent was shown: a sensible default for an agent's list of actions.
 RESEARCH_ACTIONS = ["List Files", "Copy File", "Undo Edit Script", "Execute Script", "Final Answer",
                     "Understand File", "Inspect Script Lines", "Edit Script (AI)"]
+
+
+def _names(value: Any) -> Any:
+    """A list option may also be written as comma-separated text: actions="List Files,Execute Script"."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
+# A field type for options that name actions: a non-empty list, or comma-separated text. Check the names
+# against ctx.actions with pick_actions.
+ActionNames = Annotated[list[str], BeforeValidator(_names), Field(min_length=1)]
 
 
 def check_option_names(agent: str, options: dict[str, Any], allowed: Iterable[str]) -> None:

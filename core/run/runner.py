@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from mlab.core.agent import AgentContext, AgentFailed, RunState, agent_step
+from mlab.core.agent import AgentContext, AgentFailed, RunState, agent_step, check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.llm.client import LLMClient
@@ -88,6 +88,7 @@ class Runner:
         # the trace names the sandbox that ran, not "auto"
         self.config = config = config.model_copy(update={"sandbox": self.harness.sandbox_name})
         self.agent_cls = self.registry.get("agents", config.agent)
+        check_agent_options(self.agent_cls, config.agent_options)  # a bad option fails before anything is written
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
         backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm,

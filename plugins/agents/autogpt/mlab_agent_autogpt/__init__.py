@@ -11,17 +11,19 @@ import json
 import re
 from typing import Any, Literal
 
+from pydantic import Field
+
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun, hookimpl
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
+    ActionNames,
+    AgentOptions,
     InvalidResponse,
     ask_until_valid,
     check_args,
-    check_option_names,
     loads_lenient,
     match_name,
     pick_actions,
-    positive_int_option,
     research_problem,
     truncate_middle,
 )
@@ -37,7 +39,6 @@ COMMAND_NAMES = {
 ARG_NAMES = {"Final Answer": {"final_answer": "reason"}}  # env argument -> command argument, where they differ
 DEFAULT_COMMANDS = ["List Files", "Read File", "Write File", "Append File", "Copy File", "Execute Script",
                     "Undo Edit Script", "Final Answer"]
-OPTIONS = ("commands", "recent_chars", "result_chars", "max_attempts")
 FOLD_RESULT_CHARS = 2_000  # how much of each result the memory-folding call reads
 
 SYSTEM = """You are ResearchGPT, an autonomous AI that carries out machine-learning research on its own. \
@@ -85,22 +86,32 @@ def command_name(action: str) -> str:
     return COMMAND_NAMES.get(action) or re.sub(r"[^a-z0-9]+", "_", action.lower()).strip("_")
 
 
+class AutoGPTOptions(AgentOptions):
+    commands: ActionNames = Field(default_factory=lambda: list(DEFAULT_COMMANDS),
+                                  description="environment actions offered as commands (Final Answer always is)")
+    recent_chars: int = Field(15_000, ge=1, description="characters of recent commands and results kept word for "
+                                                        "word; older ones are folded into the running memory")
+    result_chars: int = Field(5_000, ge=1, description="characters of one result shown (head and tail)")
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, description="replies to try before giving up on a step")
+
+
 class AutoGPTAgent(Agent):
     name = "autogpt"
     description = ("AutoGPT-style agent: JSON thoughts (text, reasoning, plan, criticism) and one command per step, "
-                   f"running memory; stops on task_complete. Options: {', '.join(OPTIONS)}")
+                   "running memory; stops on task_complete.")
+    Options = AutoGPTOptions
 
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
-        opts = dict(ctx.options)
-        check_option_names(self.name, opts, OPTIONS)
-        chosen = pick_actions(opts.get("commands", DEFAULT_COMMANDS), "commands", ctx.actions)
+        opts = self.options
+        assert isinstance(opts, AutoGPTOptions)
+        chosen = pick_actions(opts.commands, "commands", ctx.actions)
         if "Final Answer" not in chosen:
             chosen = [*chosen, "Final Answer"]  # the agent must be able to stop
         self.commands = {command_name(n): ctx.actions[n] for n in chosen}
-        self.recent_chars = positive_int_option(opts, "recent_chars", 15_000)
-        self.result_chars = positive_int_option(opts, "result_chars", 5_000)
-        self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
+        self.recent_chars = opts.recent_chars
+        self.result_chars = opts.result_chars
+        self.max_attempts = opts.max_attempts
         goal = research_problem(ctx, [spec.name for spec in self.commands.values()])
         self.system = SYSTEM.format(goal=goal, commands=self._command_list())
         # Running memory: a condensed account of every step up to folded_through.

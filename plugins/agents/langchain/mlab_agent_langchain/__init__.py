@@ -10,36 +10,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from mlab.core import Action, Agent, AgentContext, RunState, StopRun, hookimpl
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
     RESEARCH_ACTIONS,
-    check_option_names,
+    ActionNames,
+    AgentOptions,
     pick_actions,
-    positive_int_option,
     research_problem,
     truncate_middle,
 )
 
-OPTIONS = ("tools", "observation_chars", "scratchpad_chars", "max_attempts")
+
+class LangChainOptions(AgentOptions):
+    tools: ActionNames = Field(default_factory=lambda: list(RESEARCH_ACTIONS),
+                               description="environment actions offered as tools (Final Answer always is)")
+    observation_chars: int = Field(5_000, ge=1, description="characters of one observation shown (head and tail)")
+    scratchpad_chars: int = Field(60_000, ge=1, description="characters of earlier replies and observations kept")
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, description="replies to try before giving up on a step")
 
 
 class LangChainAgent(Agent):
     name = "langchain"
     description = ("LangChain agent: environment actions as LangChain tools, JSON-blob tool calls, driven by the "
-                   f"run's model. Options: {', '.join(OPTIONS)}")
+                   "run's model.")
+    Options = LangChainOptions
 
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
-        opts = dict(ctx.options)
-        check_option_names(self.name, opts, OPTIONS)
-        names = pick_actions(opts.get("tools", RESEARCH_ACTIONS), "tools", ctx.actions)
+        opts = self.options
+        assert isinstance(opts, LangChainOptions)
+        names = pick_actions(opts.tools, "tools", ctx.actions)
         self.actions = {n: ctx.actions[n] for n in [*names, "Final Answer"] if n in ctx.actions}
-        self.observation_chars = positive_int_option(opts, "observation_chars", 5_000)
-        self.scratchpad_chars = positive_int_option(opts, "scratchpad_chars", 60_000)
-        self.max_attempts = positive_int_option(opts, "max_attempts", MAX_ATTEMPTS)
+        self.observation_chars = opts.observation_chars
+        self.scratchpad_chars = opts.scratchpad_chars
+        self.max_attempts = opts.max_attempts
         self.problem = research_problem(ctx, self.actions)
         from . import chain  # LangChain loads here, when a run uses this agent, never at plugin discovery
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
     OBSERVATION_STOP,
     RESEARCH_ACTIONS,
     SUMMARY_THRESHOLD,
+    ActionNames,
+    AgentOptions,
     action_text,
     ask_until_valid,
-    bool_option,
-    check_option_names,
-    int_option,
     needs_summary,
     parse_named_entries,
     pick_actions,
@@ -28,30 +29,34 @@ RESEARCH_ENTRIES = ["Reflection", "Research Plan and Status", "Fact Check", "Tho
 # Each response restates these in full, so older copies in the history are redundant: only the latest is shown.
 RESTATED = ("Research Plan and Status", "Fact Check")
 RETRIES_KEY = "invalid_responses"  # where an Action's entries record the responses that had to be retried
-OPTIONS = {
-    "actions": "list of action names the prompt shows (default: the original research agent's eight)",
-    "retrieval": "true: keep a research log of every step and recall from it once the history is long",
-    "history_steps": "how many recent steps the prompt shows in full (default 3)",
-    "summarize_over": "observations longer than this many characters are summarized first (default 5000)",
-    "max_attempts": "responses to try before giving up on a step (default 5)",
-}
+
+
+class ResearchOptions(AgentOptions):
+    actions: ActionNames = Field(default_factory=lambda: list(RESEARCH_ACTIONS),
+                                 description="action names the prompt shows (a JSON list or comma-separated)")
+    retrieval: bool = Field(False, description="keep a research log of every step and recall from it once the "
+                                               "history is long")
+    history_steps: int = Field(3, ge=1, description="how many recent steps the prompt shows in full")
+    summarize_over: int = Field(SUMMARY_THRESHOLD, ge=100, description="observations longer than this many "
+                                "characters are summarized by the fast model first (edit diffs never are)")
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, description="responses to try before giving up on a step")
 
 
 class ResearchAgent(Agent):
     name = "research"
-    description = ("ReAct research agent: Reflection, Research Plan and Status, Fact Check, Thought, Action. "
-                   f"Options: {', '.join(OPTIONS)}")
+    description = "ReAct research agent: Reflection, Research Plan and Status, Fact Check, Thought, Action."
+    Options = ResearchOptions
     entry_names: list[str] = RESEARCH_ENTRIES
 
     def __init__(self, ctx: AgentContext):
         super().__init__(ctx)
-        opts = dict(ctx.options)
-        check_option_names(self.name, opts, OPTIONS)
-        self.actions = self._pick_actions(opts.get("actions", RESEARCH_ACTIONS))
-        self.retrieval = bool_option(opts, "retrieval", False)
-        self.history_steps = int_option(opts, "history_steps", 3, minimum=1)
-        self.summarize_over = int_option(opts, "summarize_over", SUMMARY_THRESHOLD, minimum=100)
-        self.max_attempts = int_option(opts, "max_attempts", MAX_ATTEMPTS, minimum=1)
+        opts = self.options
+        assert isinstance(opts, ResearchOptions)
+        self.actions = {n: ctx.actions[n] for n in pick_actions(opts.actions, "actions", ctx.actions)}
+        self.retrieval = opts.retrieval
+        self.history_steps = opts.history_steps
+        self.summarize_over = opts.summarize_over
+        self.max_attempts = opts.max_attempts
         self.system = prompts.system_prompt(research_problem(ctx, self.actions), self.actions,
                                              self.entry_names)
         # Memory (saved with every step): summaries of long observations, the research log, what was recalled.
@@ -60,11 +65,6 @@ class ResearchAgent(Agent):
         self.research_log: list[dict[str, Any]] = []
         self.recalled = ""
         self.invalid_total = 0
-
-    def _pick_actions(self, names: Any) -> dict:
-        if isinstance(names, str):
-            names = [n.strip() for n in names.split(",") if n.strip()]
-        return {n: self.ctx.actions[n] for n in pick_actions(names, "actions", self.ctx.actions)}
 
     # ---- the step -------------------------------------------------------------------------------
     def step(self, state: RunState) -> Action | StopRun:
@@ -168,13 +168,13 @@ class ResearchAgent(Agent):
 
 class ReactAgent(ResearchAgent):
     name = "react"
-    description = "Ablation of research: Thought, Action and Action Input only. Options as research."
+    description = "Ablation of research: Thought, Action and Action Input only."
     entry_names = ["Thought", "Action", "Action Input"]
 
 
 class SimpleAgent(ResearchAgent):
     name = "simple"
-    description = "Ablation of research: Action and Action Input only. Options as research."
+    description = "Ablation of research: Action and Action Input only."
     entry_names = ["Action", "Action Input"]
 
 
