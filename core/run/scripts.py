@@ -91,6 +91,7 @@ class ScriptRunner:
         rel = self.workspace.rel(path)
         spec = self.exec_spec()
         before = self.guard.state()
+        self.settings.store.changes.ran_agent_code()  # the next snapshot must look at everything
         try:
             # "./" keeps a script named like "-c.py" from being read as an interpreter option.
             argv = [self.settings.python, "-u", "./" + rel if rel.startswith("-") else rel]
@@ -119,6 +120,7 @@ class ScriptRunner:
     def python_repl(self, command: str) -> str:
         s = self.settings
         before = self.guard.state()
+        self.settings.store.changes.ran_agent_code()  # the next snapshot must look at everything
         try:
             if self.repl is None:
                 self.repl = Repl(s.sandbox, self.exec_spec(), s.python)
