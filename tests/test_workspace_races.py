@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -164,6 +165,54 @@ def test_read_only_restores_during_the_swap_change_nothing_outside(swapped, tmp_
         guard._restore_one("d/ro.txt", pristine)
         guard.state()
         guard.paths()
+
+
+class OpenWatch:
+    """Counts every open of a file or folder directly inside the watched folders (inotify's IN_OPEN)."""
+
+    IN_OPEN, IN_NONBLOCK = 0x20, 0o4000
+
+    def __init__(self, *folders: Path):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        if self.fd < 0:
+            pytest.skip("inotify is not available here")
+        for folder in folders:
+            assert self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.IN_OPEN) >= 0
+
+    def opened(self) -> list[str]:
+        names = []
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            at = 0
+            while at < len(data):
+                _wd, _mask, _cookie, length = struct.unpack_from("iIII", data, at)
+                names.append(data[at + 16:at + 16 + length].rstrip(b"\0").decode() or ".")
+                at += 16 + length
+        os.close(self.fd)
+        return names
+
+
+def test_reads_and_listings_during_the_swap_never_open_anything_outside(swapped, tmp_path):
+    """Read File, Inspect Script Lines, Copy File's read and List Files: agent code swapping a folder on the
+    path for a link makes them fail, and they never even open what lies outside (a device there would act)."""
+    ws, outside = swapped
+    watch = OpenWatch(outside / "victim", outside / "victim" / "sub")
+    workspace = Workspace(settings(ws, tmp_path))
+    done = refused = 0
+    attempts = OPERATIONS * 10  # each open races the swapper only for microseconds
+    for _ in range(attempts):
+        for operation in (lambda: workspace.read_text("d/a.txt"), lambda: os.close(workspace.open_folder("d/sub"))):
+            try:
+                operation()
+                done += 1
+            except EnvError:
+                refused += 1
+    assert watch.opened() == [], "the harness opened files outside the workspace"
+    assert done and done + refused == 2 * attempts
 
 
 # ---- hostile trees ------------------------------------------------------------------------------

@@ -52,6 +52,37 @@ class Workspace:
         if not inside(self.root, real):
             raise EnvError(f"path {given!r} points outside the workspace")
 
+    def _open_at(self, path: Path, given: str, flags: int) -> int:
+        """Open the resolved workspace path one component at a time from the workspace root, following no
+        link: a folder swapped for a link since `path` was resolved makes this fail, never reach (or open a
+        device) outside."""
+        parts = list(path.relative_to(self.root).parts)
+        try:
+            root = open_root(self.root)
+        except OSError as exc:
+            raise EnvError(f"the workspace folder cannot be opened: {exc.strerror}") from exc
+        try:
+            if not parts:
+                return os.dup(root)
+            try:
+                dir_fd = open_dirs(root, parts[:-1])
+            except NotAFolder:
+                raise EnvError(f"{given!r} changed while it was opened (a folder on its path was replaced)") from None
+        finally:
+            os.close(root)
+        try:
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as exc:
+            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
+        finally:
+            os.close(dir_fd)
+        try:
+            self.verify_fd(fd, given)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def open_regular(self, given: str) -> tuple[int, os.stat_result]:
         """An fd of the regular workspace file `given`, opened without following a last-moment symlink."""
         path = self.path(given)
@@ -59,13 +90,8 @@ class Workspace:
             raise EnvError(f"file {given!r} does not exist")
         if path.is_dir():
             raise EnvError(f"{given!r} is a folder, not a file; use List Files to see what it holds")
+        fd = self._open_at(path, given, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not wait for a writer
         try:
-            # O_NONBLOCK: opening a FIFO must not wait for a writer.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
-        try:
-            self.verify_fd(fd, given)
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise EnvError(f"{given!r} is not a regular file")
@@ -86,13 +112,7 @@ class Workspace:
             raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
         if not path.is_dir():
             raise EnvError(f"{given!r} is a file, not a folder")
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            self.verify_fd(fd, given)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return self._open_at(path, given, os.O_RDONLY | os.O_DIRECTORY)
 
     def read_bytes(self, given: str, limit: int, advice: str = "") -> bytes:
         fd, st = self.open_regular(given)
