@@ -7,7 +7,7 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from mlab.core.plugins.registry import load_registry
+from mlab.core.plugins.registry import Registry, load_registry
 
 from .console import make_console
 from .durations import format_duration
@@ -50,7 +50,9 @@ def tasks(as_json: bool) -> None:
             "direction": "higher" if task.metric.higher_is_better else "lower",
             "offline_ready": task.offline_ready, "gpu": task.resources.gpu, "ram_gb": task.resources.ram_gb,
             "baseline_seconds": task.resources.baseline_seconds, "extras": list(task.resources.extras),
-            "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name)})
+            "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name),
+            "conflict": registry.conflict("tasks", name)})
+    _report_problems(registry)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -63,8 +65,14 @@ def tasks(as_json: bool) -> None:
                       f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), ", ".join(r["extras"]) or "-",
                       "yes" if r["prepared"] else "no", r["description"])
     make_console().print(table)
+
+
+def _report_problems(registry: Registry) -> None:
+    """Conflicts and plugins that failed to load, on stderr, so no listing (nor its --json) hides them."""
     for conflict in registry.conflicts:
         click.echo(f"conflict: {conflict}", err=True)
+    for error in registry.plugin_errors():
+        click.echo(f"error: {error}", err=True)
 
 
 @click.command()
@@ -75,8 +83,10 @@ def agents(as_json: bool) -> None:
     from mlab.core.agent import option_rows
 
     rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
-             "provider": registry.provider("agents", name), "options": option_rows(cls)}
+             "provider": registry.provider("agents", name), "options": option_rows(cls),
+             "conflict": registry.conflict("agents", name)}
             for name, cls in sorted(registry.items["agents"].items())]
+    _report_problems(registry)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return

@@ -25,10 +25,37 @@ BROKEN_FIXTURES = ("broken_import", "invalid_registration", "dup_a", "dup_b", "m
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):
-    """One venv holding the example pack and every broken fixture plugin at once, as a user's machine might."""
-    venv = make_venv(tmp_path_factory.mktemp("zoo") / "venv")
-    venv.install(EXAMPLE_PACK, *(fixture_plugin(name) for name in BROKEN_FIXTURES))
+    """One venv holding the example pack and every broken fixture plugin at once, as a user's machine might,
+    and a pack `np` made here whose task names break the PACK/NAME rule."""
+    root = tmp_path_factory.mktemp("zoo")
+    venv = make_venv(root / "venv")
+    venv.install(EXAMPLE_PACK, *(fixture_plugin(name) for name in BROKEN_FIXTURES), _badly_named_pack(root / "np"))
     return venv
+
+
+def _badly_named_pack(root: Path) -> Path:
+    (root / "mlab_np").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "mlab-np"\nversion = "0.1.0"\ndependencies = ["mlab"]\n'
+        '[project.entry-points.mlab]\nnp = "mlab_np"\n[tool.setuptools]\npackages = ["mlab_np"]\n')
+    (root / "mlab_np" / "__init__.py").write_text(
+        "from mlab.core import Metric, Task, hookimpl\n\n"
+        "class Named(Task):\n"
+        "    description = 'a task with a name'\n"
+        "    research_problem = 'none'\n"
+        "    metric = Metric(name='score', higher_is_better=True)\n"
+        "    def __init__(self, name):\n"
+        "        self.name = name\n"
+        "    def prepare(self, ctx):\n"
+        "        pass\n"
+        "    def evaluate(self, workspace, hidden_dir):\n"
+        "        return 1.0\n\n"
+        "@hookimpl\n"
+        "def register_tasks(register):\n"
+        "    for name in ('NoSlash', 'np/Bad Name', 'np/../../etc', 'np/double--hyphen', 'np/fine-2'):\n"
+        "        register(Named(name))\n")
+    return root
 
 
 def table_row(output: str, plugin: str) -> str:
@@ -125,8 +152,8 @@ def test_plugin_registering_an_invalid_object_is_reported(zoo):
 
 
 @pytest.mark.slow
-def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
-    conflicts = [c for c in zoo.plugins()[None] if "'fixture/dup'" in c]
+def test_two_plugins_registering_one_agent_name_fail_loudly(zoo, tmp_path):
+    conflicts = [c for c in zoo.plugins()[None] if "'fixture-dup'" in c]
     assert len(conflicts) == 1
     assert "mlab-fixture-dup-a 1.0.0" in conflicts[0] and "mlab-fixture-dup-b 2.0.0" in conflicts[0]
     plugins = zoo.plugins()
@@ -134,23 +161,48 @@ def test_two_plugins_registering_one_task_name_fail_loudly(zoo, tmp_path):
     assert len(dup_infos) == 2 and all("registered twice" in (p["error"] or "") for p in dup_infos)
     assert "conflict:" in zoo.mlab("list-plugins").stdout
 
-    for argv in (["run", "--task", "fixture/dup", "--run-dir", str(tmp_path / "run")], ["prepare", "fixture/dup"]):
-        result = zoo.mlab(*argv)
-        assert result.returncode == 2, result
-        assert "mlab-fixture-dup-a" in result.stderr and "mlab-fixture-dup-b" in result.stderr
-        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = zoo.mlab("run", "--task", "line-fit", "--agent", "fixture-dup", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result
+    assert "mlab-fixture-dup-a" in result.stderr and "mlab-fixture-dup-b" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
-    # Listing tasks still works, and says loudly that the name is contested.
-    tasks = zoo.mlab("tasks")
-    assert tasks.returncode == 0 and "example/line-fit" in tasks.stdout
-    assert "fixture/dup" in tasks.stderr and "mlab-fixture-dup-b" in tasks.stderr
+    # Listing agents still works, and says loudly that the name is contested, in the table and in --json.
+    agents = zoo.mlab("agents")
+    assert agents.returncode == 0 and "baseline" in agents.stdout
+    assert "conflict:" in agents.stderr and "fixture-dup" in agents.stderr and "mlab-fixture-dup-b" in agents.stderr
+    listed = zoo.mlab("agents", "--json")
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert "mlab-fixture-dup-b" in rows["fixture-dup"]["conflict"] and rows["baseline"]["conflict"] is None
+    assert "conflict:" in listed.stderr
 
 
 @pytest.mark.slow
-def test_short_name_of_a_contested_task_fails_too(zoo):
-    result = zoo.mlab("prepare", "dup")
-    assert result.returncode == 2
-    assert "mlab-fixture-dup-a" in result.stderr and "mlab-fixture-dup-b" in result.stderr
+def test_a_pack_cannot_claim_another_packs_task(zoo):
+    info = zoo.plugins()["fixture-dup-b"]
+    assert "'lite/digits' is outside its pack" in info["error"] and "'fixture-dup-b/...'" in info["error"]
+    rows = {row["name"]: row for row in zoo.mlab_json("tasks")}
+    assert rows["lite/digits"]["provider"].startswith("mlab-tasks-lite") and rows["lite/digits"]["conflict"] is None
+    assert rows["fixture-dup-a/own"]["provider"] == "mlab-fixture-dup-a 1.0.0"
+    # the refused claim is shown by every listing, --json included
+    for argv in (("tasks",), ("tasks", "--json"), ("agents", "--json")):
+        assert "outside its pack" in zoo.mlab(*argv).stderr, argv
+
+
+@pytest.mark.slow
+def test_task_names_are_pack_slash_name(zoo):
+    error = zoo.plugins()["np"]["error"]
+    for bad in ("'NoSlash'", "'np/Bad Name'", "'np/../../etc'", "'np/double--hyphen'"):
+        assert f"task name {bad} is not PACK/NAME" in error, bad
+    assert [t["name"] for t in zoo.mlab_json("tasks") if t["name"].startswith("np")] == ["np/fine-2"]
+
+
+@pytest.mark.slow
+def test_unknown_task_names_the_plugins_that_failed_to_load(zoo):
+    result = zoo.mlab("prepare", "no-such-task")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "unknown task 'no-such-task'" in result.stderr and "failed to load" in result.stderr
+    assert "fixture-broken (mlab-fixture-broken-import)" in result.stderr
+    assert "fixture-misspelled (mlab-fixture-misspelled)" in result.stderr
 
 
 @pytest.mark.slow
@@ -158,7 +210,7 @@ def test_misspelled_hookimpl_is_reported_by_check_pending(zoo):
     info = zoo.plugins()["fixture-misspelled"]
     assert info["distribution"] == "mlab-fixture-misspelled"
     assert info["error"].startswith("invalid hook implementation")
-    assert "unknown hook 'register_task'" in info["error"]
+    assert "unknown hook 'register_task' (did you mean 'register_tasks'?)" in info["error"]
     assert info["hooks"] == [] and info["tasks"] == []
     assert "fixture/never" not in {t["name"] for t in zoo.mlab_json("tasks")}
 
@@ -196,6 +248,16 @@ def test_load_plugins_limits_loading_to_the_names_given(zoo):
     only_broken = zoo.plugins(env={"MLAB_LOAD_PLUGINS": "fixture-broken"})
     assert sorted(k for k in only_broken if k) == ["fixture-broken"]
     assert "RuntimeError" in only_broken["fixture-broken"]["error"]
+
+
+@pytest.mark.slow
+def test_load_plugins_naming_an_unknown_plugin_is_an_error(zoo):
+    for command in (("list-plugins",), ("tasks", "--json"), ("run", "--task", "example/line-fit")):
+        result = zoo.mlab(*command, env={"MLAB_LOAD_PLUGINS": "example, exampel, baseline"})
+        assert result.returncode == 2, (command, result.stdout + result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("mlab: error: MLAB_LOAD_PLUGINS names 'exampel', which is not installed")
+        assert "(did you mean 'example'?)" in line and "fixture-broken" in line  # the installed ones, listed
 
 
 # ---- cheap listing ------------------------------------------------------------------------------------------

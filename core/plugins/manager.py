@@ -2,9 +2,12 @@
 so one broken plugin breaks nothing else."""
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
+import inspect
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
@@ -12,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 import pluggy
 
 from mlab.core import hookspecs
+from mlab.core.errors import MlabError
 
 ENTRY_POINT_GROUP = "mlab"
 # Plugins inside mlab itself (name -> module), loaded before installed ones and named in MLAB_LOAD_PLUGINS alike.
@@ -59,7 +63,16 @@ def build_plugin_manager() -> tuple[pluggy.PluginManager, list[PluginInfo]]:
         info = PluginInfo(name=name, distribution=BUILTIN_DISTRIBUTION, version=_mlab_version(), module=module_name)
         infos.append(info)
         _load(pm, info, functools.partial(importlib.import_module, module_name))
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    installed = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    if allowed is not None:
+        known = set(BUILTIN_PLUGINS) | {ep.name for ep in installed}
+        unknown = sorted(allowed - known)
+        if unknown:
+            raise MlabError(f"MLAB_LOAD_PLUGINS names {', '.join(map(repr, unknown))}, which "
+                            f"{'is' if len(unknown) == 1 else 'are'} not installed"
+                            f"{''.join(_did_you_mean(name, sorted(known)) for name in unknown)}; installed plugins: "
+                            f"{', '.join(sorted(known))}")
+    for ep in installed:
         if allowed is not None and ep.name not in allowed:
             continue
         dist = ep.dist
@@ -88,9 +101,39 @@ def _load(pm: pluggy.PluginManager, info: PluginInfo, load: Callable[[], object]
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         _unregister_quietly(pm, module)
-        info.error = f"invalid hook implementation: {exc}"
+        info.error = f"invalid hook implementation: {_explained(exc)}"
         return
     info.hooks = sorted(caller.name for caller in pm.get_hookcallers(module) or [])
+
+
+def _hook_names() -> list[str]:
+    return sorted(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), f"{hookspecs.PROJECT}_spec"))
+
+
+def _spec_args(hook: str) -> list[str]:
+    return list(inspect.signature(getattr(hookspecs, hook)).parameters)
+
+
+def _explained(exc: pluggy.PluginValidationError) -> str:
+    """pluggy's complaint in one line, with the hook or argument the author probably meant."""
+    hooks = _hook_names()
+    unknown_hook = re.search(r"unknown hook '(\w+)'", str(exc))
+    if unknown_hook:
+        name = unknown_hook.group(1)
+        return f"unknown hook '{name}'{_did_you_mean(name, hooks)}; hooks: {', '.join(hooks)}"
+    bad_args = re.search(r"for hook '(\w+)'.*Argument\(s\) \{(.*?)\} are declared", str(exc), re.S)
+    if bad_args and bad_args.group(1) in hooks:
+        hook, valid = bad_args.group(1), _spec_args(bad_args.group(1))
+        args = re.findall(r"'(\w+)'", bad_args.group(2))
+        hints = "".join(_did_you_mean(a, valid) for a in args)
+        return (f"{hook}() takes no argument {', '.join(map(repr, args))}{hints}; its arguments: "
+                f"{', '.join(valid)}")
+    return " ".join(str(exc).split())
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _unregister_quietly(pm: pluggy.PluginManager, plugin: object) -> None:

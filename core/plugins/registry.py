@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,17 +20,35 @@ from mlab.core.task import Task
 KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}
 
 
-def _validate_task(obj: Any) -> str | None:
+# A task is PACK/NAME: the pack is the entry-point name of the plugin registering it, so names are unique across
+# distributions and a third-party pack cannot claim another pack's tasks (lite/digits).
+NAME_PART = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+TASK_NAME = re.compile(rf"{NAME_PART}/{NAME_PART}")
+
+
+def task_name_problem(name: str, plugin: str) -> str | None:
+    """Why a plugin may not register a task under this name, or None."""
+    if not TASK_NAME.fullmatch(name):
+        return (f"task name {name!r} is not PACK/NAME in lowercase letters, digits and single hyphens "
+                f"(e.g. '{plugin}/my-task')")
+    pack = name.split("/", 1)[0]
+    if pack != plugin:
+        return (f"task {name!r} is outside its pack: plugin {plugin!r} (its entry-point name) may register only "
+                f"'{plugin}/...' tasks")
+    return None
+
+
+def _validate_task(obj: Any, plugin: str) -> str | None:
     if not isinstance(obj, Task):
         return f"register_tasks got {type(obj).__name__}, not a Task instance"
     for attr in ("name", "description", "research_problem"):
         if not isinstance(getattr(obj, attr, None), str) or not getattr(obj, attr).strip():
             return f"task {getattr(obj, 'name', '?')!r} has no {attr}"
-    return None
+    return task_name_problem(obj.name, plugin)
 
 
-def _validate_class(base: type, hook: str) -> Callable[[Any], str | None]:
-    def check(obj: Any) -> str | None:
+def _validate_class(base: type, hook: str) -> Callable[[Any, str], str | None]:
+    def check(obj: Any, _plugin: str) -> str | None:
         if not (isinstance(obj, type) and issubclass(obj, base)):
             return f"{hook} got {obj!r}, not a {base.__name__} subclass"
         name = getattr(obj, "name", None)
@@ -69,11 +88,28 @@ class Registry:
                 valid = ", ".join(sorted(items)) or "(none installed)"
                 why = "" if self.load_filter is None else \
                     f" (only the plugins named in MLAB_LOAD_PLUGINS={self.load_filter!r} were loaded)"
-                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}{why}")
+                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}{why}{self._failed_note()}")
             full = short[0]
         if full in self.contested[kind]:
             raise MlabError(self.contested[kind][full])
         return items[full]
+
+    def _failed_note(self) -> str:
+        """Plugins that failed to load may be the ones that would have provided a missing name."""
+        failed = [p for p in self.plugins if p.error]
+        if not failed:
+            return ""
+        names = ", ".join(f"{p.name} ({p.distribution})" for p in failed)
+        return f"; {len(failed)} plugin(s) failed to load or register and may have provided it: {names} " \
+               "(see: mlab list-plugins)"
+
+    def conflict(self, kind: str, name: str) -> str | None:
+        """Why a name is contested (two distributions registered it), or None."""
+        return self.contested[kind].get(name)
+
+    def plugin_errors(self) -> list[str]:
+        """Every plugin's load or registration error, one line each, for listings."""
+        return [f"plugin {p.name} ({p.distribution} {p.version}): {p.error}" for p in self.plugins if p.error]
 
     def provider(self, kind: str, name: str) -> str:
         return self.providers[kind].get(name, "?")
@@ -82,7 +118,7 @@ class Registry:
 def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str, obj: Any, plugin_name: str,
              dist: str) -> None:
     hook, validate = _VALIDATORS[kind]
-    problem = validate(obj)
+    problem = validate(obj, plugin_name)
     info = info_by_name.get(plugin_name)
     if problem:
         if info is not None:
