@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Group
@@ -18,7 +18,7 @@ from mlab.core.errors import MlabError
 
 from .console import make_console
 from .durations import Duration
-from .run_cmds import parse_agent_options
+from .run_cmds import model_settings_options, parse_agent_options
 
 if TYPE_CHECKING:
     from mlab.core.bench.driver import BenchStatus
@@ -94,13 +94,10 @@ class BenchView:
               help="CPUs Ray reserves per run (default: cluster CPUs / workers, at most 1).")
 @click.option("--bench-dir", default="bench", show_default=True, type=click.Path(file_okay=False))
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--max-time", "max_time_s", default="5h", show_default=True, type=Duration())
 @click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration())
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
-@click.option("--max-tokens", type=click.IntRange(1), help="Token budget of each run (prompt + completion).")
-@click.option("--max-cost", type=click.FloatRange(0, min_open=True), help="Cost budget of each run in USD.")
 @click.option("--llm-api-base", metavar="URL",
               help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request.")
@@ -109,23 +106,25 @@ class BenchView:
 @click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run).")
 @click.option("--registry", "registry_factory", hidden=True,
               help="module:function building the plugin registry (plugins under development, tests).")
+@model_settings_options  # generation parameters, prices and budgets: the same flags as `mlab run`
 def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
           edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
-          cpus_per_run: float | None, bench_dir: str, max_steps: int, max_time_s: float, action_timeout_s: float,
-          sandbox: str, agent_options: tuple[str, ...], max_tokens: int | None, max_cost: float | None,
-          llm_api_base: str | None, llm_timeout_s: float | None, llm_retries: int | None, retry_failed: bool,
-          intermediate: bool, registry_factory: str | None) -> None:
+          cpus_per_run: float | None, bench_dir: str, max_steps: int, action_timeout_s: float, sandbox: str,
+          agent_options: tuple[str, ...], llm_api_base: str | None, llm_timeout_s: float | None,
+          llm_retries: int | None, retry_failed: bool, intermediate: bool, registry_factory: str | None,
+          model_settings: dict[str, Any]) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
     """
     from mlab.core.bench.driver import Bench, BenchSpec
 
+    max_time_s = float(model_settings.pop("max_time_s"))
     spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
                      max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
                      fast_llm=fast_llm, edit_llm=edit_llm, agent_options=parse_agent_options(agent_options),
                      intermediate=intermediate, run_options=_run_options(
-                         max_tokens=max_tokens, max_cost=max_cost, llm_api_base=llm_api_base,
+                         **{key: value or None for key, value in model_settings.items()}, llm_api_base=llm_api_base,
                          llm_timeout_s=llm_timeout_s,
                          llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
     if engine == "local" and (ray_address or cpus_per_run):

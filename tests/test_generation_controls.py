@@ -202,3 +202,21 @@ def test_the_research_agent_asks_with_an_observation_stop(tmp_path):
     assert trace.end_reason == "final answer"
     call = llm_calls(tmp_path / "run")[0]
     assert call["params"] == {"stop": ["\nObservation:"]} and "I won" not in call["completion"]
+
+
+def test_bench_takes_the_same_generation_flags_and_budgets(tmp_path):
+    from tests.fixtures.bench_cli import REGISTRY, mlab
+
+    result = mlab("bench", "--tasks", TASK_NAME, "--agents", "fixture-llm-stepper", "--llm", "fixture-sleepy:0",
+                  "--runs", "1", "--bench-dir", str(tmp_path / "bench"), "--registry", REGISTRY,
+                  "--agent-option", "steps=3", "--temperature", "0.2", "-M", "fast:seed=3", "--price", "main:1,2",
+                  "--token-limit", "100000", "--max-time", "10m")
+    assert result.returncode == 0, result.stderr
+    assert "mlab: note: --max-time is deprecated and will go; use --time-limit" in result.stderr
+    (run_dir,) = (tmp_path / "bench" / "runs").iterdir()
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["llm_params"] == {"main": {"temperature": 0.2}, "fast": {"temperature": 0.2, "seed": 3},
+                                    "edit": {"temperature": 0.2}}
+    assert (config["llm_price"], config["max_tokens"], config["max_time_s"]) == ({"main": [1.0, 2.0]}, 100000, 600)
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert calls and all(call["params"] == {"temperature": 0.2} for call in calls)
