@@ -20,6 +20,7 @@ import pytest
 from test_sandbox import make_env, run
 
 SANDBOXES = ["local", "bwrap", "docker"]
+REPO = Path(__file__).resolve().parents[1]
 
 AGENT = r'''
 import json, os, socket, sys, time
@@ -182,3 +183,45 @@ def test_an_installed_task_packs_code_is_not_there_for_agent_code(tmp_path, sand
     result = venv.run("-c", PACK_PROBE, sandbox)
     assert result.returncode == 0, result.stderr
     assert "PROBE 0 NO IMPORT\nNOT READ" in result.stdout, result.stdout
+
+
+def test_the_local_sandbox_confines_a_harness_that_is_not_root(host_dir):
+    """Run by an unprivileged user, confine.py makes a user namespace of its own and builds the same file
+    system: the command is root only inside it, sees no host home, and has only a loopback."""
+    import subprocess
+
+    from mlab.core.sandbox.contract import ExecSpec
+    from mlab.core.sandbox.local import confine_program, plan_of
+    from mlab.core.sandbox.rootfs import root_view
+
+    system_python, setpriv = shutil.which("python3", path="/usr/bin:/bin"), shutil.which("setpriv")
+    if os.geteuid() != 0 or not system_python or not setpriv:
+        pytest.skip("needs root (to become another user), setpriv and a system python3")
+    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
+                            "--map-root-user", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("this kernel allows no unprivileged user namespaces")
+    folder = host_dir  # pytest's own tmp_path is open to root alone
+    ws = folder / "ws"
+    ws.mkdir()
+    shutil.copy(confine_program(), folder / "confine.py")
+    for path in (folder, ws):
+        os.chmod(path, 0o777)
+    view = root_view([system_python], ExecSpec(cwd=ws))
+    # only what an unprivileged harness could itself read: the system's Python, not this test's venv
+    view.late_read_only = []
+    secret = Path.home() / f".mlab-view-{uuid.uuid4().hex}"
+    secret.write_text("the harness user's file")
+    try:
+        result = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-I", "-S", "-B",
+             str(folder / "confine.py"), plan_of(view), "--", system_python, "-c",
+             "import os, socket; open('made.txt', 'w').write('x'); "
+             f"print(os.getuid(), os.path.exists({str(secret)!r}), os.path.exists({str(REPO)!r}), "
+             "sorted(n for _, n in socket.if_nameindex()))"],
+            cwd=ws, capture_output=True, text=True, timeout=60)
+    finally:
+        secret.unlink()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "False", "False", "['lo']"], result.stdout
+    assert (ws / "made.txt").stat().st_uid == 65534  # root inside is the unprivileged user outside
