@@ -301,3 +301,103 @@ def test_read_only_state_enters_only_folders_a_pattern_can_reach(ws, tmp_path, m
     assert guard.paths() == [ws / rel for rel in topmost]
     if patterns[0].startswith(("d1", "top")):  # a literal folder: nothing else is entered
         assert {Path(p).relative_to(ws).as_posix() for p in listed} <= {".", "d1", "d1/inner", "d3", "d3/inner"}
+
+
+# ---- in a run: the harness tells the store what its actions changed --------------------------------
+
+def plan_run(run_dir: Path, plan: list):
+    """A run of the harness fixture's task by an agent playing `plan`, then submitting."""
+    from mlab.core import Action, Agent, RunConfig
+    from mlab.core.run.runner import Runner
+    from mlab.core.sandbox.limits import Limits
+    from tests.fixtures.harness import TASK_NAME, fixture_registry
+
+    class Player(Agent):
+        name = "snapshot-plan"
+        description = "test agent"
+        needs_llm = False
+
+        def __init__(self, ctx):
+            super().__init__(ctx)
+            self.position = 0
+
+        def step(self, state):
+            if self.position < len(plan):
+                self.position += 1
+                return plan[self.position - 1]
+            return Action(name="Final Answer", args={"final_answer": "done"})
+
+        def state_dict(self):
+            return {"position": self.position}
+
+        def load_state_dict(self, state):
+            self.position = state.get("position", 0)
+
+    registry = fixture_registry()
+    registry.items["agents"]["snapshot-plan"] = Player
+    config = RunConfig(task=TASK_NAME, agent="snapshot-plan", max_steps=20, action_timeout_s=30,
+                       sandbox="unconfined")
+    return Runner(run_dir, config, registry, limits=Limits(min_free_disk_bytes=None), warn=lambda _t: None)
+
+
+def test_a_run_reuses_snapshots_of_steps_that_changed_nothing_and_walks_after_agent_code(tmp_path, monkeypatch):
+    from mlab.core import Action
+    from mlab.core.fs import tree_index
+
+    scans: list[str] = []
+    real_scan = tree_index.Scanner.scan
+
+    def counting_scan(self, fd, prefix, *rest):
+        if not prefix:
+            scans.append("walk")  # a walk of the whole workspace starts at its root
+        return real_scan(self, fd, prefix, *rest)
+
+    monkeypatch.setattr(tree_index.Scanner, "scan", counting_scan)
+    plan = [Action(name="List Files", args={"dir_path": "."}),
+            Action(name="Write File", args={"file_name": "sub/new.txt", "content": "new\n"}),
+            Action(name="Read File", args={"file_name": "sub/new.txt"}),
+            Action(name="Execute Script", args={"script_name": "step.py"}),
+            Action(name="Write File", args={"file_name": "/etc/refused", "content": "x"})]
+    run_dir = tmp_path / "run"
+    trace = plan_run(run_dir, plan).start()
+    assert trace.status == "finished" and len(trace.steps) == 6
+    snapshots = run_dir / "snapshots"
+    inode = {i: os.stat(snapshots / f"step_{i:04d}.json").st_ino for i in range(7)}
+    assert inode[1] == inode[0] and inode[3] == inode[2] and inode[5] == inode[4] and inode[6] == inode[5]
+    assert inode[2] != inode[1] and inode[4] != inode[3]
+    assert scans == ["walk", "walk"]  # the first snapshot and the one after the script, nothing else
+    store = SnapshotStore(run_dir)
+    assert store.manifest("step_0002")["sub/new.txt"]["size"] == 4
+    assert manifest_state(store.manifest("final")) == {
+        rel: digest for rel, digest in state(run_dir / "workspace").items() if not rel.startswith("data/")}
+
+
+def test_a_resumed_run_whose_last_snapshot_was_torn_does_that_step_again(tmp_path):
+    from mlab.core import Action
+
+    plan = [Action(name="Write File", args={"file_name": "a.txt", "content": "first\n"}),
+            Action(name="Write File", args={"file_name": "b.txt", "content": "second\n"})]
+    run_dir = tmp_path / "run"
+
+    class Stop(BaseException):  # like a kill: not caught by the run loop
+        pass
+
+    def stop_after_two(step):
+        if step.index == 2:
+            raise Stop
+
+    runner = plan_run(run_dir, plan)
+    runner.on_step = stop_after_two
+    with pytest.raises(Stop):
+        runner.start()
+    runner._release_lock()
+    digest = SnapshotStore(run_dir).manifest("step_0002")["b.txt"]["sha256"]
+    torn = run_dir / "objects" / digest[:2] / digest
+    torn.chmod(0o644)
+    torn.write_bytes(b"sec")  # what a power cut before the sync can leave
+    resumed = plan_run(run_dir, plan).resume()
+    assert resumed.status == "finished" and [s.action.name for s in resumed.steps] == [
+        "Write File", "Write File", "Final Answer"]
+    assert (run_dir / "workspace" / "b.txt").read_text() == "second\n"
+    assert "snapshot step_0002 is damaged (b.txt): step 2 is done again" in (run_dir / "errors.log").read_text()
+    assert SnapshotStore(run_dir).verify("final") == []

@@ -165,7 +165,7 @@ class Runner:
             write_config(self.run_dir, self.config)
             self.harness.new_workspace(self.task, self.workspace)
             self._build()
-            self._store.take(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+            self._store.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins})
             self._record_warnings(trace)
@@ -190,6 +190,7 @@ class Runner:
         if trace.status != "running":
             raise MlabError(f"run {str(self.run_dir)!r} already ended ({trace.status}: {trace.end_reason})")
         self._build()
+        self._drop_torn_steps(trace)
         last = trace.steps[-1] if trace.steps else None
         self._store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
         if last:
@@ -201,6 +202,15 @@ class Runner:
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
                                                resumed_from_step=len(trace.steps)))
         return self._loop(trace)
+
+    def _drop_torn_steps(self, trace: Trace) -> None:
+        """A step whose snapshot a crash tore (an object not yet on disk) is done again from the one before."""
+        while trace.steps and (torn := self._store.verify(trace.steps[-1].snapshot)):
+            step = trace.steps.pop()
+            append_error(self.run_dir, f"snapshot {step.snapshot} is damaged ({', '.join(torn[:5])}): step "
+                                       f"{step.index} is done again")
+        if not trace.steps and self._store.verify(INITIAL_SNAPSHOT):
+            raise MlabError(f"the initial snapshot of run {str(self.run_dir)!r} is damaged: start the run again")
 
     def _record_warnings(self, trace: Trace) -> None:
         """What the sandbox cannot enforce here: said on stderr, and kept in the trace and the error log."""
@@ -287,7 +297,7 @@ class Runner:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
         try:
-            self._store.take(self.workspace, name, skip=self._skip_read_only)
+            self._store.record(self.workspace, name, skip=self._skip_read_only, changes=self._store.changes)
             if self._store.left_out:
                 return (f"\n[The snapshot of the workspace after this step left files out: {self._store.left_out}."
                         " Files left out are not kept, scored or restored.]")
@@ -300,7 +310,7 @@ class Runner:
         append_error(self.run_dir, f"disk full while storing snapshot {name} ({first}); the workspace goes back "
                                    f"to {previous}")
         self._store.restore(previous, self.workspace, skip=self._skip_read_only)
-        self._store.take(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
+        self._store.record(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
         return ("\n[The disk is full, so the files this step produced could not be kept: the workspace was put "
                 "back as it was before this step. Write smaller files or delete ones you do not need.]")
 

@@ -120,8 +120,9 @@ class SnapshotStore:
                changes: WorkspaceChanges | None = None) -> dict[str, Entry]:
         """take() without building the flat manifest: returns the root folder's listing."""
         listing = self._record_tree(workspace, name, skip, changes)
-        if changes is not None:
-            changes.clear()
+        for journal in (changes, self.changes):  # the workspace is recorded: nothing is pending any more
+            if journal is not None:
+                journal.clear()
         return listing
 
     def _record_tree(self, workspace: Path, name: str, skip: Callable[[str], bool],
