@@ -7,6 +7,7 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
+from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import Registry, load_registry
 
 from .console import make_console
@@ -41,15 +42,22 @@ def list_plugins(as_json: bool) -> None:
 def tasks(as_json: bool) -> None:
     """Available tasks: metric, direction, whether they prepare offline, and what they need of the machine."""
     from mlab.core.run import taskdata
+    from mlab.core.run.baseline import measured_costs
 
     registry = load_registry()
+    home = taskdata.TaskHome.from_env()
     rows = []
     for name, task in sorted(registry.items["tasks"].items()):
+        try:
+            seconds, memory = measured_costs(home.baseline_record(task))
+        except MlabError:  # an unreadable record: nothing measured to show
+            seconds, memory = None, None
         rows.append({
             "name": name, "description": task.description, "metric": task.metric.name,
             "direction": "higher" if task.metric.higher_is_better else "lower",
             "offline_ready": task.offline_ready, "gpu": task.resources.gpu, "ram_gb": task.resources.ram_gb,
             "baseline_seconds": task.resources.baseline_seconds, "extras": list(task.resources.extras),
+            "measured_seconds": seconds, "measured_peak_memory_mb": memory,
             "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name),
             "conflict": registry.conflict("tasks", name)})
     _report_problems(registry)
@@ -57,13 +65,16 @@ def tasks(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="mlab tasks")
-    for column in ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "extras", "prepared",
-                   "description"):
+    for column in ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "measured baseline", "extras",
+                   "prepared", "description"):
         table.add_column(column)
     for r in rows:
+        measured = "not measured" if r["measured_seconds"] is None else (
+            format_duration(r["measured_seconds"]) + ("" if r["measured_peak_memory_mb"] is None
+                                                      else f", {r['measured_peak_memory_mb']:.0f} MB peak"))
         table.add_row(r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
-                      f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), ", ".join(r["extras"]) or "-",
-                      "yes" if r["prepared"] else "no", r["description"])
+                      f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), measured,
+                      ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no", r["description"])
     make_console().print(table)
 
 

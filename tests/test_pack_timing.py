@@ -2,6 +2,8 @@
 interleaved, in the scoring sandbox, so load from other processes moves both alike."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -68,3 +70,23 @@ def test_a_vectorised_forward_pass_succeeds_and_a_wrong_one_is_invalid(tmp_path)
 def test_a_submission_without_train_py_is_invalid(tmp_path):
     with pytest.raises(InvalidSubmission, match="no train.py"):
         vectorization().evaluate(tmp_path, tmp_path)
+
+
+@pytest.mark.slow
+def test_tasks_show_the_measured_baseline_time_and_peak_memory(tmp_path):
+    env = {**os.environ, "MLAB_HOME": str(tmp_path / "home")}
+
+    def mlab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
+                              env=env, timeout=600)
+
+    rows = {r["name"]: r for r in json.loads(mlab("tasks", "--json").stdout)}
+    assert rows["lite/digits"]["measured_seconds"] is None and rows["lite/digits"]["measured_peak_memory_mb"] is None
+    assert "not measured" in mlab("tasks").stdout
+    assert mlab("baseline", "lite/digits", "--sandbox", "local").returncode == 0
+    rows = {r["name"]: r for r in json.loads(mlab("tasks", "--json").stdout)}
+    digits = rows["lite/digits"]
+    assert 0 < digits["measured_seconds"] < 600 and 10 < digits["measured_peak_memory_mb"] < 64_000
+    assert rows["lite/wine"]["measured_seconds"] is None
+    assert "MB peak" in subprocess.run([sys.executable, "-m", "mlab.cli.main", "tasks"], capture_output=True,
+                                       text=True, env={**env, "COLUMNS": "400"}).stdout

@@ -22,6 +22,23 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "system": platform.platform(terse=True)}
 
 
+def peak_child_memory_mb() -> float:
+    """Peak resident memory of the largest process this one has waited for (the starter runs: a baseline is
+    measured by its own command), in MB."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)  # Linux reports KiB
+
+
+def measured_costs(record: dict[str, Any] | None) -> tuple[float | None, float | None]:
+    """(mean seconds of a starter run, peak memory in MB) from a baseline record; None where not measured."""
+    if not record:
+        return None, None
+    seconds = [s for s in record.get("seconds") or [] if isinstance(s, (int, float))]
+    peak = record.get("peak_memory_mb")
+    return (statistics.fmean(seconds) if seconds else None), (float(peak) if isinstance(peak, (int, float)) else None)
+
+
 def summarize(scores: list[float | None]) -> dict[str, Any]:
     """A measured baseline from per-run scores: the mean over valid runs only (the original's rule)."""
     valid = [s for s in scores if is_valid(s)]
@@ -38,8 +55,11 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
     Returns each run's score (None for a run without a valid one)."""
     scores: list[float | None] = []
     errors: list[str] = []
+    seconds: list[float] = []
     for _ in range(runs):
+        started = time.monotonic()
         outcome = harness.run_script_fresh(task, timeout_s)
+        seconds.append(round(time.monotonic() - started, 3))
         scores.append(outcome.score if is_valid(outcome.score) else None)
         if not is_valid(outcome.score):
             crashed = f"the starter crashed (exit code {outcome.exit_code}); " if outcome.exit_code else ""
@@ -53,7 +73,8 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
                 f"nothing was measured or recorded; runs are judged against the task's fixed baseline "
                 f"{task.metric.name} = {task.fixed_baseline:.6g} ({task.fixed_baseline_source})") from None
         raise MlabError(f"{task.name}: {exc} ({errors[-1]})") from None
-    summary.update(sandbox=harness.sandbox_name, machine=machine(), measured_at=time.time())
+    summary.update(sandbox=harness.sandbox_name, machine=machine(), measured_at=time.time(), seconds=seconds,
+                   peak_memory_mb=peak_child_memory_mb())
     if record:
         harness.home.record_baseline(task, summary)
     harness.notify("baseline_measured", BaselineMeasured(
