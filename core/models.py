@@ -128,6 +128,7 @@ class Trace(BaseModel):
     final_score_error: str | None = None
     errors: list[str] = Field(default_factory=list)
     plugin_versions: dict[str, str] = Field(default_factory=dict)
+    devices: list[str] = Field(default_factory=list)  # GPU device nodes agent code could use
 
 
 class RunStarted(BaseModel):

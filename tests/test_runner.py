@@ -345,3 +345,20 @@ def test_without_namespaces_local_refuses_and_unconfined_must_be_asked_for_by_na
     trace = Runner(tmp_path / "run", config, registry, warn=said.append).start()
     assert trace.status == "finished" and trace.config.sandbox == "unconfined"
     assert any("its scores prove nothing" in text for text in trace.errors)
+
+
+def test_the_trace_records_the_gpu_devices_the_run_saw(tmp_path, mlab_home):
+    import stat
+    import uuid
+
+    node = f"/dev/nvidia-mlab-trace-{uuid.uuid4().hex[:8]}"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as exc:
+        pytest.skip(f"cannot make a stand-in character device in /dev here: {exc}")
+    try:
+        run_dir = tmp_path / "run"
+        finish(start_harness(run_dir, "--steps", "2"))
+    finally:
+        os.unlink(node)
+    assert node in load_trace(run_dir)["devices"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import uuid
@@ -141,24 +142,48 @@ def test_the_run_folder_and_the_harness_users_home_are_hidden_from_agent_code(tm
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_gpu_device_nodes_stay_in_the_private_dev(tmp_path):
-    """The stricter default must not lock GPUs out: NVIDIA's nodes are bound into the private /dev (a stand-in
-    node here, as this machine has no GPU)."""
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox):
+    """The stricter sandboxes must not lock GPUs out: NVIDIA's nodes are passed through. This machine has no
+    GPU, so the stand-in is a character device named like one (the null device's numbers)."""
     node = f"/dev/nvidia-mlab-test-{uuid.uuid4().hex[:8]}"
     try:
-        with open(node, "w") as f:
-            f.write("gpu stand-in\n")
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
     except OSError as exc:
-        pytest.skip(f"cannot make a stand-in device node in /dev here: {exc}")
+        pytest.skip(f"cannot make a stand-in character device in /dev here: {exc}")
     try:
-        env = make_env(tmp_path, sandbox="local")
+        env = make_env(tmp_path, sandbox=sandbox)
         try:
-            out, error = run(env, f"print(open({node!r}).read())\n")
+            out, error = run(env, (
+                "import os, stat\n"
+                f"print('CHAR', stat.S_ISCHR(os.stat({node!r}).st_mode))\n"
+                f"with open({node!r}, 'wb') as f:\n"
+                "    f.write(b'kernel launch')\n"
+                "print('WROTE')\n"))
         finally:
             env.close()
-        assert not error and "gpu stand-in" in out, out
+        assert not error and "CHAR True" in out and "WROTE" in out, out
     finally:
         os.unlink(node)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_training_step_on_the_gpu_inside_each_sandbox(tmp_path, sandbox):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    env = make_env(tmp_path, sandbox=sandbox, timeout=300.0)
+    try:
+        out, error = run(env, (
+            "import torch\n"
+            "model = torch.nn.Linear(8, 1).cuda()\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "x, y = torch.randn(32, 8, device='cuda'), torch.randn(32, 1, device='cuda')\n"
+            "loss = torch.nn.functional.mse_loss(model(x), y); loss.backward(); opt.step()\n"
+            "print('STEP ON', torch.cuda.get_device_name(0))\n"))
+    finally:
+        env.close()
+    assert not error and "STEP ON" in out, out
 
 
 def test_password_hashes_and_host_daemon_sockets_are_out_of_reach(tmp_path):

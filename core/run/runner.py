@@ -43,6 +43,7 @@ from mlab.core.run.trace import (
     write_trace,
 )
 from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.rootfs import gpu_devices
 from mlab.core.task import Task
 from mlab.core.view.live import RUN_LOCK_FILE, LiveStep
 
@@ -167,7 +168,8 @@ class Runner:
             self._build()
             self._store.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
-                          plugin_versions={p.distribution: p.version for p in self.registry.plugins})
+                          plugin_versions={p.distribution: p.version for p in self.registry.plugins},
+                          devices=gpu_devices())  # every sandbox passes these through
             self._record_warnings(trace)
             write_trace(self.run_dir, trace)
         except BaseException as exc:
