@@ -95,6 +95,11 @@ def model_settings(temperature: tuple[str, ...] = (), top_p: tuple[str, ...] = (
             "max_time_s": DEFAULT_TIME_LIMIT_S if time_s is None else time_s}
 
 
+def any_model_setting(settings: dict[str, Any]) -> bool:
+    """True when the shared flags were used: their settings differ from those of no flags at all."""
+    return settings != model_settings()
+
+
 @click.command()
 @click.argument("task_name", metavar="TASK")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Prepare from a local copy of the data.")
@@ -176,6 +181,9 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     from .view import StepView
 
     registry = load_registry()
+    if resume_dir and any_model_setting(model_settings):
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop the generation, "
+                               "price and budget flags")
     if resume_dir:
         trace = read_trace(Path(resume_dir))
         if trace.status != "running":

@@ -220,3 +220,11 @@ def test_bench_takes_the_same_generation_flags_and_budgets(tmp_path):
     assert (config["llm_price"], config["max_tokens"], config["max_time_s"]) == ({"main": [1.0, 2.0]}, 100000, 600)
     calls = read_call_log(run_dir / "llm_calls.jsonl")
     assert calls and all(call["params"] == {"temperature": 0.2} for call in calls)
+
+
+def test_resume_refuses_new_generation_settings_instead_of_ignoring_them(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "run", "--resume", str(tmp_path),
+                             "--temperature", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("mlab: error: --resume continues a run with the settings in its config.json; "
+                                    "drop the generation, price and budget flags")
