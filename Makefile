@@ -27,13 +27,19 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
 	touch $@
 
-run: setup
-	rm -rf $(DEMO_DIR)
-	for task in $(LITE_TASKS); do \
+# Prints progress only: pip's and setuptools' output goes to build/setup.log, shown when the set-up fails.
+run:
+	@mkdir -p build
+	@echo "setting up $(VENV) (log: build/setup.log)"
+	@$(MAKE) --no-print-directory setup >build/setup.log 2>&1 || \
+		{ tail -n 30 build/setup.log; echo "set-up failed; the whole log: build/setup.log"; exit 1; }
+	@rm -rf $(DEMO_DIR)
+	@for task in $(LITE_TASKS); do \
+		echo "== $$task: baseline, then the baseline agent in $(DEMO_DIR)/$$(basename $$task)"; \
 		$(MLAB) baseline $$task --runs 1 && \
 		$(MLAB) run --task $$task --agent baseline --run-dir $(DEMO_DIR)/$$(basename $$task) || exit 1; \
 	done
-	$(MLAB) eval $(DEMO_DIR)/*
+	@$(MLAB) eval $(DEMO_DIR)/*
 
 # Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
 # (which skips with a reason when ../shared/data is absent).
