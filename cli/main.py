@@ -14,6 +14,7 @@ from .grade_cmds import grade
 from .inspect_cmds import agents, list_plugins, tasks
 from .run_cmds import baseline, eval_runs, run
 from .runs_cmds import runs
+from .view_cmds import view
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,7 +24,7 @@ def cli() -> None:
 
 
 for command in (list_plugins, tasks, agents, data, prepare, baseline, check_task, run, eval_runs, grade, runs, bench,
-                report):
+                report, view):
     cli.add_command(command)
 
 

@@ -313,3 +313,21 @@ def test_viewer_follows_a_run_in_progress_in_chromium(tmp_path, monkeypatch):
             proc.wait()
             for stream in (proc.stdout, proc.stderr):
                 stream.close()
+
+
+def test_view_command_bad_input_is_one_line_with_exit_code_2(tmp_path):
+    import socket
+
+    missing = _cli("view", tmp_path / "nothing")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "is not a folder" in missing.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = _cli("view", tmp_path, "--port", taken.getsockname()[1])
+    assert busy.returncode == 2 and busy.stderr.count("\n") == 1
+    assert "is in use; leave --port out to use a free one" in busy.stderr
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
