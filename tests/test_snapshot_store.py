@@ -81,8 +81,10 @@ def test_snapshots_are_trees_of_folder_listings_and_unchanged_folders_are_shared
     store = SnapshotStore(tmp_path / "run")
     first = store.take(ws, "s0")
     assert manifest_state(first) == state(ws)
-    root = json.loads((tmp_path / "run" / "snapshots" / "s0.json").read_text())
+    raw = (tmp_path / "run" / "snapshots" / "s0.json").read_bytes()
+    root = json.loads(raw)
     assert root["top.py"]["sha256"] and set(root["d0"]) == {"tree"}
+    assert raw == json.dumps(root, sort_keys=True, separators=(",", ":")).encode()  # one encoding per content
     objects_before = {p.name for p in (tmp_path / "run" / "objects").rglob("*") if p.is_file()}
     (ws / "d3" / "inner" / "x.bin").write_bytes(b"changed")
     second = store.take(ws, "s1")

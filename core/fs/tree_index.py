@@ -8,6 +8,7 @@ touches only the folders on changed paths. Skip verdicts are asked once per name
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -38,15 +39,27 @@ class Folder:
     verdicts: dict[str, bool] = field(default_factory=dict)  # skip(rel) of each name met here
     digest: str | None = None  # the stored listing; None when nothing is recorded below
     dirty: bool = True  # changed since its listing was stored
+    _fragments: dict[str, tuple[Entry, str]] = field(default_factory=dict, repr=False)
 
-    def listing(self, seal: Callable[[Folder], str | None]) -> dict[str, Entry]:
-        """Files and links by name, and each subfolder holding anything as {"tree": digest}."""
-        found = {name: entry for name, (_key, entry) in self.files.items()}
+    def encode(self, seal: Callable[[Folder], str | None]) -> bytes:
+        """The listing: each file and link by name, each subfolder holding anything as {"tree": digest}; as
+        compact JSON with sorted keys (json.dumps' very bytes), each unchanged entry's text
+        kept from the last time: a step re-encodes only what changed in a folder of thousands of files."""
+        parts: list[tuple[str, str]] = []
+        fragments: dict[str, tuple[Entry, str]] = {}
+        for name, (_key, entry) in self.files.items():
+            cached = self._fragments.get(name)
+            if cached is None or cached[0] is not entry:
+                cached = (entry, f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}")
+            fragments[name] = cached
+            parts.append((name, cached[1]))
         for name, sub in self.folders.items():
             digest = seal(sub)
             if digest is not None:
-                found[name] = {"tree": digest}
-        return found
+                parts.append((name, f'{json.dumps(name)}:{{"tree":"{digest}"}}'))
+        self._fragments = fragments
+        parts.sort()
+        return ("{" + ",".join(text for _name, text in parts) + "}").encode()
 
 
 class Scanner:

@@ -63,10 +63,6 @@ def is_link(entry: Entry) -> bool:
     return "link" in entry
 
 
-def encode_listing(listing: dict[str, Entry]) -> bytes:
-    return json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()
-
-
 class WorkspaceChanges:
     """What the harness changed in the workspace since the last snapshot: the paths its own actions wrote,
     or `unknown` once agent code ran (or before anything was recorded)."""
@@ -114,19 +110,19 @@ class SnapshotStore:
         name everything that changed since the last snapshot of this store (see WorkspaceChanges); without
         it every entry is lstatted. What a bounded walk left out (a tree too deep or too large) is described
         by `self.left_out` afterwards."""
-        return self._flatten(self.record(workspace, name, skip, changes), "")
+        self.record(workspace, name, skip, changes)
+        return self.manifest(name)
 
     def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
-               changes: WorkspaceChanges | None = None) -> dict[str, Entry]:
-        """take() without building the flat manifest: returns the root folder's listing."""
-        listing = self._record_tree(workspace, name, skip, changes)
+               changes: WorkspaceChanges | None = None) -> None:
+        """take() without building the flat manifest, which costs as much as the workspace is large."""
+        self._record_tree(workspace, name, skip, changes)
         for journal in (changes, self.changes):  # the workspace is recorded: nothing is pending any more
             if journal is not None:
                 journal.clear()
-        return listing
 
     def _record_tree(self, workspace: Path, name: str, skip: Callable[[str], bool],
-                     changes: WorkspaceChanges | None) -> dict[str, Entry]:
+                     changes: WorkspaceChanges | None) -> None:
         root = open_root(workspace)
         try:
             st = os.fstat(root)
@@ -136,13 +132,13 @@ class SnapshotStore:
             if index is None or index[0] != identity or index[1] != skip:
                 index = (identity, skip, Folder(), "")
             tree, previous = index[2], index[3]
-            scanner = Scanner(self._record, skip, WalkLimits(),
-                              trust_horizon_ns(self.manifests / ".clock", st.st_dev))
             known = changes is not None and not changes.unknown and previous and not self.left_out
             if known and changes is not None and not changes.paths:
                 self._reuse(previous, name)
                 self._index = (identity, skip, tree, name)
-                return tree.listing(self._seal)
+                return
+            scanner = Scanner(self._record, skip, WalkLimits(),
+                              trust_horizon_ns(self.manifests / ".clock", st.st_dev))
             if not (known and changes is not None
                     and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
                 try:
@@ -150,11 +146,10 @@ class SnapshotStore:
                 except LimitReached:
                     tree.dirty = True  # what the walk reached is kept; the rest is left out
                 self.left_out = scanner.limits.note()
-            listing = tree.listing(self._seal)
+            listing = tree.encode(self._seal)
             tree.dirty = False
-            self._commit(name, encode_listing(listing))
+            self._commit(name, listing)
             self._index = (identity, skip, tree, name)
-            return listing
         finally:
             os.close(root)
 
@@ -202,8 +197,8 @@ class SnapshotStore:
     def _seal(self, folder: Folder) -> str | None:
         """The digest of a folder's listing, stored as an object when it changed; None when it holds nothing."""
         if folder.dirty:
-            listing = folder.listing(self._seal)
-            folder.digest = self._put(encode_listing(listing)) if listing else None
+            listing = folder.encode(self._seal)
+            folder.digest = self._put(listing) if listing != b"{}" else None
             folder.dirty = False
         return folder.digest
 
