@@ -42,6 +42,13 @@ class Source:
     terms: str = ""  # the page whose terms govern the file
 
 
+def kaggle_hint(task: str | None) -> str:
+    """What to do when the Kaggle API cannot fetch a competition here (the mirror variable does not apply)."""
+    which = task or "--all"
+    return (f"or, on a machine with internet, `mlab data {which}` lists the files and where they go; put them in "
+            f"a folder and prepare with --data-dir (or MLAB_DATA_DIR)")
+
+
 def fetch_hint(task: str | None = None) -> str:
     """What to do when a file cannot be fetched here: every download failure says it."""
     which = task or "--all"
@@ -261,12 +268,13 @@ def require_columns(path: Path, columns: Iterable[str]) -> None:
 
 
 # ---- Kaggle ---------------------------------------------------------------------------------------
-def kaggle_download(competition: str, dest: Path, log: Callable[[str], None] = print) -> Path:
+def kaggle_download(competition: str, dest: Path, log: Callable[[str], None] = print,
+                    task: str | None = None) -> Path:
     """Download and unpack a competition's files with the Kaggle API; needs credentials and accepted rules."""
     if shutil.which("kaggle") is None and importlib_missing("kaggle"):
         raise MlabError(f"downloading the Kaggle competition {competition!r} needs the Kaggle API: "
                         "pip install 'mlab-tasks-mlagentbench[kaggle]' and put your token in ~/.kaggle/kaggle.json "
-                        "(or set KAGGLE_USERNAME and KAGGLE_KEY); or prepare from a local copy with --data-dir")
+                        f"(or set KAGGLE_USERNAME and KAGGLE_KEY); {kaggle_hint(task)}")
     dest.mkdir(parents=True, exist_ok=True)
     command = ([shutil.which("kaggle")] if shutil.which("kaggle") else [sys.executable, "-m", "kaggle.cli"])
     log(f"downloading the Kaggle competition {competition}")
@@ -279,7 +287,8 @@ def kaggle_download(competition: str, dest: Path, log: Callable[[str], None] = p
             hint = f"; accept the rules at https://www.kaggle.com/competitions/{competition}/rules first"
         elif "401" in text or "kaggle.json" in text:
             hint = "; Kaggle credentials are missing or wrong (~/.kaggle/kaggle.json, KAGGLE_USERNAME/KAGGLE_KEY)"
-        raise MlabError(f"Kaggle download of {competition!r} failed{hint}: {text.splitlines()[-1] if text else ''}")
+        last = text.splitlines()[-1] if text else ""
+        raise MlabError(f"Kaggle download of {competition!r} failed{hint}: {last}; {kaggle_hint(task)}")
     for archive in sorted(dest.glob("*.zip")):
         extract(archive, dest)
         archive.unlink()

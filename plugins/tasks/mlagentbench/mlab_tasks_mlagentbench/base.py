@@ -122,7 +122,7 @@ class MLAgentBenchTask(Task):
         for path, source in self.downloads:
             acquire.fetch(source, folder / path, log, task=self.name)
         if self.competition and not all((folder / name).exists() for name in self.competition_files):
-            acquire.kaggle_download(self.competition, folder, log)
+            acquire.kaggle_download(self.competition, folder, log, task=self.name)
 
     # ---- checks ------------------------------------------------------------------------------------
     def check_extras(self) -> None:

@@ -148,7 +148,8 @@ class Fathomnet(MLAgentBenchTask):
             with ThreadPoolExecutor(max_workers=16) as pool:
                 errors = [e for e in pool.map(lambda job: fetch_image(*job), to_fetch) if e]
             if errors:
-                raise MlabError(f"{len(errors)} of {len(to_fetch)} images failed to download, e.g. {errors[0]}")
+                raise MlabError(f"{len(errors)} of {len(to_fetch)} images failed to download, e.g. {errors[0]}; "
+                                f"or put them in images/ of a local copy: {acquire.fetch_hint(self.name)}")
         if missing:
             raise MlabError(f"{len(missing)} images are missing from {local or 'train.json'}, e.g. {missing[0]}")
 

@@ -73,7 +73,8 @@ class ToolTask(MLAgentBenchTask):
 class BibtexGeneration(ToolTask):
     short = "bibtex-generation"
     name = f"{PACK}/bibtex-generation"
-    description = "Build an LLM tool that adds citations and BibTeX to a paragraph; structure check, higher is better"
+    description = ("Build an LLM tool that adds citations and BibTeX to a paragraph; structure check, higher is "
+                   "better; needs an LLM endpoint and the network at run time")
     files = "bibtex-generation"
     reference = "bibtex-generation"
     read_only_files = ["llm_tool.py", "search_api_reference.txt", "examples/*"]
@@ -111,7 +112,8 @@ class BibtexGeneration(ToolTask):
 class LiteratureReviewTool(ToolTask):
     short = "literature-review-tool"
     name = f"{PACK}/literature-review-tool"
-    description = "Build an LLM tool that writes a literature review from arXiv; structure check, higher is better"
+    description = ("Build an LLM tool that writes a literature review from arXiv; structure check, higher is "
+                   "better; needs an LLM endpoint and the network at run time")
     files = "literature-review-tool"
     reference = "literature-review-tool"
     read_only_files = ["llm_tool.py", "arxiv_api_reference.txt", "examples/*"]
