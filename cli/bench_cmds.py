@@ -4,14 +4,9 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-from rich.console import Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from mlab.core.bench.report_formats import FORMATS
 from mlab.core.errors import MlabError
@@ -19,9 +14,7 @@ from mlab.core.errors import MlabError
 from .console import make_console
 from .durations import Duration
 from .run_cmds import model_settings_options, parse_agent_options
-
-if TYPE_CHECKING:
-    from mlab.core.bench.driver import BenchStatus
+from .view import BenchView
 
 
 def _names(values: tuple[str, ...]) -> list[str]:
@@ -32,52 +25,6 @@ def _names(values: tuple[str, ...]) -> list[str]:
 def _run_options(**given: object) -> dict[str, object]:
     """Only the options given, so runs keep the core's defaults for the rest."""
     return {key: value for key, value in given.items() if value is not None}
-
-
-class BenchView:
-    """A live view of a bench on a terminal; elsewhere one line per run that ends."""
-
-    def __init__(self, title: str):
-        self.console = make_console()
-        self.title = title
-        self.printed = 0
-        self.live = Live(console=self.console, refresh_per_second=4, transient=False) \
-            if self.console.is_terminal else None
-
-    def __enter__(self) -> BenchView:
-        if self.live:
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self.live:
-            self.live.__exit__(exc_type, exc, tb)
-
-    def update(self, status: BenchStatus) -> None:
-        if self.live:
-            self.live.update(self._render(status))
-            return
-        for line in status.last[self.printed:]:
-            self.console.print(line, markup=False, highlight=False)
-        self.printed = len(status.last)
-
-    def _render(self, status: BenchStatus) -> Group:
-        head = Text.assemble(
-            (f"{self.title}: ", "bold"), f"{status.done}/{status.total} done, ",
-            (f"{len(status.running)} running", "cyan"), ", ",
-            (f"{status.failed} failed", "red" if status.failed else ""),
-            f", {status.pending} pending — {status.tokens + sum(r.tokens for r in status.running):,} tokens, "
-            f"${status.cost_usd + sum(r.cost_usd for r in status.running):.4f}")
-        table = Table(box=None, pad_edge=False)
-        for column in ("run", "step", "last action", "tokens", "cost", "elapsed"):
-            table.add_column(column)
-        now = time.time()
-        for r in status.running[:30]:
-            table.add_row(r.key, f"{r.step}/{r.max_steps}", r.action, f"{r.tokens:,}", f"${r.cost_usd:.4f}",
-                          f"{now - r.started:.0f} s" if r.started else "starting")
-        recent = Text("\n".join(status.last[-5:]), style="dim")
-        return Group(head, table, recent)
 
 
 @click.command()

@@ -189,17 +189,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
 
 
 def test_live_view_shows_each_running_runs_step_tokens_and_cost():
-    from rich.console import Console
+    from rich.console import Console, Group
 
-    from mlab.cli.bench_cmds import BenchView
+    from mlab.cli.view import counts, running_table
     from mlab.core.bench.driver import BenchStatus, RunProgress
 
-    view = BenchView("bench b")
-    status = BenchStatus(total=16, done=5, failed=1, pending=6, tokens=1000, cost_usd=0.5, running=[
-        RunProgress(key="t|a|m|s3", step=7, max_steps=20, tokens=2345, cost_usd=0.25, action="Execute Script",
-                    started=time.time() - 12)])
+    status = BenchStatus(total=16, done=5, failed=1, pending=6, interrupted_runs=3, tokens=1000, cost_usd=0.5,
+                         running=[RunProgress(key="t|a|m|s3", step=7, max_steps=20, tokens=2345, cost_usd=0.25,
+                                              action="Execute Script", started=time.time() - 12,
+                                              step_started=time.time() - 3)])
     console = Console(record=True, width=200)
-    console.print(view._render(status))
+    console.print(Group(counts("bench b", status), running_table(status)))
     text = console.export_text()
-    assert "5/16 done, 1 running, 1 failed, 6 pending" in text and "3,345 tokens" in text and "$0.7500" in text
+    assert "5 finished, 1 running, 1 failed, 3 interrupted, 6 pending (of 16)" in text
+    assert "3,345 tokens" in text and "$0.7500" in text
     assert "t|a|m|s3" in text and "7/20" in text and "Execute Script" in text and "2,345" in text

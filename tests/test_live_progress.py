@@ -258,3 +258,39 @@ def test_a_run_is_in_progress_while_its_lock_is_held(tmp_path):
         assert run_in_progress(tmp_path) is True
         fcntl.flock(lock, fcntl.LOCK_UN)
     assert run_in_progress(tmp_path) is False
+
+
+# ---- the bench view -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_bench_view_counts_right_after_ctrl_c_and_keeps_a_line_for_every_finished_run(tmp_path, monkeypatch):
+    gates, bench_dir = tmp_path / "gates", tmp_path / "bench"
+    gates.mkdir()
+    monkeypatch.setenv(GATES_VARIABLE, str(gates))
+    args = ("bench", "--tasks", "fixture/counter", "--agents", "fixture-gated", "--runs", "6", "--workers", "2",
+            "--bench-dir", bench_dir, "--registry", "tests.fixtures.gated_run:gated_registry")
+    term = Terminal(mlab_cmd(*args), rows=40, cols=200)
+    try:
+        # two runs wait for their agent (the current action, not the last one done), four wait for a worker
+        term.wait_for(r"0 finished, 2 running, 0 failed, 0 interrupted, 4 pending \(of 6\)")
+        term.wait_for(r"fixture-gated\|[^|]*\|s1 +1/50 +waiting for the agent")
+        wait_until(lambda: len(list((bench_dir / "runs").glob("*/live.json"))) == 2, "both runs to start")
+        term.proc.send_signal(signal.SIGINT)
+        assert term.finish() == 130, term.text[-3000:]
+    finally:
+        term.close()
+    screen = term.text
+    assert "0 finished, 0 running, 0 failed, 2 interrupted, 4 pending (of 6)" in screen
+    assert len(re.findall(r"\|s[01]: interrupted \(resumable\)", screen)) == 2
+    assert "rerun the same command to resume the others" in screen
+
+    for n in range(1, 5):
+        (gates / f"step{n}").touch()
+    term = Terminal(mlab_cmd(*args), rows=12, cols=200)  # fewer lines than runs: each still gets its line
+    try:
+        assert term.finish() == 0, term.text[-3000:]
+    finally:
+        term.close()
+    screen = term.text
+    assert "6 finished, 0 running, 0 failed, 0 interrupted, 0 pending (of 6)" in screen
+    for seed in range(6):
+        assert re.search(rf"fixture-gated\|[^|]*\|s{seed}: finished \(final answer\); score 1\b", screen), seed
