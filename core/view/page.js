@@ -20,7 +20,7 @@
   function cost(s) {
     // A model without a price makes the cost unknown, never $0.
     if (!s || s.calls === undefined) return '-';
-    if (!s.calls) return '$0';
+    if (!s.calls) return '-';
     if (s.unpriced_calls) return s.cost_usd ? '$' + s.cost_usd.toFixed(4) + ' + unknown' : 'unknown';
     return '$' + s.cost_usd.toFixed(4);
   }
@@ -113,12 +113,12 @@
     var s = run.summary, n = run.steps.length;
     if (run.follow || run.step > n) run.step = n;
     var cfg = run.config || {};
-    var h = '<h2 id="run-title">' + esc(s.name) + '</h2><p>' + badge(s.status) + ' <span id="run-status">' + esc(s.status) +
-      (s.end_reason ? ': ' + esc(s.end_reason) : '') + '</span></p><p>' +
+    var h = '<h2 id="run-title">' + esc(s.name) + '</h2><p><span id="run-status" class="badge st-' + esc(s.status) + '">' +
+      esc(s.status) + (s.end_reason ? ': ' + esc(s.end_reason) : '') + '</span></p><p>' +
       [cfg.task, cfg.agent, cfg.llm ? 'model ' + cfg.llm : null, 'seed ' + cfg.seed, cfg.sandbox ? 'sandbox ' + cfg.sandbox : null]
         .filter(Boolean).map(esc).join(' · ') + '</p><p>final score <b id="run-score">' + num(s.final_score) + '</b>' +
       (s.final_score_error ? ' <span class="err">' + esc(s.final_score_error) + '</span>' : '') + ' · ' + n + (s.max_steps ? '/' + s.max_steps : '') +
-      ' steps · ' + (s.tokens || 0) + ' tokens · cost <span id="run-cost">' + esc(cost(s)) + '</span>' +
+      ' steps · ' + (s.tokens || 0) + ' tokens · cost <span id="run-cost">' + esc(s.calls ? cost(s) : 'none (no model calls)') + '</span>' +
       (s.unpriced_calls ? ' <span class="muted">(' + s.unpriced_calls + ' of ' + s.calls + ' calls have no price)</span>' : '') +
       ' · ' + secs(s.time_s) + '</p>';
     h += '<div id="live-box"></div>' + chart();
