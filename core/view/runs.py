@@ -13,6 +13,7 @@ import os
 import sqlite3
 import stat
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ MAX_MESSAGE = 6_000  # characters of one model message or completion shown
 MAX_ERRORS_LOG = 20_000
 MAX_CALL_LOG_BYTES = 256 << 20
 MAX_FOLDERS_SEARCHED = 50_000  # a folder of runs is searched this far, so a huge tree cannot stall the viewer
+KEPT_RUNS = 8  # whole traces and call logs kept in memory (the runs pages are looking at)
+KEPT_STEPS = 2000  # steps' payloads (with their diffs) kept in memory
 SKIPPED_FOLDERS = frozenset({"node_modules", "__pycache__", "site-packages"})
 
 
@@ -144,6 +147,13 @@ def errors_log(run_dir: Path) -> str:
     return clip((data or b"").decode("utf-8", errors="replace"), MAX_ERRORS_LOG)
 
 
+def _keep(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
+
+
 class Catalog:
     """The runs under a root folder, re-read as they change (by each file's mtime and size), for a server whose
     pages poll it; safe to use from several threads."""
@@ -152,9 +162,12 @@ class Catalog:
         self.root = Path(root).resolve()
         self.is_bench = (self.root / BENCH_DB).is_file()
         self._lock = threading.Lock()
-        self._traces: dict[Path, tuple[tuple[int, int] | None, Trace | str]] = {}
-        self._calls: dict[Path, tuple[tuple[int, int] | None, list[dict[str, Any]]]] = {}
-        self._steps: dict[tuple[Path, int, float], dict[str, Any]] = {}
+        # Whole traces and call logs only of the runs pages look at (a few); of the others, what the list shows.
+        self._traces: OrderedDict[Path, tuple[tuple[int, int] | None, Trace | str]] = OrderedDict()
+        self._calls: OrderedDict[Path, tuple[tuple[int, int] | None, list[dict[str, Any]]]] = OrderedDict()
+        self._briefs: dict[Path, tuple[tuple[int, int] | None, dict[str, Any] | str]] = {}
+        self._costs: dict[Path, tuple[tuple[int, int] | None, dict[str, Any]]] = {}
+        self._steps: OrderedDict[tuple[Path, int, float], dict[str, Any]] = OrderedDict()
 
     # ---- reading, cached ------------------------------------------------------------------------
     def _trace(self, run_dir: Path) -> Trace | str:
@@ -162,6 +175,7 @@ class Catalog:
         sig = _signature(run_dir / TRACE_FILE)
         cached = self._traces.get(run_dir)
         if cached and cached[0] == sig and sig is not None:
+            self._traces.move_to_end(run_dir)
             return cached[1]
         try:
             trace: Trace | str = read_trace(run_dir)
@@ -169,17 +183,42 @@ class Catalog:
             trace = str(exc).replace(str(self.root), ".")
         except OSError as exc:
             trace = f"cannot read the trace: {exc.strerror or exc}"
-        self._traces[run_dir] = (sig, trace)
+        _keep(self._traces, run_dir, (sig, trace), KEPT_RUNS)
         return trace
 
     def _run_calls(self, run_dir: Path) -> list[dict[str, Any]]:
         sig = _signature(run_dir / LLM_LOG_FILE)
         cached = self._calls.get(run_dir)
         if cached and cached[0] == sig:
+            self._calls.move_to_end(run_dir)
             return cached[1]
         calls = read_calls(run_dir) if sig else []
-        self._calls[run_dir] = (sig, calls)
+        _keep(self._calls, run_dir, (sig, calls), KEPT_RUNS)
         return calls
+
+    def _brief(self, run_dir: Path) -> dict[str, Any] | str:
+        """What the run list shows of a trace (or why it cannot be read), kept for every run."""
+        sig = _signature(run_dir / TRACE_FILE)
+        cached = self._briefs.get(run_dir)
+        if cached and cached[0] == sig and sig is not None:
+            return cached[1]
+        trace = self._trace(run_dir)
+        brief: dict[str, Any] | str = trace if isinstance(trace, str) else {
+            "task": trace.config.task, "agent": trace.config.agent, "llm": trace.config.llm,
+            "seed": trace.config.seed, "status": trace.status, "end_reason": trace.end_reason,
+            "steps": len(trace.steps), "max_steps": trace.config.max_steps, "final_score": trace.final_score,
+            "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
+            "priced_cost_usd": trace.usage.cost_usd, "time_s": trace.total_time_s, "started_at": trace.started_at}
+        self._briefs[run_dir] = (sig, brief)
+        return brief
+
+    def _cost(self, run_dir: Path, priced_total: float) -> dict[str, Any]:
+        sig = _signature(run_dir / LLM_LOG_FILE)
+        cached = self._costs.get(run_dir)
+        if not (cached and cached[0] == sig):
+            cached = (sig, cost_fields(self._run_calls(run_dir), priced_total))
+            self._costs[run_dir] = cached
+        return {**cached[1], "cost_usd": priced_total}
 
     def _bench(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[int, tuple[float | None, str | None]]]]:
         """A bench's rows by run folder and its step scores, from results.db opened read-only."""
@@ -220,24 +259,18 @@ class Catalog:
             return {"root": self.root.name or str(self.root), "bench": self.is_bench, "runs": listed}
 
     def _summary(self, rid: str, run_dir: Path, bench_row: dict[str, Any] | None) -> dict[str, Any]:
-        trace = self._trace(run_dir)
+        brief = self._brief(run_dir)
         name = self.root.name if rid == "." else rid
-        if isinstance(trace, str):
-            return {"id": rid, "name": name, "status": "unreadable", "error": trace, "live": None}
-        status: str = trace.status
-        live = None
+        if isinstance(brief, str):
+            return {"id": rid, "name": name, "status": "unreadable", "error": brief, "live": None}
+        status, live = brief["status"], None
         if status == "running":
             going = run_in_progress(run_dir)
             status = "interrupted" if going is False else "running"
             live = read_live(run_dir) if going is not False else None
-        config = trace.config
-        return {"id": rid, "name": name, "task": config.task, "agent": config.agent, "llm": config.llm,
-                "seed": config.seed, "status": status, "end_reason": trace.end_reason,
-                "failure": bench_row.get("failure") if bench_row else None, "steps": len(trace.steps),
-                "max_steps": config.max_steps, "final_score": trace.final_score,
-                "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
-                **cost_fields(self._run_calls(run_dir), trace.usage.cost_usd),
-                "time_s": trace.total_time_s, "started_at": trace.started_at, "error": None, "live": live}
+        return {**{k: v for k, v in brief.items() if k != "priced_cost_usd"}, "id": rid, "name": name,
+                "status": status, "failure": bench_row.get("failure") if bench_row else None,
+                **self._cost(run_dir, brief["priced_cost_usd"]), "error": None, "live": live}
 
     def run(self, rid: str, have_steps: int = 0, have_calls: int = 0, started_at: float | None = None
             ) -> dict[str, Any] | None:
@@ -270,6 +303,6 @@ class Catalog:
         step = trace.steps[i]
         key = (run_dir, step.index, step.started_at)
         if key not in self._steps:
-            (self._steps[key],) = step_payloads(run_dir, trace, {}, first=i, end=i + 1)
+            _keep(self._steps, key, step_payloads(run_dir, trace, {}, first=i, end=i + 1)[0], KEPT_STEPS)
         score = scores.get(step.index)
         return {**self._steps[key], "score": score[0] if score else None, "score_error": score[1] if score else None}
