@@ -396,3 +396,22 @@ def test_a_run_links_large_read_only_files_and_cannot_write_through_them(tmp_pat
     unconfined = Harness(load_registry(), TaskHome(tmp_path / "home"), sandbox="unconfined")
     copied = unconfined.new_workspace(task, tmp_path / "ws2") / "data" / "big.bin"
     assert copied.stat().st_ino != prepared.stat().st_ino  # nothing there would stop a write through a link
+
+
+def test_fathomnet_download_fetches_the_images_so_prepare_needs_no_network(mirror, tmp_path, monkeypatch):
+    from tests.fixtures.mlagentbench import images
+
+    monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
+    url = os.environ[acquire.MIRROR_ENV]
+    root = tmp_path / "data"
+    images.fathomnet(root / "fathomnet", n_images=12, base_url=url, with_images=False)  # Kaggle files in place
+    for path in (root / "fathomnet" / "served").iterdir():
+        path.rename(mirror / path.name)
+    (root / "fathomnet" / "served").rmdir()
+    task = get_task("fathomnet")
+    task.fetch_data(root, log=lambda _m: None)
+    assert len(list((root / "fathomnet" / "images").glob("*.png"))) == 12
+    for path in list(mirror.iterdir()):  # the server has nothing more to give: prepare must not need it
+        path.unlink()
+    taskdata.prepare(task, root, **QUIET)
+    assert len(list((taskdata.public_dir(task) / "images").glob("*.png"))) == 12

@@ -12,10 +12,12 @@ import json
 import re
 import shutil
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
+from mlab.core.run.taskdata import DataFile
 
 from .. import acquire
 from ..base import ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
@@ -152,6 +154,28 @@ class Fathomnet(MLAgentBenchTask):
                                 f"or put them in images/ of a local copy: {acquire.fetch_hint(self.name)}")
         if missing:
             raise MlabError(f"{len(missing)} images are missing from {local or 'train.json'}, e.g. {missing[0]}")
+
+    def data_files(self) -> list[DataFile]:
+        return super().data_files() + [DataFile(
+            path=f"{self.data_folder}/images/", url="the coco_url of each image in object_detection/train.json "
+            "(FathomNet)", terms="https://fathomnet.org (FathomNet terms of use)", how="download",
+            check="each image a PNG or JPEG")]
+
+    def fetch_data(self, root: Path, log: Callable[[str], None]) -> None:
+        """The competition's files, then every image train.json lists that is not there yet (prepare on an
+        air-gapped machine takes them from images/)."""
+        super().fetch_data(root, log)
+        folder = root / self.data_folder
+        detection = json.loads((folder / "object_detection" / "train.json").read_text())
+        (folder / "images").mkdir(exist_ok=True)
+        to_fetch = [(x["coco_url"], folder / "images" / x["file_name"]) for x in detection["images"]
+                    if x.get("coco_url") and not (folder / "images" / x["file_name"]).is_file()]
+        log(f"downloading {len(to_fetch)} images from FathomNet")
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            errors = [e for e in pool.map(lambda job: fetch_image(*job), to_fetch) if e]
+        if errors:
+            raise MlabError(f"{len(errors)} of {len(to_fetch)} images failed to download (run again to fetch the "
+                            f"rest), e.g. {errors[0]}")
 
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
         import numpy as np
