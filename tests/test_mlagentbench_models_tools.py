@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlab.core import InvalidSubmission
+from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from mlab.core.sandbox.contract import ExecSpec
@@ -194,6 +194,9 @@ def test_tool_tasks_reach_the_configured_llm(tmp_path, monkeypatch, provider, ou
     monkeypatch.setenv("MLAB_TOOL_LLM", f"{provider}:some-model")
     monkeypatch.setenv("MLAB_TOOL_LLM_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
     monkeypatch.setenv("MLAB_TOOL_LLM_KEY_FILE", str(key))
+    with pytest.raises(MlabError, match="add its folder to MLAB_SANDBOX_RO"):  # agent code could not read it
+        taskdata.prepare(get_task("bibtex-generation"), **QUIET)
+    monkeypatch.setenv("MLAB_SANDBOX_RO", str(outside_tmp))
     try:
         task = get_task("bibtex-generation")
         taskdata.prepare(task, **QUIET)

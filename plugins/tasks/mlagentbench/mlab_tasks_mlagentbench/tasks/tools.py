@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
+from mlab.core.sandbox.rootfs import extra_read_only
 
 from ..base import FILES_DIR, PACK, MLAgentBenchTask, copy_files
 from ..toolcheck import check_bibtex, check_review, read
@@ -33,7 +34,15 @@ def llm_config() -> dict:
     if os.environ.get(BASE_URL_ENV):
         config["base_url"] = os.environ[BASE_URL_ENV]
     if os.environ.get(KEY_FILE_ENV):
-        config["api_key_file"] = str(Path(os.environ[KEY_FILE_ENV]).expanduser().resolve())
+        key = Path(os.environ[KEY_FILE_ENV]).expanduser().resolve()
+        if not key.is_file():
+            raise MlabError(f"{KEY_FILE_ENV}={os.environ[KEY_FILE_ENV]!r} is not a file")
+        shown = [Path(p).expanduser().resolve() for p in extra_read_only()]
+        if not any(key.is_relative_to(folder) for folder in shown):
+            # agent code sees a file system built from nothing: only folders the user names are there
+            raise MlabError(f"{KEY_FILE_ENV}: agent code cannot see {key} inside the sandbox; add its folder to "
+                            f"MLAB_SANDBOX_RO (e.g. MLAB_SANDBOX_RO={key.parent}), not below /tmp nor MLAB_HOME")
+        config["api_key_file"] = str(key)
     return config
 
 
