@@ -28,7 +28,8 @@ from mlab.core.run.taskdata import TaskHome
 from mlab.core.view.live import read_live
 
 if TYPE_CHECKING:
-    from mlab.core.bench.engines import JobSpec, LocalEngine, RayEngine, WorkerSettings
+    from mlab.core.bench.engines import JobSpec, LocalEngine, WorkerSettings
+    from mlab.core.bench.ray_engine import RayEngine
 
 RUNS_DIR = "runs"
 PROGRESS_DIR = ".progress"
@@ -226,10 +227,12 @@ class Bench:
         return ResultsDB(path)
 
     def _engine(self) -> LocalEngine | RayEngine:
-        from mlab.core.bench.engines import LocalEngine, RayEngine
+        from mlab.core.bench.engines import LocalEngine
 
         if self.engine_name == "ray":
-            return RayEngine(self.workers, self.ray_address, self.cpus_per_run)
+            from mlab.core.bench.ray_engine import RayEngine
+
+            return RayEngine(self.workers, self.ray_address, self.cpus_per_run, bench_dir=self.dir)
         return LocalEngine(self.workers, self._settings(), self.dir / LOGS_DIR / "workers.log")
 
     # running

@@ -1,4 +1,5 @@
-"""Where a bench's runs execute: local worker processes, or Ray tasks. Both run `execute_job`.
+"""Where a bench's runs execute: local worker processes here, or Ray tasks (core/bench/ray_engine.py). Both run
+`execute_job`.
 
 The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
 every run is then a process forked from it, in its own session, so a run costs no interpreter start-up and no
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
@@ -56,8 +58,10 @@ Result = Row | None
 
 
 # ---- the work of one run -----------------------------------------------------------------------------
-def execute_job(job: JobSpec, registry: Registry | None = None) -> Row:
-    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task."""
+def execute_job(job: JobSpec, registry: Registry | None = None,
+                report: Callable[[dict[str, Any]], None] | None = None) -> Row:
+    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task. Progress
+    goes to the job's progress file and, when given, to `report` (a Ray worker's line to the driver)."""
     for key, value in job.get("env", {}).items():
         os.environ[key] = value
     registry = registry or registry_from(job.get("registry_factory"), job.get("sys_path"))
@@ -66,9 +70,11 @@ def execute_job(job: JobSpec, registry: Registry | None = None) -> Row:
     started = time.time()
 
     def on_step(step: Step) -> None:
-        write_atomic(progress, json.dumps({
-            "step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
-            "action": step.action.name, "started": started}).encode())
+        line = {"step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
+                "action": step.action.name, "started": started}
+        write_atomic(progress, json.dumps(line).encode())
+        if report is not None:
+            report(line)
 
     from mlab.core.run.runner import Runner
     from mlab.core.run.trace import append_error, read_trace
@@ -318,69 +324,3 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-# ---- Ray ---------------------------------------------------------------------------------------------
-class RayEngine:
-    """Each run is a Ray task on a cluster (--ray-address) or on a local Ray this command starts and stops."""
-
-    name = "ray"
-
-    def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None):
-        try:
-            import ray
-        except ImportError as exc:
-            raise MlabError("--engine ray needs Ray: pip install 'mlab[ray]'") from exc
-        self.ray = ray
-        self.started_here = False
-        if not ray.is_initialized():
-            options = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-            try:
-                ray.init(address=address, **options) if address else ray.init(**options)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                why = f"cannot connect to Ray at {address!r}: {exc}" if address else f"cannot start Ray: {exc}"
-                raise MlabError(why) from exc
-            self.started_here = not address
-        cpus = ray.cluster_resources().get("CPU", 1.0)
-        self.workers = workers
-        # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
-        self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
-        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(execute_job)
-        self.refs: dict[Any, JobSpec] = {}  # Ray ObjectRef (ray is untyped here) -> job
-
-    def capacity(self) -> int:
-        return self.workers - len(self.refs)
-
-    def submit(self, job: JobSpec) -> None:
-        self.refs[self.remote.remote(job)] = job
-
-    def poll(self) -> list[tuple[JobSpec, Result]]:
-        if not self.refs:
-            return []
-        ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
-        return [self._collect(ref) for ref in ready]
-
-    def _collect(self, ref: Any, interrupted: bool = False) -> tuple[JobSpec, Result]:
-        job = self.refs.pop(ref)
-        try:
-            return job, self.ray.get(ref)
-        except self.ray.exceptions.TaskCancelledError:
-            return job, None
-        except self.ray.exceptions.RayError as exc:
-            if interrupted:
-                return job, None
-            return job, {"status": "failed", "failure": "harness_error",
-                         "end_reason": f"harness error: Ray task failed: {str(exc).splitlines()[0]}"}
-
-    def interrupt(self, grace_s: float = 20.0) -> list[tuple[JobSpec, Result]]:
-        for ref in self.refs:
-            self.ray.cancel(ref)  # KeyboardInterrupt inside the task: the run stops and stays resumable
-        refs = list(self.refs)
-        ready, rest = self.ray.wait(refs, num_returns=len(refs), timeout=grace_s)
-        for ref in rest:
-            self.ray.cancel(ref, force=True)
-        return [self._collect(ref, interrupted=True) for ref in refs]
-
-    def close(self) -> None:
-        if self.started_here:
-            self.ray.shutdown()
