@@ -159,6 +159,7 @@ def test_view_shows_model_calls_with_tokens_and_unknown_cost(runs_folder):
         llm = runs["nested/llm"]
         # 3 answered calls, one unpriced: the run's cost is the priced part plus an unknown, never "$0"
         assert (llm["calls"], llm["unpriced_calls"], llm["cost_usd"]) == (3, 1, pytest.approx(0.003))
+        assert llm["cost_text"].startswith("$0.0030 + unknown") and runs["plain"]["cost_text"] == "-"
         status, _headers, body = _get(viewer.url + "api/run?id=nested/llm")
         detail = json.loads(body)
         calls = detail["calls"]

@@ -39,7 +39,8 @@ def run_data(run_dir: Path, row: Row, scores: list[Row]) -> dict[str, Any]:
     steps = step_payloads(run_dir, trace, {s["step"]: (s["score"], s["error"]) for s in scores})
     return {"key": row["key"], "status": trace.status, "end_reason": trace.end_reason,
             "final_score": row["final_score"], "final_score_error": row["final_score_error"], "steps": steps,
-            "usage": trace.usage.model_dump(), "time_s": trace.total_time_s, "errors_log": errors_log(run_dir)}
+            "usage": trace.usage.model_dump(), "cost_text": trace.usage.cost_text(), "time_s": trace.total_time_s,
+            "errors_log": errors_log(run_dir)}
 
 
 def _package_text(name: str) -> str:

@@ -74,8 +74,8 @@
     var n = data.steps.length, cur = Math.min(Math.max(stepNo || 1, 1), n), s = data.steps[cur - 1];
     var h = '<h2 id="run-title">Run ' + esc(run.key) + '</h2><p>status <b>' + esc(data.status) + '</b>: ' + esc(data.end_reason) +
       '; final score <b>' + fmt(data.final_score) + '</b>' + (data.final_score_error ? ' <span class="err">' + esc(data.final_score_error) + '</span>' : '') +
-      '; improvement ' + pct(run.improvement) + '; ' + (data.usage.prompt_tokens + data.usage.completion_tokens) + ' tokens, $' +
-      fmt(data.usage.cost_usd, 3) + ', ' + fmt(data.time_s, 4) + ' s</p>' + chart(run, data, cur);
+      '; improvement ' + pct(run.improvement) + '; ' + (data.usage.prompt_tokens + data.usage.completion_tokens) + ' tokens, cost <span id="run-cost">' +
+      esc(data.cost_text) + '</span>, ' + fmt(data.time_s, 4) + ' s</p>' + chart(run, data, cur);
     h += '<div id="steps">';
     data.steps.forEach(function (x) {
       h += '<button data-step="' + x.index + '" class="' + (x.index === cur ? 'cur ' : '') + (x.is_error ? 'bad' : '') + '" title="' + esc(x.action) + '">' + x.index + '</button>';

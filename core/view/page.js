@@ -17,13 +17,7 @@
     return v < 60 ? v.toFixed(1) + ' s' : v < 3600 ? Math.floor(v / 60) + ' min ' + Math.round(v % 60) + ' s' :
       Math.floor(v / 3600) + ' h ' + Math.round((v % 3600) / 60) + ' min';
   }
-  function cost(s) {
-    // A model without a price makes the cost unknown, never $0.
-    if (!s || s.calls === undefined) return '-';
-    if (!s.calls) return '-';
-    if (s.unpriced_calls) return s.cost_usd ? '$' + s.cost_usd.toFixed(4) + ' + unknown' : 'unknown';
-    return '$' + s.cost_usd.toFixed(4);
-  }
+  function cost(s) { return s && s.cost_text ? s.cost_text : '-'; }  // "unknown" when a model has no price, never $0
   function callCost(c) { return c.cost_usd === null || c.cost_usd === undefined ? (c.error ? '-' : 'unknown') : '$' + c.cost_usd.toFixed(5); }
   function badge(status) { return '<span class="badge st-' + esc(status) + '">' + esc(status) + '</span>'; }
   function params() {
@@ -119,7 +113,7 @@
         .filter(Boolean).map(esc).join(' · ') + '</p><p>final score <b id="run-score">' + num(s.final_score) + '</b>' +
       (s.final_score_error ? ' <span class="err">' + esc(s.final_score_error) + '</span>' : '') + ' · ' + n + (s.max_steps ? '/' + s.max_steps : '') +
       ' steps · ' + (s.tokens || 0) + ' tokens · cost <span id="run-cost">' + esc(s.calls ? cost(s) : 'none (no model calls)') + '</span>' +
-      (s.unpriced_calls ? ' <span class="muted">(' + s.unpriced_calls + ' of ' + s.calls + ' calls have no price)</span>' : '') +
+      (s.calls && s.unpriced_calls >= s.calls ? ' <span class="muted">(no call has a price)</span>' : '') +
       ' · ' + secs(s.time_s) + '</p>';
     h += '<div id="live-box"></div>' + chart();
     h += '<div id="steps">' + run.steps.map(function (x) {

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import MlabError
+from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Step, Trace
 from mlab.core.run.trace import ERRORS_FILE, LLM_LOG_FILE, TRACE_FILE, read_trace
 from mlab.core.view.diffs import Manifest, clip, file_changes, read_manifest, read_regular
@@ -109,12 +110,12 @@ def read_calls(run_dir: Path) -> list[dict[str, Any]]:
     return calls
 
 
-def cost_fields(calls: list[dict[str, Any]], priced_total: float) -> dict[str, Any]:
-    """The run's cost: the sum of priced calls, and how many answered calls have no price (their cost is
-    unknown, so the run's is too)."""
-    answered = [c for c in calls if c["error"] is None and c["completion"] is not None]
-    unpriced = sum(c["cost_usd"] is None for c in answered)
-    return {"cost_usd": priced_total, "unpriced_calls": unpriced, "calls": len(calls)}
+def cost_fields(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's model calls and cost as the call log has them (it is written as each call ends): the priced part,
+    how many answered calls have no price, and the cost as shown to people ("unknown" rather than $0)."""
+    usage = usage_of_log(calls)
+    return {"calls": usage.calls, "unpriced_calls": usage.unpriced_calls, "cost_usd": usage.cost_usd,
+            "cost_text": usage.cost_text() if usage.calls else "-"}
 
 
 def step_payload(run_dir: Path, step: Step, before: Manifest, after: Manifest,
@@ -208,17 +209,17 @@ class Catalog:
             "seed": trace.config.seed, "status": trace.status, "end_reason": trace.end_reason,
             "steps": len(trace.steps), "max_steps": trace.config.max_steps, "final_score": trace.final_score,
             "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
-            "priced_cost_usd": trace.usage.cost_usd, "time_s": trace.total_time_s, "started_at": trace.started_at}
+            "time_s": trace.total_time_s, "started_at": trace.started_at}
         self._briefs[run_dir] = (sig, brief)
         return brief
 
-    def _cost(self, run_dir: Path, priced_total: float) -> dict[str, Any]:
+    def _cost(self, run_dir: Path) -> dict[str, Any]:
         sig = _signature(run_dir / LLM_LOG_FILE)
         cached = self._costs.get(run_dir)
         if not (cached and cached[0] == sig):
-            cached = (sig, cost_fields(self._run_calls(run_dir), priced_total))
+            cached = (sig, cost_fields(self._run_calls(run_dir)))
             self._costs[run_dir] = cached
-        return {**cached[1], "cost_usd": priced_total}
+        return cached[1]
 
     def _bench(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[int, tuple[float | None, str | None]]]]:
         """A bench's rows by run folder and its step scores, from results.db opened read-only."""
@@ -268,9 +269,9 @@ class Catalog:
             going = run_in_progress(run_dir)
             status = "interrupted" if going is False else "running"
             live = read_live(run_dir) if going is not False else None
-        return {**{k: v for k, v in brief.items() if k != "priced_cost_usd"}, "id": rid, "name": name,
-                "status": status, "failure": bench_row.get("failure") if bench_row else None,
-                **self._cost(run_dir, brief["priced_cost_usd"]), "error": None, "live": live}
+        return {**brief, "id": rid, "name": name, "status": status,
+                "failure": bench_row.get("failure") if bench_row else None, **self._cost(run_dir), "error": None,
+                "live": live}
 
     def run(self, rid: str, have_steps: int = 0, have_calls: int = 0, started_at: float | None = None
             ) -> dict[str, Any] | None:
