@@ -226,6 +226,7 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         console.print(f"LLM: {trace.usage.calls} calls, {trace.usage.total_tokens} tokens, cost "
                       f"{trace.usage.cost_text()}", highlight=False)
     console.print(f"trace: {runner.run_dir / 'trace.json'}", highlight=False, soft_wrap=True)
+    console.print(f"see it: mlab view {shlex.quote(str(runner.run_dir))}", highlight=False, soft_wrap=True)
     if trace.status == "failed":
         sys.exit(1)
 

@@ -203,6 +203,7 @@ def test_ctrl_c_gives_a_resume_hint_that_works_and_run_dir_says_what_a_folder_ho
     resumed = mlab(*shlex.split(hint.split("continue with: mlab ", 1)[1]))
     assert resumed.returncode == 0, resumed.stderr
     assert "run finished: final answer; 4 steps" in resumed.stdout
+    assert f"see it: mlab view {run_dir}" in resumed.stdout
 
     for retry in (args, ("run", "--resume", run_dir)):  # neither sends the user round in circles
         ended = mlab(*retry)
