@@ -30,6 +30,7 @@ MAX_OBSERVATION = 20_000  # characters of an observation shown
 MAX_MESSAGE = 6_000  # characters of one model message or completion shown
 MAX_ERRORS_LOG = 20_000
 MAX_CALL_LOG_BYTES = 256 << 20
+MAX_TRACE_BYTES = 1 << 30  # the harness stores at most 200,000 characters of each string a step holds
 MAX_FOLDERS_SEARCHED = 50_000  # a folder of runs is searched this far, so a huge tree cannot stall the viewer
 KEPT_RUNS = 8  # whole traces and call logs kept in memory (the runs pages are looking at)
 KEPT_STEPS = 2000  # steps' payloads (with their diffs) kept in memory
@@ -179,6 +180,9 @@ class Catalog:
             self._traces.move_to_end(run_dir)
             return cached[1]
         try:
+            if sig is not None and sig[1] > MAX_TRACE_BYTES:
+                raise MlabError(f"its trace is {sig[1] >> 20} MB, more than the viewer reads "
+                                f"({MAX_TRACE_BYTES >> 20} MB)")
             trace: Trace | str = read_trace(run_dir)
         except MlabError as exc:
             trace = str(exc).replace(str(self.root), ".")
