@@ -79,7 +79,7 @@ class StepView:
         hidden = max(0, len(self.rows) - room)
         table = Table(title=f"{self.title} — {len(self.rows)}/{self.max_steps} steps")
         for column in ("step", "action", "input", "observation", "s"):
-            table.add_column(column, overflow="fold")
+            table.add_column(column, no_wrap=True, overflow="ellipsis")  # one line a row: the room is exact
         if hidden:
             table.add_row("…", Text(f"{hidden} earlier step(s) not shown", style="dim"), "", "", "")
         for row in self.rows[hidden:]:
