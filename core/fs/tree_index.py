@@ -23,6 +23,9 @@ StatKey = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 Recorder = Callable[[int, str, os.stat_result], "tuple[Entry, StatKey] | None"]
 
 
+_KIND = 0o170000  # the file-type bits of st_mode
+
+
 def stat_key(st: os.stat_result) -> StatKey:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
@@ -82,8 +85,9 @@ class Scanner:
         folders: dict[str, Folder] = {}
         verdicts: dict[str, bool] = {}
         limits = self.limits
+        known_verdicts, known_files = folder.verdicts, folder.files  # the hot loop: one lookup each
         for name, st in list_dir(fd):
-            verdict = folder.verdicts.get(name)
+            verdict = known_verdicts.get(name)
             if verdict is None:
                 verdict = self.skip(prefix + name)
             verdicts[name] = verdict
@@ -97,8 +101,8 @@ class Scanner:
                 st = lstat_at(fd, name)
                 if st is None:
                     continue
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
+            kind = st.st_mode & _KIND
+            if kind == stat.S_IFDIR:
                 if depth + 1 >= limits.max_depth:
                     if len(limits.too_deep) < 5:
                         limits.too_deep.append(prefix + name)
@@ -117,11 +121,11 @@ class Scanner:
                     os.close(child)
                 folders[name] = sub
                 continue
-            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            if kind != stat.S_IFREG and kind != stat.S_IFLNK:
                 continue  # FIFOs, sockets, devices are not recorded
-            before = folder.files.get(name)
-            if before is not None and before[0] is not None and before[0] == stat_key(st):
-                files[name] = before
+            before = known_files.get(name)
+            if before is not None and before[0] == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                files[name] = before  # (a key of None, one that cannot vouch, never equals a stat)
                 continue
             recorded = self.record(fd, name, st)
             if recorded is None:
