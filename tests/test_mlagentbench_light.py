@@ -81,14 +81,15 @@ def test_cifar10_check_task(tmp_path):
 
 
 # ---- vectorization -------------------------------------------------------------------------------
-def test_vectorization_scores_the_last_recorded_time(tmp_path):
-    task = get_task("vectorization")
-    hidden = tmp_path / "hidden"
-    hidden.mkdir()
-    ws = workspace_with(tmp_path, "ws", "12.5\n3.25\n\n")
-    assert task.evaluate(ws, hidden) == 3.25  # the original read the first line (12.5)
-    assert_all_invalid(task, hidden, tmp_path, {"missing": None, "blank": "\n\n", "words": "fast\n",
-                                                "zero": "1.0\n0\n", "nan": "nan\n", "negative": "-1\n"})
+def test_the_last_recorded_time_is_read(tmp_path):
+    """llama-inference's score: the time on the last line (the original read the first)."""
+    from mlab_tasks_mlagentbench.tasks.vectorization import last_recorded_time
+
+    assert last_recorded_time(workspace_with(tmp_path, "ws", "12.5\n3.25\n\n") / "submission.csv") == 3.25
+    for label, text in {"blank": "\n\n", "words": "fast\n", "zero": "1.0\n0\n", "nan": "nan\n",
+                        "negative": "-1\n"}.items():
+        with pytest.raises(InvalidSubmission):
+            last_recorded_time(workspace_with(tmp_path, label, text) / "submission.csv")
 
 
 @pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)

@@ -19,6 +19,8 @@ import importlib.util  # noqa: E402
 import numpy as np  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("submitted_train", os.path.join(folder, "train.py"))
+if spec is None or spec.loader is None:
+    sys.exit("train.py cannot be loaded")
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)  # the script's own timing runs only under __main__
 np.random.seed(0)
