@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
-from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import Action
 from mlab.core.view.diffs import read_regular
 
@@ -120,12 +119,15 @@ class LiveStep:
                 pass
 
     def _write(self) -> None:
-        """Best effort: a viewer missing an update is better than a run stopped by it (a full disk)."""
+        """Replace the file whole (a reader never sees half of it) without syncing it to disk: it only matters
+        while the run goes. Best effort: a viewer missing an update is better than a run stopped by it."""
         self._written_at = time.monotonic()
+        tmp = self.path.with_name(f".{LIVE_FILE}.tmp{os.getpid()}")
         try:
-            write_atomic(self.path, json.dumps(self._state).encode())
+            tmp.write_bytes(json.dumps(self._state).encode())
+            os.replace(tmp, self.path)
         except OSError:
-            pass
+            tmp.unlink(missing_ok=True)
 
 
 def read_live(run_dir: Path) -> LiveState | None:
