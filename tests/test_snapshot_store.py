@@ -195,6 +195,20 @@ def test_paths_the_harness_wrote_are_updated_alone_and_agent_code_means_a_full_w
     assert scanned and manifest_state(manifest) == state(ws)
 
 
+def test_a_written_path_whose_folder_became_a_link_falls_back_to_a_walk(ws, tmp_path):
+    import shutil
+
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    shutil.rmtree(ws / "d1")
+    os.symlink("d2", ws / "d1")
+    store.changes.wrote("d1/f1.txt")
+    manifest = store.take(ws, "s1", changes=store.changes)
+    assert manifest["d1"]["link"] == "d2" and not any(rel.startswith("d1/") for rel in manifest)
+    assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items()
+                                        if not rel.startswith("d1/")}
+
+
 def test_skip_is_asked_once_per_name_not_per_prefix_or_per_snapshot(ws, tmp_path):
     asked: list[str] = []
 

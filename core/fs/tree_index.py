@@ -162,16 +162,21 @@ class Scanner:
                 if part in folder.files:
                     return False
                 chain.append(folder.folders.setdefault(part, Folder()))
-        try:
-            fd = _open_path(root_fd, parts)
-        except NotAFolder:
+        folder = chain[-1]
+        if leaf in folder.folders:
             return False
         try:
-            st = lstat_at(fd, leaf)
-            folder = chain[-1]
+            fd = _open_path(root_fd, parts)
+        except OSError:  # not a folder any more, or not readable: the walk copes with either
+            return False
+        try:
+            try:
+                st = lstat_at(fd, leaf)
+            except OSError:
+                return False
             before = folder.files.get(leaf)
             if st is None or not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                if st is not None and (stat.S_ISDIR(st.st_mode) or leaf in folder.folders):
+                if st is not None and stat.S_ISDIR(st.st_mode):
                     return False
                 if before is None:
                     return True
