@@ -1,0 +1,267 @@
+"""The search agent: grows a graph of whole solution scripts, one environment action per step.
+
+Each node takes two steps: a Write File of the script the operator's model call returned (to solutions/), then an
+Execute Script whose output gives the node's status and fitness. The search ends at max_nodes, when the steps or
+time left would not cover another node and the finish, or when the model gives no usable script; then the best
+node's script becomes the task's starter script, runs once more so its submission is in place, and the agent
+submits with Final Answer.
+"""
+from __future__ import annotations
+
+import random
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
+from mlab.core.agentkit import (
+    MAX_ATTEMPTS,
+    AgentOptions,
+    InvalidResponse,
+    ask_until_valid,
+    pick_actions,
+    research_problem,
+    truncate_middle,
+)
+
+from . import prompts
+from .fitness import METRIC_TAG, infer_direction, read_outcome
+from .graph import FAILED, Node, SolutionGraph
+from .policies import POLICIES, Proposal, Settings
+
+USED_ACTIONS = ["List Files", "Read File", "Write File", "Execute Script", "Final Answer"]
+SCRIPT_DIR = "solutions"
+NODE_STEPS = 2  # Write File, Execute Script
+FINISH_STEPS = 3  # Write File of the best script, Execute Script, Final Answer
+FINISH_TIME_MARGIN_S = 60.0  # besides two of the longest runs so far: one more node and the final run
+STARTER_CHARS = 8_000
+LISTING_CHARS = 3_000
+RESULT_LINES = 30  # nodes listed under "Results so far", the newest
+_CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+Stage = Literal["list", "read", "search", "finish-write", "finish-run", "answer"]
+
+
+class SearchOptions(AgentOptions):
+    policy: Literal["greedy", "mcts", "evolutionary"] = Field(
+        "greedy", description="how the next node is chosen: greedy (AIDE-like), mcts (UCT) or evolutionary")
+    num_drafts: int = Field(5, ge=1, description="drafts written before any other operator (greedy, mcts)")
+    max_debug_depth: int = Field(3, ge=0, description="debug operators in a row on one failing line of nodes")
+    max_nodes: int = Field(20, ge=1, description="nodes (scripts written and run) before the search ends")
+    exploration_constant: float = Field(1.414, ge=0, allow_inf_nan=False,
+                                        description="UCT's exploration constant (mcts)")
+    population_size: int = Field(4, ge=2, description="initial drafts and population kept (evolutionary)")
+    direction: Literal["auto", "higher", "lower"] = Field(
+        "auto", description="which way the task's metric is better; auto reads it from the task's text")
+    output_chars: int = Field(4_000, ge=200, description="characters of a script's output shown to the model")
+    max_attempts: int = Field(MAX_ATTEMPTS, ge=1, description="replies to try before the search gives up")
+
+
+class SearchAgent(Agent):
+    name = "search"
+    description = ("Search over whole solution scripts (draft, improve, debug, crossover) with a greedy "
+                   "(AIDE-like), MCTS or evolutionary policy; submits the best node.")
+    Options: ClassVar[type[AgentOptions]] = SearchOptions
+
+    def __init__(self, ctx: AgentContext):
+        super().__init__(ctx)
+        opts = self.options
+        assert isinstance(opts, SearchOptions)
+        self.opts = opts
+        pick_actions(USED_ACTIONS, "(the actions the search agent needs)", ctx.actions)
+        inferred = infer_direction(ctx.research_problem) if opts.direction == "auto" else opts.direction
+        self.direction_known = inferred is not None
+        self.settings = Settings(num_drafts=opts.num_drafts, max_debug_depth=opts.max_debug_depth,
+                                 exploration_constant=opts.exploration_constant,
+                                 population_size=opts.population_size)
+        self.task_text = research_problem(ctx, USED_ACTIONS)
+        # Memory (state_dict): the graph, where the search is, and the steps that looked at the task.
+        self.graph = SolutionGraph(direction="lower" if inferred == "lower" else "higher")
+        self.stage: Stage = "list"
+        self.look: dict[str, int] = {}
+        self.stopped = ""
+
+    # ---- the step -------------------------------------------------------------------------------
+    def step(self, state: RunState) -> Action | StopRun:
+        steps = {s.index: s for s in state.history}
+        self._absorb(steps)
+        if self.stage == "list":
+            self.stage, self.look["listing"] = "read", state.step_index
+            return Action(name="List Files", args={"dir_path": "."})
+        if self.stage == "read":
+            self.stage, self.look["starter"] = "search", state.step_index
+            return Action(name="Read File", args={"file_name": self.ctx.starter_script})
+        if self.stage == "search":
+            action = self._search(state, steps)
+            if action is not None:
+                return action
+            self.stage = "finish-write"
+        return self._finish(steps)
+
+    def _absorb(self, steps: dict[int, Step]) -> None:
+        """Give every node whose run is in the history its status and fitness."""
+        for node in self.graph.nodes:
+            if node.status == "pending" and node.run_step is not None and node.run_step in steps:
+                run = steps[node.run_step]
+                outcome = read_outcome(run.observation, run.is_error)
+                node.status, node.fitness, node.error = outcome.status, outcome.fitness, outcome.error  # type: ignore[assignment]
+
+    def _search(self, state: RunState, steps: dict[int, Step]) -> Action | None:
+        pending = next((n for n in self.graph.nodes if n.status == "pending"), None)
+        if pending is not None:
+            written = steps.get(pending.write_step)
+            if written is not None and not written.is_error:
+                pending.run_step = state.step_index
+                return Action(name="Execute Script", args={"script_name": pending.file},
+                              entries={"node": pending.id, "graph": self.graph.table()})
+            pending.status, pending.error = "buggy", "could not be written: " + (
+                written.observation.strip().splitlines() or ["?"])[0][:150] if written else "lost"
+        self.stopped = self._stop_reason(state, steps)
+        if self.stopped:
+            return None
+        proposal = POLICIES[self.opts.policy](self.graph, self.settings,
+                                              random.Random(f"{self.ctx.seed}:{len(self.graph.nodes)}"))
+        return self._grow(proposal, state, steps)
+
+    def _stop_reason(self, state: RunState, steps: dict[int, Step]) -> str:
+        if len(self.graph.nodes) >= self.opts.max_nodes:
+            return f"reached max_nodes ({self.opts.max_nodes})"
+        steps_left = state.max_steps - state.step_index + 1
+        if steps_left < NODE_STEPS + FINISH_STEPS:
+            return f"{steps_left} steps left: only enough to submit the best node"
+        longest = max((steps[n.run_step].duration_s for n in self.graph.nodes
+                       if n.run_step is not None and n.run_step in steps), default=0.0)
+        if state.seconds_left < 2 * longest + FINISH_TIME_MARGIN_S:
+            return f"{state.seconds_left:.0f} s left: only enough to submit the best node"
+        return ""
+
+    def _grow(self, proposal: Proposal, state: RunState, steps: dict[int, Step]) -> Action | None:
+        """One operator: its model call, and the Write File of the new node's script."""
+        messages = [Message(role="system", content=self._context(steps)),
+                    Message(role="user", content=self._ask(proposal, steps))]
+        result = ask_until_valid(self.llm, messages, self._parse, prompts.correction, self.opts.max_attempts)
+        for failure in result.failures:
+            self.ctx.log(f"step {state.step_index}: unusable reply to {proposal.operator}, asked again: "
+                         f"{failure['problem']}")
+        if not result.ok:
+            self.stopped = (f"the model gave no usable script for {proposal.operator} in "
+                            f"{len(result.failures)} replies (the last: {result.failures[-1]['problem']})")
+            return None
+        plan, code = result.value
+        node = self.graph.add(proposal.operator, list(proposal.parents),
+                              f"{SCRIPT_DIR}/node_{len(self.graph.nodes) + 1:03d}.py", state.step_index,
+                              plan.splitlines()[0][:200] if plan else "")
+        entries: dict[str, Any] = {"node": node.id, "operator": node.operator, "parents": node.parents,
+                                   "plan": plan, "graph": self.graph.table()}
+        if result.failures:
+            entries["invalid_responses"] = result.failures
+        return Action(name="Write File", args={"file_name": node.file, "content": code}, entries=entries,
+                      raw_response=result.text)
+
+    def _finish(self, steps: dict[int, Step]) -> Action:
+        best = self.graph.best()
+        starter = self.ctx.starter_script
+        entries: dict[str, Any] = {"best": best.id if best else None, "graph": self.graph.table()}
+        if self.stage == "finish-write":
+            self.stage = "finish-run"
+            if best is not None:
+                return Action(name="Write File", args={"file_name": starter, "content": self._code(best, steps)},
+                              entries=entries)
+        if self.stage == "finish-run":
+            self.stage = "answer"
+            return Action(name="Execute Script", args={"script_name": starter}, entries=entries)
+        return Action(name="Final Answer", args={"final_answer": self._summary(best)}, entries=entries)
+
+    # ---- prompts ----------------------------------------------------------------------------------
+    def _context(self, steps: dict[int, Step]) -> str:
+        listing = steps.get(self.look.get("listing", 0))
+        starter = steps.get(self.look.get("starter", 0))
+        return prompts.context(
+            self.task_text,
+            truncate_middle(listing.observation.strip(), LISTING_CHARS) if listing else "(not listed)",
+            self.ctx.starter_script,
+            truncate_middle(starter.observation, STARTER_CHARS) if starter and not starter.is_error
+            else "(there is none)",
+            self.graph.direction if self.direction_known else None)
+
+    def _ask(self, proposal: Proposal, steps: dict[int, Step]) -> str:
+        results = self._results()
+        parents = [self.graph.node(i) for i in proposal.parents]
+        if proposal.operator == "draft":
+            return prompts.draft(results)
+        if proposal.operator == "debug":
+            node = parents[0]
+            problem = "it ran past the time limit" if node.status == "timeout" else f"{node.error}"
+            return prompts.debug(self._code(node, steps), self._output(node, steps), problem)
+        if proposal.operator == "improve":
+            node = parents[0]
+            assert node.fitness is not None
+            return prompts.improve(self._code(node, steps), self._output(node, steps), node.fitness, results)
+        first, second = parents
+        assert first.fitness is not None and second.fitness is not None
+        return prompts.crossover((self._code(first, steps), first.fitness),
+                                 (self._code(second, steps), second.fitness), results)
+
+    def _results(self) -> str:
+        lines = []
+        for n in [n for n in self.graph.nodes if n.evaluated][-RESULT_LINES:]:
+            origin = n.operator + (f" of node {' and '.join(map(str, n.parents))}" if n.parents else "")
+            outcome = f"{METRIC_TAG} {n.fitness:g}" if n.status == "ok" else f"{n.status}: {n.error}"
+            lines.append(f"- node {n.id} ({origin}): {outcome}. {n.plan}")
+        return "\n".join(lines) or "(none yet)"
+
+    def _code(self, node: Node, steps: dict[int, Step]) -> str:
+        """The node's script: the content of its Write File step, which the trace keeps."""
+        return str(steps[node.write_step].action.args.get("content", ""))
+
+    def _output(self, node: Node, steps: dict[int, Step]) -> str:
+        run = steps.get(node.run_step or 0)
+        return truncate_middle(run.observation.strip(), self.opts.output_chars) if run else "(no output)"
+
+    def _parse(self, text: str) -> tuple[str, str]:
+        """(plan, script) from a reply: the longest fenced code block, which must be valid Python."""
+        blocks = _CODE_BLOCK.findall(text)
+        if not blocks:
+            raise InvalidResponse("the reply has no complete ```python code block holding the whole script")
+        code = max(blocks, key=len).strip("\n") + "\n"
+        try:
+            compile(code, "solution.py", "exec")
+        except SyntaxError as exc:
+            raise InvalidResponse(f"the script is not valid Python: {exc.msg} (line {exc.lineno})") from None
+        except ValueError as exc:  # e.g. a NUL character
+            raise InvalidResponse(f"the script is not valid Python: {exc}") from None
+        plan = text[: text.find("```")].strip()
+        return plan, code
+
+    def _summary(self, best: Node | None) -> str:
+        ok = len(self.graph.ok())
+        failed = sum(n.status in FAILED for n in self.graph.nodes)
+        head = (f"{self.opts.policy} search over {len(self.graph.nodes)} solution scripts ({ok} ran, "
+                f"{failed} failed); stopped because {self.stopped or 'the search ended'}.")
+        if best is None:
+            return f"{head} No script reported a validation score, so the starter script was run instead."
+        return (f"{head} The best, node {best.id} ({best.operator}), reported {METRIC_TAG} {best.fitness:g} "
+                f"({self.graph.direction} is better); it is now {self.ctx.starter_script} and was run again to "
+                f"write the submission. Its plan: {best.plan}")
+
+    # ---- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "look": dict(self.look), "stopped": self.stopped,
+                "graph": self.graph.state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stage = state.get("stage", "list")
+        self.look = {k: int(v) for k, v in state.get("look", {}).items()}
+        self.stopped = state.get("stopped", "")
+        if "graph" in state:
+            self.graph = SolutionGraph.from_state(state["graph"])
+
+
+class AideOptions(SearchOptions):
+    policy: Literal["greedy"] = Field("greedy", description="always greedy: aide is search with policy greedy")
+
+
+class AideAgent(SearchAgent):
+    name = "aide"
+    description = "AIDE-like greedy tree search over whole solution scripts: the search agent with policy greedy."
+    Options = AideOptions
