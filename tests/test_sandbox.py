@@ -148,9 +148,10 @@ def test_execute_script_output_exit_code_cwd_and_home(any_env, tmp_path):
     env = any_env
     obs, err = run(env, "import os, sys\nprint('cwd', os.getcwd())\nprint('home', os.environ['HOME'])\n"
                         "print('to stderr', file=sys.stderr)\nsys.exit(3)\n")
-    assert not err
+    assert err  # a non-zero exit is a failed action
     assert obs.startswith("The script ran. Output:\n")
-    assert f"cwd {env.workspace}" in obs and f"home {tmp_path / 'home'}" in obs and "to stderr" in obs
+    # the agent sees workspace paths relative to the workspace (".": the working folder itself)
+    assert "cwd .\n" in obs and f"home {tmp_path / 'home'}" in obs and "to stderr" in obs
     assert obs.endswith("[exit code 3]")
     (env.workspace / "pkg").mkdir()
     (env.workspace / "pkg" / "helper.py").write_text("print('in a subfolder')\n")
@@ -412,10 +413,10 @@ def test_repl_keeps_state_and_runs_in_a_child(env):
     obs, err = act(env, "Python REPL", command="print(os.getpid(), os.getcwd())")
     assert not err
     pid, cwd = obs.split()
-    assert int(pid) != os.getpid() and cwd == str(env.workspace)
+    assert int(pid) != os.getpid() and cwd == "."  # the workspace, as the agent is shown it
     assert env._repl.pid != os.getpid()
     obs, err = act(env, "Python REPL", command="1/0")
-    assert not err and "ZeroDivisionError" in obs
+    assert err and "ZeroDivisionError" in obs
     assert act(env, "Python REPL", command="x") == ("41\n", False)  # an exception keeps the state
 
 
@@ -425,11 +426,11 @@ def test_repl_survives_exit_and_protocol_abuse(env):
     assert err and obs.startswith("EnvError: the REPL process exited (code 3) and its variables are lost")
     assert "before" in obs
     obs, err = act(env, "Python REPL", command="x")
-    assert not err and "NameError" in obs  # a fresh interpreter
+    assert err and "NameError" in obs  # a fresh interpreter: the name is gone, and the command failed
     assert act(env, "Python REPL", command="import sys\nsys.exit(5)\n'still here'")[0].startswith("SystemExit: 5")
     assert act(env, "Python REPL", command="'alive'") == ("'alive'\n", False)
     obs, err = act(env, "Python REPL", command="input()")
-    assert not err and "EOFError" in obs  # stdin is not the command channel
+    assert err and "EOFError" in obs  # stdin is not the command channel
     obs, err = act(env, "Python REPL", command="import os\nos.write(1, b'raw\\n')\nos.close(1)")
     assert not err and "raw" in obs
     assert act(env, "Python REPL", command="1 + 1") == ("2\n", False)
@@ -448,7 +449,7 @@ def test_repl_timeout_kills_and_restarts(tmp_path, sandbox):
     assert time.monotonic() - started < 6
     assert wait_gone(env.mark) == []
     obs, err = act(env, "Python REPL", command="y")
-    assert not err and "NameError" in obs
+    assert err and "NameError" in obs
     env.close()
     assert wait_gone(env.mark) == []
 
@@ -464,9 +465,9 @@ def test_repl_confinement_and_output_cap(tmp_path, monkeypatch, sandbox):
     if sandbox != "fallback":
         answers = tmp_path / "taskdata" / "hidden" / "answers.csv"
         obs, err = act(env, "Python REPL", command=f"open({str(answers)!r}).read()")
-        assert not err and SECRET not in obs and "Error" in obs
+        assert err and SECRET not in obs and "Error" in obs
         obs, err = act(env, "Python REPL", command="open('data/train.csv', 'w').write('hacked')")
-        assert not err and "Read-only file system" in obs
+        assert err and "Read-only file system" in obs
         assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
     env.close()
 
@@ -565,7 +566,7 @@ def test_interpreter_below_tmp_is_usable_and_read_only(tmp_path, sandbox, where)
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         env = make_env(tmp_path, sandbox=sandbox, python=str(venv / "bin" / "python"))
         obs, err = run(env, f"import sys\nprint(sys.prefix)\nopen({str(venv / 'x')!r}, 'w')\n")
-        assert not err and str(venv) in obs and "Read-only file system" in obs, obs
+        assert err and str(venv) in obs and "Read-only file system" in obs, obs
         env.close()
     finally:
         shutil.rmtree(venvs, ignore_errors=True)

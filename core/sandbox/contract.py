@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -134,8 +135,10 @@ class Sandbox(ABC):
     def freeze(self, proc: subprocess.Popen) -> None:
         """Stop every process of a lasting command (the REPL) between actions, so nothing of the agent runs
         while the harness works: each process of its cgroup, and its process group, gets SIGSTOP until no new
-        one appears (a stopped process cannot fork)."""
-        _signal_tree(proc, signal.SIGSTOP, rounds=50)
+        one appears (a stopped process cannot fork); then wait until every thread of them has really stopped
+        (a signal is delivered when the target is next scheduled, which on a loaded machine is later)."""
+        signalled = _signal_tree(proc, signal.SIGSTOP, rounds=50)
+        _wait_stopped(signalled | _group_members(proc.pid), FREEZE_WAIT_S)
 
     def thaw(self, proc: subprocess.Popen) -> None:
         """Let a frozen command run again."""
@@ -156,9 +159,58 @@ class Sandbox(ABC):
         return run_to_end(self, argv, spec, on_output)
 
 
-def _signal_tree(proc: subprocess.Popen, sig: int, rounds: int) -> None:
+FREEZE_WAIT_S = 5.0  # a process that has not stopped by then is stuck in the kernel (uninterruptible I/O)
+_STOPPED_STATES = "TtZX"  # stopped, traced, zombie, dead
+
+
+def _group_members(pgid: int) -> set[int]:
+    """The processes of process group pgid (they may have left the cgroup's view, never the group)."""
+    found = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            found.add(int(name))
+    return found
+
+
+def _threads_running(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False  # gone
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError):
+            continue
+        if state not in _STOPPED_STATES:
+            return True
+    return False
+
+
+def _wait_stopped(pids: set[int], limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    pending = {pid for pid in pids if pid != os.getpid()}
+    while pending and time.monotonic() < deadline:
+        pending = {pid for pid in pending if _threads_running(pid)}
+        if pending:
+            time.sleep(0.001)
+
+
+def _signal_tree(proc: subprocess.Popen, sig: int, rounds: int) -> set[int]:
     cgroup: CommandCgroup | None = getattr(proc, "mlab_cgroup", None)
-    signalled: set[int] = set()
+    signalled: set[int] = {proc.pid}
     me = os.getpid()
     for _round in range(rounds):
         try:
@@ -174,4 +226,5 @@ def _signal_tree(proc: subprocess.Popen, sig: int, rounds: int) -> None:
                 pass
         signalled |= fresh
         if not fresh:
-            return
+            break
+    return signalled
