@@ -26,18 +26,19 @@ from mlab.core.models import (
     Trace,
     Usage,
 )
+from mlab.core.run.taskdata import DataFile
 from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
-from mlab.core.sandbox.rootfs import RootView, root_view
+from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
 from mlab.core.task import BaselineContext, Metric, PrepareContext, Resources, ScoringContext, Task, scoring_context
 
 __all__ = [
     "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BaselineMeasured",
-    "BudgetExceeded",
+    "BudgetExceeded", "DataFile",
     "Completion", "EnvError", "ExecResult", "ExecSpec", "InvalidSubmission", "LLM", "LLMCallFinished",
     "LLMClient", "LLMError", "Limits", "LocalSandbox", "Message", "Metric", "MlabError", "PrepareContext",
     "Resources", "RootView", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "ScoringContext", "Step",
     "StepFinished", "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
-    "root_view", "scoring_context",
+    "extra_read_only", "root_view", "scoring_context",
 ]

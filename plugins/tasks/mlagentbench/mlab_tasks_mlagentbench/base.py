@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlab.core import BaselineContext, ExecResult, MlabError, PrepareContext, ScoringContext, Task
-from mlab.core.run.taskdata import DataFile
+from mlab.core import BaselineContext, DataFile, ExecResult, MlabError, PrepareContext, ScoringContext, Task
 
 from . import acquire
 

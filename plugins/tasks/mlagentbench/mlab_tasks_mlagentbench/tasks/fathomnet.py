@@ -16,8 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
-from mlab.core.run.taskdata import DataFile
+from mlab.core import DataFile, InvalidSubmission, Metric, MlabError, PrepareContext, Resources
 
 from .. import acquire
 from ..base import ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask

@@ -13,8 +13,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from mlab.core import Metric, MlabError, PrepareContext, Resources
-from mlab.core.run.taskdata import DataFile
+from mlab.core import DataFile, Metric, MlabError, PrepareContext, Resources
 
 from .. import acquire
 from ..base import PACK, MLAgentBenchTask

@@ -14,8 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources
-from mlab.core.sandbox.rootfs import extra_read_only
+from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources, extra_read_only
 
 from ..base import FILES_DIR, PACK, MLAgentBenchTask, copy_files
 from ..toolcheck import check_bibtex, check_review, read
