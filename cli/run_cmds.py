@@ -102,25 +102,6 @@ def any_model_setting(settings: dict[str, Any]) -> bool:
 
 @click.command()
 @click.argument("task_name", metavar="TASK")
-@click.option("--data-dir", type=click.Path(file_okay=False), help="Prepare from a local copy of the data.")
-def prepare(task_name: str, data_dir: str | None) -> None:
-    """Prepare a task's data (once; a second call does nothing)."""
-    from mlab.core.run.harness import Harness
-
-    harness = Harness(load_registry())
-    task = harness.task(task_name)
-    try:
-        done = harness.prepare(task, data_dir, log=lambda msg: click.echo(msg, err=True))
-    except MlabError:
-        raise
-    except FileNotFoundError as exc:
-        raise MlabError(f"preparing {task.name} failed: {exc}") from exc
-    where = harness.home.task_dir(task)
-    click.echo(f"{task.name}: {'prepared' if done else 'already prepared'} in {where}")
-
-
-@click.command()
-@click.argument("task_name", metavar="TASK")
 @click.option("--runs", default=1, show_default=True, type=click.IntRange(1, 100))
 @click.option("--timeout", "timeout_s", type=Duration(), default="2h", show_default=True,
               help="Time limit of the starter script.")
