@@ -332,8 +332,19 @@ def test_with_no_working_node_the_starter_is_run_and_submitted(tmp_path):
     assert [s.action.name for s in trace.steps] == ["List Files", "Read File", "Write File", "Execute Script",
                                                    "Execute Script", "Final Answer"]
     assert trace.steps[-2].action.args == {"script_name": "train.py"}
-    assert "starter script was run instead" in trace.steps[-1].action.args["final_answer"]
+    assert trace.steps[-1].action.args["final_answer"].endswith("the starter script train.py was run instead.")
     assert trace.final_score is not None  # the starter's own submission
+
+
+def test_a_best_script_that_fails_when_run_again_is_reported_in_the_final_answer(tmp_path):
+    task = "lite/wine"
+    once = ('import os\nif os.path.exists("ran_once"):\n    raise SystemExit("refusing a second run")\n'
+            'open("ran_once", "w").close()\n')
+    trace = run_search(tmp_path / "run", task, [reply("Once only.", once + solution(task, 5, 0.9))],
+                       {"num_drafts": 1, "max_nodes": 1})
+    assert graph_of(trace)[0]["status"] == "ok" and trace.steps[-2].is_error
+    assert trace.steps[-1].action.args["final_answer"].endswith(
+        "It is now train.py; its final run failed: refusing a second run")
 
 
 def test_the_search_stops_early_enough_to_submit_within_max_steps(tmp_path):

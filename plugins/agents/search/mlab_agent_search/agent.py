@@ -96,7 +96,7 @@ class SearchAgent(Agent):
             if action is not None:
                 return action
             self.stage = "finish-write"
-        return self._finish(steps)
+        return self._finish(state, steps)
 
     def _absorb(self, steps: dict[int, Step]) -> None:
         """Give every node whose run is in the history its status and fitness."""
@@ -114,8 +114,8 @@ class SearchAgent(Agent):
                 pending.run_step = state.step_index
                 return Action(name="Execute Script", args={"script_name": pending.file},
                               entries={"node": pending.id, "graph": self.graph.table()})
-            pending.status, pending.error = "buggy", "could not be written: " + (
-                written.observation.strip().splitlines() or ["?"])[0][:150] if written else "lost"
+            first_line = (written.observation.strip().splitlines() or ["?"])[0] if written else "?"
+            pending.status, pending.error = "buggy", f"could not be written: {first_line[:150]}"
         self.stopped = self._stop_reason(state, steps)
         if self.stopped:
             return None
@@ -158,19 +158,20 @@ class SearchAgent(Agent):
         return Action(name="Write File", args={"file_name": node.file, "content": code}, entries=entries,
                       raw_response=result.text)
 
-    def _finish(self, steps: dict[int, Step]) -> Action:
+    def _finish(self, state: RunState, steps: dict[int, Step]) -> Action:
         best = self.graph.best()
         starter = self.ctx.starter_script
         entries: dict[str, Any] = {"best": best.id if best else None, "graph": self.graph.table()}
         if self.stage == "finish-write":
             self.stage = "finish-run"
             if best is not None:
+                self.look["submit_write"] = state.step_index
                 return Action(name="Write File", args={"file_name": starter, "content": self._code(best, steps)},
                               entries=entries)
         if self.stage == "finish-run":
-            self.stage = "answer"
+            self.stage, self.look["submit_run"] = "answer", state.step_index
             return Action(name="Execute Script", args={"script_name": starter}, entries=entries)
-        return Action(name="Final Answer", args={"final_answer": self._summary(best)}, entries=entries)
+        return Action(name="Final Answer", args={"final_answer": self._summary(best, steps)}, entries=entries)
 
     # ---- prompts ----------------------------------------------------------------------------------
     def _context(self, steps: dict[int, Step]) -> str:
@@ -233,16 +234,25 @@ class SearchAgent(Agent):
         plan = text[: text.find("```")].strip()
         return plan, code
 
-    def _summary(self, best: Node | None) -> str:
+    def _summary(self, best: Node | None, steps: dict[int, Step]) -> str:
         ok = len(self.graph.ok())
         failed = sum(n.status in FAILED for n in self.graph.nodes)
-        head = (f"{self.opts.policy} search over {len(self.graph.nodes)} solution scripts ({ok} ran, "
+        starter = self.ctx.starter_script
+        text = (f"{self.opts.policy} search over {len(self.graph.nodes)} solution scripts ({ok} worked, "
                 f"{failed} failed); stopped because {self.stopped or 'the search ended'}.")
         if best is None:
-            return f"{head} No script reported a validation score, so the starter script was run instead."
-        return (f"{head} The best, node {best.id} ({best.operator}), reported {METRIC_TAG} {best.fitness:g} "
-                f"({self.graph.direction} is better); it is now {self.ctx.starter_script} and was run again to "
-                f"write the submission. Its plan: {best.plan}")
+            text += f" No script reported a validation score, so the starter script {starter} was run instead."
+        else:
+            text += (f" The best, node {best.id} ({best.operator}), reported {METRIC_TAG} {best.fitness:g} "
+                     f"({self.graph.direction} is better). Its plan: {best.plan}")
+            write = steps.get(self.look.get("submit_write", 0))
+            if write is not None and write.is_error:
+                return f"{text} It could not be written over {starter}: {write.observation.strip()[:200]}"
+            text += f" It is now {starter}"
+        run = steps.get(self.look.get("submit_run", 0))
+        if run is not None and run.is_error:
+            return f"{text}; its final run failed: {read_outcome(run.observation, True).error}"
+        return f"{text}{'' if best is None else ', and was run again to write the submission.'}"
 
     # ---- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
