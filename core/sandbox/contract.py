@@ -165,7 +165,7 @@ _STOPPED_STATES = "TtZX"  # stopped, traced, zombie, dead
 
 def _group_members(pgid: int) -> set[int]:
     """The processes of process group pgid (they may have left the cgroup's view, never the group)."""
-    found = set()
+    found: set[int] = set()
     try:
         names = os.listdir("/proc")
     except OSError:

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, RootView, root_view
@@ -49,7 +50,7 @@ def namespace_prefix() -> tuple[str, ...] | None:
     """The command line that starts confine.py, when it works here; None when namespaces are unavailable."""
     prefix = (sys.executable, "-I", "-S", "-B", confine_program())
     with tempfile.TemporaryDirectory(prefix="mlab-probe-") as folder:
-        spec = ExecSpec(cwd=folder)
+        spec = ExecSpec(cwd=Path(folder))
         try:
             probe = subprocess.run([*prefix, plan_of(root_view(["true"], spec)), "--", "true"],
                                    capture_output=True, timeout=20, cwd=folder)

@@ -154,7 +154,8 @@ def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootV
             real = os.path.realpath(protected)
             if inside(workspace, real):
                 view.protected.append(real)
-    for hidden in [*spec.hidden_paths, *plugin_code()]:  # only where it lies inside something shown
+    hidden_paths: list[str] = [*map(str, spec.hidden_paths), *plugin_code()]
+    for hidden in hidden_paths:  # only where it lies inside something shown
         real = os.path.realpath(hidden)
         if any(inside(s, real) for s in view.shown()):
             if os.path.isdir(real):
