@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import REPO, mlab, report_bench
+from tests.fixtures.bench_cli import REGISTRY, REPO, mlab, report_bench
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 
@@ -337,3 +337,47 @@ def test_view_command_bad_input_is_one_line_with_exit_code_2(tmp_path):
 def _cli(*args: object) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mlab.cli.main", *map(str, args)], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
+
+
+def test_view_tells_a_stopped_run_from_one_going_on(runs_folder, tmp_path):
+    """A trace still "running" is going on only while a process holds the run's lock; else it was interrupted."""
+    import fcntl
+
+    from mlab.core.models import Trace
+    from mlab.core.run.trace import write_trace
+    from mlab.core.view.live import RUN_LOCK_FILE
+    from mlab.core.view.runs import Catalog
+
+    root, _secret = runs_folder
+    run = tmp_path / "runs" / "stopped"
+    shutil.copytree(root / "plain", run, symlinks=True)
+    trace = Trace.model_validate_json((run / "trace.json").read_text())
+    trace.status, trace.end_reason = "running", None
+    write_trace(run, trace)
+    catalog = Catalog(tmp_path / "runs")
+    assert catalog.runs()["runs"][0]["status"] == "interrupted"
+    with open(run / RUN_LOCK_FILE, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert catalog.runs()["runs"][0]["status"] == "running"
+
+
+@pytest.mark.slow
+def test_view_of_a_bench_shows_its_failures_and_step_scores(tmp_path):
+    from mlab.core.view.server import Viewer
+
+    bench = tmp_path / "bench"
+    built = mlab("bench", "--tasks", "fixture/counter", "--agents", "fixture-appender,fixture-scenario", "--runs", "1",
+                 "--intermediate", "--bench-dir", bench, "--registry", REGISTRY,
+                 extra_env={"MLAB_HOME": str(tmp_path / "home")})
+    assert built.returncode == 0, built.stderr
+    with Viewer(bench) as viewer:
+        listed = json.loads(_get(viewer.url + "api/runs")[2])
+        assert listed["bench"] is True
+        runs = {r["agent"]: r for r in listed["runs"]}
+        assert set(runs) == {"fixture-appender", "fixture-scenario"}
+        assert runs["fixture-scenario"]["failure"] == "invalid_format"  # seed 0's failure, from results.db
+        appender = runs["fixture-appender"]
+        assert appender["id"].startswith("runs/") and appender["status"] == "finished"
+        detail = json.loads(_get(viewer.url + "api/run?id=" + urllib.parse.quote(appender["id"]))[2])
+    scores = [s["score"] for s in detail["steps"]]
+    assert scores[:3] == [1.0, 2.0, 3.0]  # each step's score, as `--intermediate` stored it
