@@ -29,8 +29,21 @@ def zoo(tmp_path_factory):
     and a pack `np` made here whose task names break the PACK/NAME rule."""
     root = tmp_path_factory.mktemp("zoo")
     venv = make_venv(root / "venv")
-    venv.install(EXAMPLE_PACK, *(fixture_plugin(name) for name in BROKEN_FIXTURES), _badly_named_pack(root / "np"))
+    venv.install(EXAMPLE_PACK, *(fixture_plugin(name) for name in BROKEN_FIXTURES), _badly_named_pack(root / "np"),
+                 _misspelled_argument_plugin(root / "argtypo"))
     return venv
+
+
+def _misspelled_argument_plugin(root: Path) -> Path:
+    """A plugin whose hook implementation names an argument the hook does not have (registr)."""
+    (root / "mlab_argtypo").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "mlab-argtypo"\nversion = "0.1.0"\ndependencies = ["mlab"]\n'
+        '[project.entry-points.mlab]\nargtypo = "mlab_argtypo"\n[tool.setuptools]\npackages = ["mlab_argtypo"]\n')
+    (root / "mlab_argtypo" / "__init__.py").write_text(
+        "from mlab.core import hookimpl\n\n@hookimpl\ndef register_agents(registr):\n    pass\n")
+    return root
 
 
 def _badly_named_pack(root: Path) -> Path:
@@ -211,6 +224,9 @@ def test_misspelled_hookimpl_is_reported_by_check_pending(zoo):
     assert info["distribution"] == "mlab-fixture-misspelled"
     assert info["error"].startswith("invalid hook implementation")
     assert "unknown hook 'register_task' (did you mean 'register_tasks'?)" in info["error"]
+    typo = zoo.plugins()["argtypo"]["error"]
+    assert typo == ("invalid hook implementation: register_agents() takes no argument 'registr' (did you mean "
+                    "'register'?); its arguments: register")
     assert info["hooks"] == [] and info["tasks"] == []
     assert "fixture/never" not in {t["name"] for t in zoo.mlab_json("tasks")}
 

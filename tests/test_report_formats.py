@@ -26,10 +26,10 @@ def report_data(tmp_path: Path, *, costs: float = 0.0, flat: bool = False, tasks
     """Three seeds of each agent on each task: 'good' beats the baseline of 0.5, 'zero' never does (0% success).
     Every run costs `costs`; with `flat` every step scores the same but for rounding noise (1e-13)."""
     records, rows, steps = [], [], {}
+    finals = {"good": 0.8, "zero": 0.5}
     for task in tasks:
-        for agent, final in (("good", 0.8), ("zero", 0.5)):
-            if agent not in agents:
-                continue
+        for agent in agents:
+            final = finals.get(agent, 0.6)
             for seed in range(3):
                 key = f"{task}|{agent}|{seed}"
                 score = final if higher else 1 / final
@@ -104,13 +104,16 @@ def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(t
 
 
 @needs_matplotlib
-def test_titles_and_labels_stay_inside_every_figure(tmp_path):
+@pytest.mark.parametrize("tasks, agents", [
+    (tuple(f"pack/task-with-a-long-name-{i}" for i in range(5)), ("good", "zero")),
+    (("lite/wine",), ("good", "zero", "an-agent-with-a-long-name", "another-long-agent-name")),  # a wide legend
+])
+def test_titles_labels_and_legends_stay_inside_every_figure(tmp_path, tasks, agents):
     import matplotlib.pyplot as plt
 
     from mlab.core.bench.report_plots import figures
 
-    many = tuple(f"pack/task-with-a-long-name-{i}" for i in range(5))
-    for stem, fig in figures(report_data(tmp_path, tasks=many)).items():
+    for stem, fig in figures(report_data(tmp_path, tasks=tasks, agents=agents)).items():
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         box, drawn = fig.bbox, fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)
@@ -166,6 +169,9 @@ def test_a_zero_bar_is_drawn_as_a_zero(tmp_path):
         # a visible line across the bar at 0, not only a whisker above it
         assert any(abs(s[0][1]) < 1e-9 and abs(s[1][1]) < 1e-9 and s[0][0] <= bar.get_x() + 1e-9
                    and s[1][0] >= bar.get_x() + bar.get_width() - 1e-9 for s in segments)
+        # and labelled 0 at its middle
+        middle = bar.get_x() + bar.get_width() / 2
+        assert any(t.get_text() == "0" and abs(t.xy[0] - middle) < 1e-9 for t in ax.texts)
     for fig in figs.values():
         plt.close(fig)
 

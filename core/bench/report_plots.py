@@ -67,9 +67,13 @@ def _figure(width_in: float, height_in: float = PANEL_HEIGHT_IN, rows: int = 1, 
     return fig, [ax for row in axes for ax in row]
 
 
-def _fit_texts(fig: Figure, rounds: int = 6) -> Figure:
-    """Re-wrap any title or label wider (or, turned, taller) than the figure until every one fits: the layout
-    engine moves text but never breaks it, so an estimate of glyph widths alone can still clip a title."""
+_COLUMNS = "mlab_entries"  # a figure legend's (handles, names, columns), kept on the legend
+
+
+def _fit_texts(fig: Figure, rounds: int = 8) -> Figure:
+    """Re-wrap any title or label wider (or, turned, taller) than the figure, and give a legend fewer columns,
+    until every one fits: the layout engine moves text but never breaks it, so an estimate of glyph widths alone
+    can still clip a title."""
     for _ in range(rounds):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
@@ -91,6 +95,15 @@ def _fit_texts(fig: Figure, rounds: int = 6) -> Figure:
             wrapped = "\n".join(textwrap.wrap(" ".join(content.split()), chars))
             if wrapped != content:
                 text.set_text(wrapped)
+                changed = True
+        for legend in list(fig.legends):
+            entries: tuple[list[Artist], list[str], int] | None = getattr(legend, _COLUMNS, None)
+            if entries is None:
+                continue
+            handles, names, ncols = entries
+            if ncols > 1 and legend.get_window_extent(renderer).width > box.width * 0.98:
+                legend.remove()  # a legend lays out its columns once: a narrower one is a new legend
+                _figure_legend(fig, handles, names, ncols - 1)
                 changed = True
         if not changed:
             break
@@ -137,7 +150,8 @@ def _spread_if_constant(ax: Axes, values: list[float]) -> None:
 def _grouped_bars(ax: Axes, tasks: list[str], labels: list[str],
                   value: Callable[[str, str], Estimate | None]) -> None:
     """value(task, label) -> Estimate or None; bars with 95% interval whiskers, grouped by task. Each bar's
-    value is also drawn as a line across it, so a bar of height 0 is seen as a 0 and not as a bare whisker."""
+    value is also drawn as a line across it, and a bar of height 0 is labelled 0, so it is seen as a 0 and not
+    as a bare whisker."""
     width = 0.8 / max(1, len(labels))
     for j, label in enumerate(labels):
         color = f"C{j % 10}"
@@ -153,6 +167,10 @@ def _grouped_bars(ax: Axes, tasks: list[str], labels: list[str],
         ax.bar(xs, ys, width, color=color, alpha=0.75, label=label)
         ax.hlines(ys, [x - width / 2 for x in xs], [x + width / 2 for x in xs], colors=color, linewidth=1.6)
         ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+        for x, y in zip(xs, ys, strict=True):
+            if y == 0:  # its line lies on the axis: say the value in words too
+                ax.annotate("0", (x, 0), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                            fontsize=FONT_PT - 2, color=color)
     ax.set_xticks(range(len(tasks)), tasks, rotation=20 if len(tasks) > 2 else 0,
                   ha="right" if len(tasks) > 2 else "center")
     ax.grid(axis="y", alpha=0.3)
@@ -164,10 +182,13 @@ def _legend_below(fig: Figure, axes: list[Axes], columns: int) -> None:
     for ax in axes:
         for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(name, handle)
-    handles, names = list(seen.values()), list(seen)
-    if handles:
-        fig.legend(handles, names, loc="outside lower center", ncols=max(1, min(columns, len(names))),
-                   frameon=False)
+    if seen:
+        _figure_legend(fig, list(seen.values()), list(seen), max(1, min(columns, len(seen))))
+
+
+def _figure_legend(fig: Figure, handles: list[Artist], names: list[str], ncols: int) -> None:
+    legend = fig.legend(handles, names, loc="outside lower center", ncols=ncols, frameon=False)
+    setattr(legend, _COLUMNS, (handles, names, ncols))  # _fit_texts rebuilds a legend wider than the figure
 
 
 def figures(data: ReportData) -> dict[str, Figure]:
@@ -324,6 +345,8 @@ def _score_over_steps(data: ReportData) -> Figure:
             if not curves:
                 continue
             xs, ys = _mean_curve(curves)
+            if not xs:  # no run of this agent ever had a valid score: no line, no legend entry
+                continue
             values.extend(ys)
             ax.plot(xs, ys, marker=".", markersize=3, linewidth=1.2, color=f"C{j % 10}", label=label)
         base = data.baselines.get(task)

@@ -137,7 +137,6 @@ def _did_you_mean(name: str, names: list[str]) -> str:
 
 
 def _unregister_quietly(pm: pluggy.PluginManager, plugin: object) -> None:
-    try:
+    # register() may have refused the plugin before registering it (an argument the hook does not have)
+    if pm.is_registered(plugin):
         pm.unregister(plugin)
-    except ValueError:
-        pass
