@@ -119,7 +119,8 @@
     h += '<div id="steps">' + run.steps.map(function (x) {
       return '<button data-step="' + x.index + '" class="' + (x.index === run.step ? 'cur ' : '') + (x.is_error ? 'bad' : '') +
         '" title="' + esc(x.action) + '">' + x.index + '</button>';
-    }).join('') + '</div>';
+    }).join('') + (run.follow ? '' : ' <a id="follow" href="#run=' + encodeURIComponent(run.id) + '">follow the latest step</a>') +
+      '</div>';
     var st = run.steps[run.step - 1];
     if (!st) h += '<p class="muted" id="no-steps">No steps yet.</p>';
     else {
