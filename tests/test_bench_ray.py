@@ -1,12 +1,28 @@
-"""`mlab bench --engine ray`: each run a Ray task on a local Ray the command starts (Ray is an optional extra)."""
+"""`mlab bench --engine ray`: each run a Ray task, on a local Ray the command starts or on a two-node cluster that
+shares no folder with the head (Ray is an optional extra)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import json
+import os
+import shutil
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from tests.fixtures.bench_cli import REGISTRY, mlab
+from mlab.core.errors import MlabError
+from tests.fixtures.bench_cli import REGISTRY, REPO, mlab
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -39,3 +55,236 @@ def test_ray_engine_runs_the_same_bench(tmp_path):
                  "--llm", "fixture-sleepy:0.05", "--runs", "2", "--engine", "ray", "--agent-option", "steps=3",
                  "--bench-dir", out, "--registry", REGISTRY, timeout=300)
     assert again.returncode == 0 and "4 already done before" in again.stdout
+
+
+# ---- a shipped run folder is hostile input ----------------------------------------------------------------
+def _tar(path, *members):
+    """A tar built by hand: (name, kind, payload) with kind file, symlink, hardlink or dir."""
+    with tarfile.open(path, "w") as tar:
+        for name, kind, payload in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+                continue
+            info.type = {"symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "dir": tarfile.DIRTYPE,
+                         "device": tarfile.CHRTYPE}[kind]
+            info.linkname = payload.decode() if payload else ""
+            tar.addfile(info)
+    return path
+
+
+def test_extract_keeps_everything_inside_the_run_folder(tmp_path):
+    from mlab.core.bench.ray_engine import extract
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("head's own file")
+    archive = _tar(tmp_path / "a.tar",
+                   ("run/trace.json", "file", b"{}"),
+                   ("run/workspace/ok-link", "symlink", b"../trace.json"),
+                   ("/etc/evil", "file", b"absolute"),
+                   ("run/../../escaped", "file", b"dot-dot"),
+                   ("run/workspace/etc", "symlink", b"/etc"),
+                   ("run/workspace/up", "symlink", b"../../../outside"),
+                   ("run/workspace/up/secret", "file", b"overwritten through a link"),
+                   ("run/workspace/hard", "hardlink", str(outside / "secret").encode()),
+                   ("run/workspace/null", "device", b""))
+    dest = tmp_path / "dest"
+    refused = extract(archive, dest)
+    assert (dest / "run" / "trace.json").read_text() == "{}"
+    assert os.readlink(dest / "run" / "workspace" / "ok-link") == "../trace.json"
+    assert (outside / "secret").read_text() == "head's own file"
+    assert not (tmp_path / "escaped").exists() and not (dest.parent / "escaped").exists()
+    for name in ("etc", "hard", "null"):
+        assert not os.path.lexists(dest / "run" / "workspace" / name)
+    # the link was refused, so the file below it landed in a real folder inside dest
+    assert not os.path.islink(dest / "run" / "workspace" / "up")
+    assert (dest / "run" / "workspace" / "up" / "secret").read_text() == "overwritten through a link"
+    # a leading slash is dropped (the file lands inside dest); every other escape is refused and named
+    assert (dest / "etc" / "evil").read_text() == "absolute"
+    assert [line.split(":")[0] for line in refused] == [
+        "'run/../../escaped'", "'run/workspace/etc'", "'run/workspace/up'", "'run/workspace/hard'",
+        "'run/workspace/null'"]
+    # nothing was written anywhere but below dest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar", "dest", "outside"]
+    assert [p.name for p in outside.iterdir()] == ["secret"]
+
+
+def test_extract_refuses_an_archive_over_the_limit(tmp_path):
+    from mlab.core.bench.ray_engine import extract
+
+    archive = _tar(tmp_path / "big.tar", ("run/a", "file", b"x" * 600), ("run/b", "file", b"y" * 600))
+    with pytest.raises(MlabError, match="over the limit"):
+        extract(archive, tmp_path / "dest", max_bytes=1000)
+
+
+def test_a_task_reaches_a_node_once_and_whole(tmp_path):
+    """A node's copy of a task comes from the head's archive, checked by sha256 and installed once."""
+    from mlab.core.bench.ray_engine import SHIPPED_FILE, chunks, install_task, pack_task
+    from mlab.core.run.taskdata import TaskHome
+
+    head = TaskHome(tmp_path / "head")
+    task_dir = head.data_root / "pack__t"
+    (task_dir / "public").mkdir(parents=True)
+    (task_dir / "hidden").mkdir()
+    (task_dir / "public" / "train.csv").write_text("a,b\n1,2\n")
+    (task_dir / "hidden" / "answers.csv").write_text("b\n3\n")
+    (task_dir / "prepared.json").write_text("{}")
+    sha, archive = pack_task(head, "pack/t", tmp_path / "cache")
+    again, _ = pack_task(head, "pack/t", tmp_path / "cache")
+    assert again == sha and json.loads((task_dir / SHIPPED_FILE).read_text()) == {"sha256": sha}
+    store = dict(enumerate(chunks(archive)))
+    fetched: list[int] = []
+
+    def fetch(ref: int) -> bytes:
+        fetched.append(ref)
+        return store[ref]
+
+    shipment = {"task": "pack/t", "dir": "pack__t", "sha256": sha, "refs": list(store)}
+    node = TaskHome(tmp_path / "node")
+    install_task(node, shipment, fetch)
+    assert (node.hidden_dir(SimpleNamespace(name="pack/t")) / "answers.csv").read_text() == "b\n3\n"
+    assert node.is_prepared(SimpleNamespace(name="pack/t"))
+    install_task(node, shipment, fetch)  # already there: nothing fetched
+    install_task(head, shipment, fetch)  # the head's own home (a local Ray): taken as it is
+    assert fetched == list(store)
+    with pytest.raises(MlabError, match="damaged"):
+        install_task(TaskHome(tmp_path / "other"), {**shipment, "sha256": "0" * 64}, fetch)
+    assert not (tmp_path / "other" / "tasks" / "pack__t").exists()
+
+
+# ---- a real two-node cluster on this machine ---------------------------------------------------------------
+RAY = Path(sys.executable).with_name("ray")
+_NODES = """
+import json, sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+deadline = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) >= 2:
+        print(json.dumps(sorted(n["NodeID"] for n in nodes)))
+        break
+    time.sleep(0.5)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path):
+    """A Ray head and a second node, each with its own temp root, TMPDIR and MLAB_HOME (nothing shared but the
+    machine). Each node is a `ray start --block` in a session of its own; at the end every process of those
+    sessions is stopped, whatever happened (never `ray stop`, which would stop other Ray clusters here too)."""
+    nodes: dict[str, Path] = {}
+    procs: list[subprocess.Popen] = []
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+
+    def start(name: str, *args: str) -> None:
+        root = Path(tempfile.mkdtemp(prefix=f"mray{name}", dir="/tmp"))  # Ray's socket paths must stay short
+        nodes[name] = root
+        (root / "tmp").mkdir()
+        env = {**os.environ, "TMPDIR": str(root / "tmp"), "MLAB_HOME": str(root / "home"),
+               "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
+        ports = ["--dashboard-agent-listen-port", str(_free_port()),
+                 "--dashboard-agent-grpc-port", str(_free_port()), "--runtime-env-agent-port", str(_free_port()),
+                 "--metrics-export-port", str(_free_port())]
+        log = open(tmp_path / f"ray-{name}.log", "wb")
+        procs.append(subprocess.Popen(
+            [str(RAY), "start", "--block", "--num-cpus", "1", "--temp-dir", str(root / "ray"),
+             "--disable-usage-stats", *ports, *args],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root))
+
+    def stop() -> None:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_session_alive(p.pid) for p in procs):
+            time.sleep(0.2)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        for root in nodes.values():
+            shutil.rmtree(root, ignore_errors=True)
+
+    try:
+        start("a", "--head", "--port", str(port), "--include-dashboard", "false")
+        start("b", "--address", address)
+        probe = subprocess.Popen([sys.executable, "-c", _NODES, address, "240"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        deadline = time.monotonic() + 300
+        while probe.poll() is None and all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if probe.poll() is None:
+            probe.kill()
+        found, errors = probe.communicate()
+        if not found.strip():
+            logs = "\n".join((tmp_path / f"ray-{n}.log").read_text(errors="replace")[-2000:] for n in nodes)
+            pytest.fail(f"the two-node Ray cluster did not come up:\n{errors[-3000:]}\n{logs}")
+        yield address, json.loads(found), nodes
+    finally:
+        stop()
+
+
+def _session_alive(sid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # the session id
+                return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'mlab[ray]')")
+def test_runs_spread_over_two_nodes_come_back_whole_to_the_head(tmp_path, two_node_cluster):
+    address, node_ids, nodes = two_node_cluster
+    home = tmp_path / "head-home"  # the head's MLAB_HOME: no node sees it
+    out = tmp_path / "bench"
+    args = ["bench", "--tasks", "lite/wine,lite/diabetes", "--agents", "baseline", "--runs", "2", "--workers", "2",
+            "--engine", "ray", "--ray-address", address, "--cpus-per-run", "1", "--intermediate",
+            "--bench-dir", str(out)]
+    env = {"MLAB_HOME": str(home), "RAY_AUTH_MODE": "disabled", "MLAB_LOAD_PLUGINS": "local,bwrap,lite,baseline"}
+    result = mlab(*args, timeout=900, extra_env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    conn = sqlite3.connect(out / "results.db")
+    rows = conn.execute("SELECT key, run_dir, status, final_score FROM runs ORDER BY key").fetchall()
+    step_scores = conn.execute("SELECT COUNT(*) FROM step_scores").fetchone()[0]
+    conn.close()
+    assert len(rows) == 4 and all(status == "finished" and score is not None for _, _, status, score in rows), rows
+    assert step_scores >= 4
+
+    placements = [json.loads(line) for line in (out / "logs" / "ray_runs.jsonl").read_text().splitlines()]
+    assert sorted(p["key"] for p in placements) == [key for key, *_ in rows]
+    assert {p["node_id"] for p in placements} == set(node_ids)  # both nodes ran runs
+    temps = {p["temp"] for p in placements}
+    assert temps == {str(nodes["a"] / "tmp"), str(nodes["b"] / "tmp")}
+    for name in ("a", "b"):  # each node got the tasks it ran through the object store, into its own home
+        assert list((nodes[name] / "home" / "tasks").glob("lite__*/shipped.json"))
+
+    for _key, run_dir, _, score in rows:
+        run = out / run_dir
+        trace = json.loads((run / "trace.json").read_text())
+        assert trace["status"] == "finished" and trace["final_score"] == score
+        assert (run / "snapshots" / "final.json").is_file() and (run / "snapshots" / "step_0000.json").is_file()
+        assert (run / "workspace" / "submission.csv").is_file()
+    # the head rescoring every run from its final snapshot (every object must have arrived) gives the same scores
+    evaluated = mlab("eval", "--json", *[str(out / run_dir) for _, run_dir, _, _ in rows], timeout=600,
+                     extra_env=env)
+    assert evaluated.returncode == 0, evaluated.stderr
+    scores = json.loads(evaluated.stdout)
+    assert [s["error"] for s in scores] == [None] * 4
+    assert sorted(s["score"] for s in scores) == sorted(score for *_, score in rows)
+    assert not list((out / ".ray" / "incoming").iterdir())
+    assert not [p for p in (out / "runs").iterdir() if p.name.startswith(".")]
