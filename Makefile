@@ -22,7 +22,8 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,report]' $(addprefix -e ,$(PLUGINS))
+	# ray: so the two-node cluster test runs rather than skips (Ray needs no torch: the CPU build above stays).
+	$(PY) -m pip install -q -e '.[test,report,ray]' $(addprefix -e ,$(PLUGINS))
 	# The task pack's light extras, so the tests of its image and language-model tasks run too.
 	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
 	touch $@
