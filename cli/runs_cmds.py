@@ -11,6 +11,7 @@ from rich.table import Table
 from mlab.core.bench.run_folders import runs_in
 from mlab.core.errors import MlabError
 from mlab.core.run.trace import read_trace
+from mlab.core.view.live import run_in_progress
 
 from .console import make_console
 
@@ -26,21 +27,25 @@ def run_row(root: Path, run_dir: Path) -> dict[str, Any]:
                 "score": None, "score_error": None, "tokens": None, "cost_usd": None, "time_s": None,
                 "started_at": None}
     c = trace.config
-    return {"run": where, "run_dir": str(run_dir), "status": trace.status, "error": None, "task": c.task,
+    status = trace.status
+    if status == "running" and run_in_progress(run_dir) is False:
+        status = "interrupted"  # its process is gone: `mlab run --resume` continues it
+    return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
             "agent": c.agent, "llm": c.llm, "seed": c.seed, "steps": len(trace.steps), "max_steps": c.max_steps,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
             "tokens": trace.usage.total_tokens, "cost_usd": trace.usage.cost_usd,
             "time_s": round(trace.total_time_s, 2), "started_at": trace.started_at}
 
 
-_STYLE = {"finished": "green", "failed": "red", "running": "cyan", "unreadable": "red"}
+_STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted": "yellow", "unreadable": "red"}
 
 
 @click.command()
 @click.argument("folder", default="runs", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run, as a list.")
 def runs(folder: Path, as_json: bool) -> None:
-    """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench."""
+    """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench. A run
+    whose process is gone before it ended is shown as interrupted (mlab run --resume continues it)."""
     rows = [run_row(folder, run_dir) for run_dir in runs_in(folder)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))

@@ -149,3 +149,17 @@ def test_report_prints_latex_and_json_tables_and_keeps_files(demo, tmp_path):
     tables = json.loads(as_json.stdout)
     assert tables["per_task"]["rows"][0]["runs"] == 2 and "overall" in tables and "thresholds" in tables
     one_line_error(mlab("report", root / "runs/demo", "--json", "--format", "csv", home=home), "--json", "--format")
+
+
+@pytest.mark.slow
+def test_runs_shows_a_run_whose_process_is_gone_as_interrupted(demo, tmp_path):
+    root, home, _answers = demo
+    killed = tmp_path / "runs" / "killed"
+    shutil.copytree(root / "runs/demo/wine", killed, symlinks=True)
+    trace = json.loads((killed / "trace.json").read_text())
+    trace.update(status="running", end_reason=None)  # as a run killed mid-step leaves its trace
+    (killed / "trace.json").write_text(json.dumps(trace))
+    result = mlab("runs", tmp_path / "runs", "--json", home=home)
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["status"] == "interrupted"
