@@ -27,7 +27,7 @@ def run_row(root: Path, run_dir: Path) -> dict[str, Any]:
                 "score": None, "score_error": None, "tokens": None, "cost_usd": None, "time_s": None,
                 "started_at": None}
     c = trace.config
-    status = trace.status
+    status: str = trace.status
     if status == "running" and run_in_progress(run_dir) is False:
         status = "interrupted"  # its process is gone: `mlab run --resume` continues it
     return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
