@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlab.core.errors import MlabError
-from tests.fixtures.bench_cli import REGISTRY, REPO, mlab
+from tests.fixtures.bench_cli import REGISTRY, REPO, command, env, mlab
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -175,11 +175,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def two_node_cluster(tmp_path):
+@pytest.fixture(scope="module")
+def two_node_cluster(tmp_path_factory):
     """A Ray head and a second node, each with its own temp root, TMPDIR and MLAB_HOME (nothing shared but the
     machine). Each node is a `ray start --block` in a session of its own; at the end every process of those
     sessions is stopped, whatever happened (never `ray stop`, which would stop other Ray clusters here too)."""
+    tmp_path = tmp_path_factory.mktemp("ray-cluster")
     nodes: dict[str, Path] = {}
     procs: list[subprocess.Popen] = []
     port = _free_port()
@@ -255,8 +256,8 @@ def test_runs_spread_over_two_nodes_come_back_whole_to_the_head(tmp_path, two_no
     args = ["bench", "--tasks", "lite/wine,lite/diabetes", "--agents", "baseline", "--runs", "2", "--workers", "2",
             "--engine", "ray", "--ray-address", address, "--cpus-per-run", "1", "--intermediate",
             "--bench-dir", str(out)]
-    env = {"MLAB_HOME": str(home), "RAY_AUTH_MODE": "disabled", "MLAB_LOAD_PLUGINS": "local,bwrap,lite,baseline"}
-    result = mlab(*args, timeout=900, extra_env=env)
+    extra = {"MLAB_HOME": str(home), "RAY_AUTH_MODE": "disabled", "MLAB_LOAD_PLUGINS": "local,bwrap,lite,baseline"}
+    result = mlab(*args, timeout=900, extra_env=extra)
     assert result.returncode == 0, result.stdout + result.stderr
     conn = sqlite3.connect(out / "results.db")
     rows = conn.execute("SELECT key, run_dir, status, final_score FROM runs ORDER BY key").fetchall()
@@ -281,10 +282,72 @@ def test_runs_spread_over_two_nodes_come_back_whole_to_the_head(tmp_path, two_no
         assert (run / "workspace" / "submission.csv").is_file()
     # the head rescoring every run from its final snapshot (every object must have arrived) gives the same scores
     evaluated = mlab("eval", "--json", *[str(out / run_dir) for _, run_dir, _, _ in rows], timeout=600,
-                     extra_env=env)
+                     extra_env=extra)
     assert evaluated.returncode == 0, evaluated.stderr
     scores = json.loads(evaluated.stdout)
     assert [s["error"] for s in scores] == [None] * 4
     assert sorted(s["score"] for s in scores) == sorted(score for *_, score in rows)
     assert not list((out / ".ray" / "incoming").iterdir())
     assert not [p for p in (out / "runs").iterdir() if p.name.startswith(".")]
+
+
+def _progress_steps(out: Path) -> dict[str, int]:
+    """What the head knows of each run under way: the progress its node reported (through the driver)."""
+    steps = {}
+    for path in (out / ".progress").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            steps[path.stem] = json.loads(path.read_text())["step"]
+    return steps
+
+
+def _rows(out: Path) -> list[dict]:
+    conn = sqlite3.connect(out / "results.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY key")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'mlab[ray]')")
+def test_ctrl_c_brings_runs_back_resumable_and_a_rerun_resumes_them_on_the_cluster(tmp_path, two_node_cluster):
+    address, _node_ids, _nodes = two_node_cluster
+    out = tmp_path / "bench"
+    extra = {"MLAB_HOME": str(tmp_path / "head-home"), "RAY_AUTH_MODE": "disabled"}
+    args = ("bench", "--tasks", "fixture/counter", "--agents", "fixture-stepper", "--runs", "2", "--workers", "2",
+            "--engine", "ray", "--ray-address", address, "--cpus-per-run", "1", "--agent-option", "steps=8",
+            # a second a step: both runs are still under way when the SIGINT lands, even on a loaded machine
+            "--agent-option", "sleep=1.0", "--bench-dir", str(out), "--registry", REGISTRY)
+    proc = subprocess.Popen(command(*args), cwd=REPO, env=env(**extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 600
+    while not (len(steps := _progress_steps(out)) == 2 and all(1 <= s <= 4 for s in steps.values())):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"both runs never reported a step under way: {steps}\n{stdout}\n{stderr}")
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stdout + stderr
+    rows = _rows(out)
+    assert [r["status"] for r in rows] == ["interrupted", "interrupted"], rows
+    for r in rows:  # the head had no folder for these runs: each came back from its node when stopped
+        trace = json.loads((out / r["run_dir"] / "trace.json").read_text())
+        assert trace["status"] == "running" and 1 <= len(trace["steps"]) < 8
+    shipped = [json.loads(line) for line in (out / "logs" / "ray_runs.jsonl").read_text().splitlines()]
+    assert sorted(p["status"] for p in shipped) == ["interrupted", "interrupted"]
+
+    resumed = mlab(*args, timeout=600, extra_env=extra)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    for r in _rows(out):
+        trace = json.loads((out / r["run_dir"] / "trace.json").read_text())
+        assert r["status"] == "finished" and [s["index"] for s in trace["steps"]] == list(range(1, 9))
+        executed = sum(s["action"]["name"] == "Execute Script" for s in trace["steps"])
+        log = (out / r["run_dir"] / "workspace" / "log.txt").read_text().splitlines()
+        assert log == [f"run {i}" for i in range(executed)]  # every step's effect exactly once
+        assert r["final_score"] == executed and r["attempts"] == 1
+    modes = [json.loads(line)["mode"] for line in (out / "logs" / "ray_runs.jsonl").read_text().splitlines()]
+    assert modes == ["start", "start", "resume", "resume"]

@@ -227,11 +227,13 @@ def _output_to(log: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stops_on(board: Any) -> Iterator[None]:
-    """While the run goes: when the driver raises the stop flag, SIGINT this process, which ends the run at
+    """While the run goes: when the driver raises the stop flag, SIGINT this thread, which ends the run at
     once and resumable (KeyboardInterrupt in the runner), exactly as the local engine's workers stop."""
     import ray
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # Ray's workers block it
+    main = threading.get_ident()
     done, lock = threading.Event(), threading.Lock()
 
     def watch() -> None:
@@ -243,7 +245,7 @@ def _stops_on(board: Any) -> Iterator[None]:
             if stop:
                 with lock:  # never once the run is over: the signal would land in whatever runs next
                     if not done.is_set():
-                        os.kill(os.getpid(), signal.SIGINT)
+                        signal.pthread_kill(main, signal.SIGINT)
                 return
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -255,6 +257,7 @@ def _stops_on(board: Any) -> Iterator[None]:
             with lock:
                 done.set()
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             signal.signal(signal.SIGINT, previous)
 
 
