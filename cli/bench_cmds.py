@@ -45,6 +45,8 @@ def _run_options(**given: object) -> dict[str, object]:
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
+@click.option("--allow-validate", is_flag=True,
+              help="Offer the Validate Submission action: score predictions on each task's validation split.")
 @click.option("--llm-api-base", metavar="URL",
               help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request.")
@@ -57,7 +59,8 @@ def _run_options(**given: object) -> dict[str, object]:
 def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
           edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
           cpus_per_run: float | None, bench_dir: str, max_steps: int, action_timeout_s: float, sandbox: str,
-          agent_options: tuple[str, ...], llm_api_base: str | None, llm_timeout_s: float | None,
+          agent_options: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
+          llm_timeout_s: float | None,
           llm_retries: int | None, retry_failed: bool, intermediate: bool, registry_factory: str | None,
           model_settings: dict[str, Any]) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
@@ -72,12 +75,14 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                      fast_llm=fast_llm, edit_llm=edit_llm, agent_options=parse_agent_options(agent_options),
                      intermediate=intermediate, run_options=_run_options(
                          **{key: value or None for key, value in model_settings.items()}, llm_api_base=llm_api_base,
-                         llm_timeout_s=llm_timeout_s,
+                         llm_timeout_s=llm_timeout_s, allow_validate=allow_validate or None,
                          llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
     if engine == "local" and (ray_address or cpus_per_run):
         raise MlabError("--ray-address and --cpus-per-run need --engine ray")
     runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,
                    registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run)
+    if allow_validate:
+        _check_validation_splits(runner.registry, spec.tasks)
     console = make_console()
     started = time.monotonic()
     with BenchView(f"bench {bench_dir}") as view:
@@ -93,6 +98,13 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                   f" ({status.skipped} already done before), {status.tokens:,} tokens, ${status.cost_usd:.4f}, "
                   f"{time.monotonic() - started:.1f} s", highlight=False)
     console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
+
+
+def _check_validation_splits(registry: Any, task_names: list[str]) -> None:
+    """--allow-validate needs every task to declare a validation split: say which do not, before any run."""
+    lacking = [name for name in task_names if registry.get("tasks", name).validation is None]
+    if lacking:
+        raise click.UsageError(f"--allow-validate: these tasks declare no validation split: {', '.join(lacking)}")
 
 
 @click.command()
@@ -151,6 +163,9 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     if data.unconfined_runs:
         console.print(f"[red]warning: {len(data.unconfined_runs)} run(s) ran agent code unconfined (--sandbox "
                       "unconfined): their scores prove nothing[/red]")
+    if data.validated_runs:
+        console.print(f"note: {len(data.validated_runs)} run(s) could score predictions on a validation split "
+                      "(--allow-validate): compare them with runs that could too", highlight=False)
     figures = sorted({path.with_suffix("") for path in written.get("plots", [])})
     for figure in figures:
         formats = ",".join(sorted(p.suffix[1:] for p in written["plots"] if p.with_suffix("") == figure))

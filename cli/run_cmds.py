@@ -143,6 +143,8 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
               help="An agent setting; repeatable. VALUE is parsed as JSON when it can be.")
 @click.option("--interactive", is_flag=True, help="Allow the agent to ask you for help.")
+@click.option("--allow-validate", is_flag=True,
+              help="Offer the Validate Submission action: score predictions on the task's validation split.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), help="Continue a killed run.")
 @click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request (default 10m).")
@@ -152,7 +154,8 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @model_settings_options
 def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str | None, edit_llm: str | None,
         max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, sandbox: str,
-        agent_options: tuple[str, ...], interactive: bool, resume_dir: str | None, llm_api_base: str | None,
+        agent_options: tuple[str, ...], interactive: bool, allow_validate: bool, resume_dir: str | None,
+        llm_api_base: str | None,
         llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None,
         model_settings: dict[str, Any]) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
@@ -165,6 +168,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     if resume_dir and any_model_setting(model_settings):
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop the generation, "
                                "price and budget flags")
+    if resume_dir and allow_validate:
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop --allow-validate")
     if resume_dir:
         trace = read_trace(Path(resume_dir))
         if trace.status != "running":
@@ -180,9 +185,13 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
                            action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
                            agent_options=parse_agent_options(agent_options), interactive=interactive,
-                           llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s, llm_cache=_cache_dir(llm_cache),
+                           allow_validate=allow_validate, llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s,
+                           llm_cache=_cache_dir(llm_cache),
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
                            **model_settings)
+        if allow_validate and registry.get("tasks", config.task).validation is None:
+            raise click.UsageError(f"task {config.task!r} declares no validation split, so --allow-validate cannot "
+                                   "be used with it")
         target = Path(run_dir) if run_dir else new_run_dir(config)
         _check_new_run_dir(target)
         runner = Runner(target, config, registry, ask_human=_ask_human if interactive else None)
@@ -305,4 +314,9 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
             "-" if r["best_step"] is None else f"{r['best_score']:.6g} at step {r['best_step']}"]
         table.add_row(Path(r["run_dir"]).name, r["task"], r["agent"], r["status"], str(r["steps"]),
                       r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp, *best)
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    validated = [Path(r["run_dir"]).name for r in rows if r.get("allow_validate")]
+    if validated:
+        console.print(f"note: {', '.join(validated)} could score predictions on a validation split "
+                      "(--allow-validate)", highlight=False, soft_wrap=True)

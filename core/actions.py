@@ -12,6 +12,7 @@ class ActionSpec(BaseModel):
     args: dict[str, str]  # argument name -> what to give
     uses_llm: bool = False
     interactive_only: bool = False
+    optional: list[str] = []  # arguments that may be left out (they have a default)
 
     def usage(self) -> str:
         example = {arg: f"[{hint}]" for arg, hint in self.args.items()}
@@ -23,6 +24,8 @@ def _spec(name: str, description: str, uses_llm: bool = False, interactive_only:
     return ActionSpec(name=name, description=description, args=args, uses_llm=uses_llm,
                       interactive_only=interactive_only)
 
+
+VALIDATE_SUBMISSION = "Validate Submission"
 
 ACTION_SPECS: dict[str, ActionSpec] = {
     s.name: s
@@ -69,3 +72,15 @@ ACTION_SPECS: dict[str, ActionSpec] = {
 }
 
 FINAL_ANSWER = "Final Answer"
+
+# Actions a run offers only when started with their flag (the flag each needs): off by default, so runs stay
+# comparable with the original's.
+OPT_IN_FLAGS = {VALIDATE_SUBMISSION: "--allow-validate"}
+OPT_IN_SPECS: dict[str, ActionSpec] = {
+    VALIDATE_SUBMISSION: ActionSpec(
+        name=VALIDATE_SUBMISSION,
+        description="Score predictions for the validation inputs against validation labels the harness keeps "
+                    "(rows of the training data; never the test set) and return the score.",
+        args={"predictions_file": "the predictions file, relative to the workspace (optional)"},
+        optional=["predictions_file"]),
+}

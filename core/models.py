@@ -82,6 +82,7 @@ class RunConfig(BaseModel):
     sandbox: str = "auto"
     agent_options: dict[str, Any] = Field(default_factory=dict)
     interactive: bool = False
+    allow_validate: bool = False  # the agent may score predictions on the task's validation split
     # LLM settings: backend endpoint and timeout, retry policy overrides (core.llm_retry.RetryPolicy fields),
     # budgets (tokens counted prompt + completion; cost in USD) and the response cache folder.
     llm_api_base: str | None = None

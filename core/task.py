@@ -47,6 +47,20 @@ class PrepareContext:
     log: Callable[[str], None] = print
 
 
+@dataclass(frozen=True)
+class ValidationSplit:
+    """Rows of a task's training data that prepare also writes as a validation split: their inputs to the public
+    folder, their answers to the hidden one. `Validate Submission` scores predictions for them with the task's own
+    evaluate: the predictions are put where evaluate reads a submission and the validation answers where it reads
+    the test answers, so a validation score means exactly what a test score means."""
+
+    inputs: str  # public file of the validation inputs (no target), e.g. "data/valid.csv"
+    predictions: str  # the default name of the agent's predictions for them, e.g. "valid_submission.csv"
+    submission: str  # the workspace file evaluate reads, e.g. "submission.csv"
+    answers: dict[str, str]  # hidden validation file -> the hidden file name evaluate reads in its place
+    test_inputs: str = ""  # the test inputs file evaluate's messages name, told as `inputs` when validating
+
+
 @dataclass
 class BaselineContext:
     """What Task.baseline gets: a fresh workspace, the answers, and a way to run a script in the sandbox."""
@@ -159,6 +173,9 @@ class Task(ABC):
     """How long one scoring command (ScoringContext.run) may take before it is killed."""
     max_submission_bytes: int = 256 * 2**20
     """The largest submission file evaluate reads; a larger one is refused unread (InvalidSubmission)."""
+    validation: ValidationSplit | None = None
+    """The validation split prepare writes from the training data, when the task has one; runs started with
+    --allow-validate may score predictions on it (the Validate Submission action)."""
 
     def check_runnable(self) -> None:  # noqa: B027 (optional: runnable everywhere by default)
         """Raise MlabError when this machine cannot run the task (no GPU, a missing extra); called before a run."""

@@ -124,14 +124,15 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
 
     # What the agent gets: the starter and the data, and no answers.
     public, hidden = task_dir(home, name) / "public", task_dir(home, name) / "hidden"
-    assert files_below(public) == {"train.py", "data/train.csv", "data/test.csv"}
-    assert files_below(hidden) == {"answers.csv"}
+    assert files_below(public) == {"train.py", "data/train.csv", "data/test.csv", "data/valid.csv"}
+    assert files_below(hidden) == {"answers.csv", "valid_answers.csv"}
     train, test, answers = (read_rows(public / "data/train.csv"), read_rows(public / "data/test.csv"),
                             read_rows(hidden / "answers.csv"))
     assert task.target in train[0] and task.target not in test[0]
     assert [r["id"] for r in test] == [r["id"] for r in answers]
     assert not {r["id"] for r in train} & {r["id"] for r in test}
-    assert all(is_read_only(rel, task.read_only_files) for rel in ("data/train.csv", "data/test.csv"))
+    assert all(is_read_only(rel, task.read_only_files) for rel in ("data/train.csv", "data/test.csv",
+                                                                   "data/valid.csv"))
     assert not is_read_only("train.py", task.read_only_files)
     assert not is_read_only("submission.csv", task.read_only_files)
 

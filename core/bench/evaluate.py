@@ -184,7 +184,8 @@ def _row(res: Evaluated, known: tuple[float | None, str], intermediate: bool) ->
            "score": score, "error": error, "baseline": base, "baseline_source": source,
            "baseline_refused": verdict.refused, "valid": verdict.valid,
            "improvement": verdict.improvement, "success": verdict.success, "failure": classify(trace),
-           "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2)}
+           "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2),
+           "allow_validate": trace.config.allow_validate}
     if intermediate:
         row.update({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
                     "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]})

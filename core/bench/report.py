@@ -74,6 +74,12 @@ class ReportData:
         return [row["key"] for row in self.rows if _sandbox_of(row) == "unconfined"]
 
     @property
+    def validated_runs(self) -> list[str]:
+        """Runs that could score predictions on a validation split (`--allow-validate`): not comparable with runs
+        that could not."""
+        return [row["key"] for row in self.rows if _config_of(row).get("allow_validate")]
+
+    @property
     def labels(self) -> list[str]:
         return sorted({r.label for r in self.records})
 
@@ -95,7 +101,7 @@ class ReportData:
                 "baseline_sources": self.baseline_sources, "groups": [g.as_dict() for g in self.groups],
                 "overall": self.overall, "comparisons": [c.as_dict() for c in self.comparisons],
                 "profiles": self.profiles.as_dict() if self.profiles else None, "legend": LEGEND,
-                "unconfined_runs": self.unconfined_runs,
+                "unconfined_runs": self.unconfined_runs, "validated_runs": self.validated_runs,
                 "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r)} for r in self.rows]}
 
     def _judged(self, row: Row) -> dict[str, Any]:
@@ -108,11 +114,17 @@ class ReportData:
                 "improvement": verdict.improvement, "success": verdict.success}
 
 
-def _sandbox_of(row: Row) -> str | None:
+def _config_of(row: Row) -> dict[str, Any]:
     try:
-        return str(json.loads(row.get("config") or "{}").get("sandbox"))
+        config = json.loads(row.get("config") or "{}")
     except ValueError:
-        return None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _sandbox_of(row: Row) -> str | None:
+    sandbox = _config_of(row).get("sandbox")
+    return None if sandbox is None else str(sandbox)
 
 
 def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:

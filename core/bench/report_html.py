@@ -97,6 +97,9 @@ def _summary(data: ReportData) -> str:
     if data.unconfined_runs:
         parts.append(f"<p class='err'>warning: {len(data.unconfined_runs)} run(s) ran agent code unconfined "
                      "(--sandbox unconfined): their scores prove nothing</p>")
+    if data.validated_runs:
+        parts.append(f"<p>note: {len(data.validated_runs)} run(s) could score predictions on a validation split "
+                     "(--allow-validate)</p>")
     parts.append("<dl class='legend'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
                                                  for k, v in LEGEND.items()) + "</dl>")
     return "".join(parts)

@@ -5,11 +5,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
+
+if TYPE_CHECKING:
+    from mlab.core.run.validation import Validator
 
 
 @dataclass
@@ -28,3 +31,4 @@ class EnvSettings:
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
     network: bool = False  # agent code may use the host's network (a task that declares it needs one)
+    validator: Validator | None = None  # the run allows Validate Submission (--allow-validate)

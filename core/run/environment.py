@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlab.core.actions import ACTION_SPECS, FINAL_ANSWER, ActionSpec
+from mlab.core.actions import ACTION_SPECS, FINAL_ANSWER, OPT_IN_FLAGS, VALIDATE_SUBMISSION, ActionSpec
 from mlab.core.errors import BudgetExceeded, EnvError, LLMError
 from mlab.core.models import Action
 from mlab.core.run.edit_history import EditHistory
@@ -31,7 +31,7 @@ MAX_ARG_CHARS = MAX_WRITE_BYTES
 class Environment:
     def __init__(self, settings: EnvSettings):
         self.s = settings
-        space = Workspace(settings)
+        space = self._space = Workspace(settings)
         self.workspace = space.root
         self.history = EditHistory(space, settings.store)
         self.files = FileActions(space, self.history)
@@ -56,11 +56,15 @@ class Environment:
             "Retrieval from Research Log": self.llm_actions.retrieval,
             "Append Summary to Research Log": self.research_log.append_summary,
             "Request Help": self.request_help,
+            VALIDATE_SUBMISSION: self.validate_submission,
         }
 
     # ---- dispatch -------------------------------------------------------------------------------
     def available_actions(self) -> dict[str, ActionSpec]:
-        return {n: s for n, s in ACTION_SPECS.items() if self.s.interactive or not s.interactive_only}
+        actions = {n: s for n, s in ACTION_SPECS.items() if self.s.interactive or not s.interactive_only}
+        if self.s.validator is not None:
+            actions[VALIDATE_SUBMISSION] = self.s.validator.spec()
+        return actions
 
     def execute(self, action: Action) -> tuple[str, bool]:
         """Run one action; returns (observation, is_error). Never raises on agent input."""
@@ -89,6 +93,8 @@ class Environment:
     def _check(self, action: Action) -> tuple[ActionSpec, dict[str, Any]]:
         actions = self.available_actions()
         name = getattr(action, "name", None)
+        if isinstance(name, str) and name in OPT_IN_FLAGS and name not in actions:
+            raise EnvError(f"{name} is offered only in runs started with {OPT_IN_FLAGS[name]}; this run was not")
         if not isinstance(name, str) or name not in actions:
             shown = name if isinstance(name, str) else repr(name)
             raise EnvError(f"unknown action {shown[:200]!r}. Valid actions: {', '.join(actions)}")
@@ -97,7 +103,7 @@ class Environment:
         if not isinstance(args, dict):
             raise EnvError(f"the action input must be a JSON object with the arguments by name, not "
                            f"{type(args).__name__}. Usage: {spec.usage()}")
-        missing = [a for a in spec.args if a not in args]
+        missing = [a for a in spec.args if a not in args and a not in spec.optional]
         unknown = [str(a)[:100] for a in args if a not in spec.args]
         if missing or unknown:
             problems = []
@@ -125,6 +131,10 @@ class Environment:
     # ---- actions of the run itself --------------------------------------------------------------
     def final_answer(self, final_answer: str) -> str:
         return "Final answer submitted; the run ends here."
+
+    def validate_submission(self, predictions_file: str | None = None) -> str:
+        assert self.s.validator is not None  # _check offers the action only with one
+        return self.s.validator.validate(self._space, predictions_file)
 
     def request_help(self, request: str) -> str:
         if not self.s.ask_human:

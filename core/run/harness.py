@@ -119,15 +119,20 @@ class Harness:
 
     def environment(self, task: Task, workspace: Path, *, store: SnapshotStore, sandbox_home: Path,
                     timeout_s: float, sandbox: Sandbox | None = None, llm: LLMClient | None = None,
-                    interactive: bool = False, ask_human: Callable[[str], str] | None = None) -> Environment:
+                    interactive: bool = False, ask_human: Callable[[str], str] | None = None,
+                    allow_validate: bool = False) -> Environment:
         """The actions' environment over a workspace, running agent code in this harness's sandbox with the
-        task data hidden."""
+        task data hidden; allow_validate offers Validate Submission on the task's validation split."""
+        from mlab.core.run.validation import Validator
+
         limits = self.limits.model_copy(update={"timeout_s": timeout_s})
+        validator = Validator(task, self.home.hidden_dir(task), self.scorer) if allow_validate else None
         return Environment(EnvSettings(
             workspace=workspace, read_only_patterns=list(task.read_only_files),
             sandbox=sandbox or self.new_sandbox(), store=store, pristine_dir=self.home.public_dir(task),
             hidden_paths=[self.home.data_root], sandbox_home=sandbox_home, limits=limits, llm=llm,
-            interactive=interactive, ask_human=ask_human, network=task.resources.network_at_run_time))
+            interactive=interactive, ask_human=ask_human, network=task.resources.network_at_run_time,
+            validator=validator))
 
     # ---- scoring ------------------------------------------------------------------------------------
     def score_snapshot(self, task: Task, run_dir: Path, snapshot: str) -> Score:

@@ -143,7 +143,8 @@ class Runner:
         self.env = self.harness.environment(
             self.task, self.workspace, store=self.store, sandbox_home=self.run_dir / "home",
             timeout_s=self.config.action_timeout_s, sandbox=sandbox, llm=self.llm,
-            interactive=self.config.interactive, ask_human=self.ask_human)
+            interactive=self.config.interactive, ask_human=self.ask_human,
+            allow_validate=self.config.allow_validate)
         self.env.scripts.on_output = self.live.output
         self.agent = self.agent_cls(AgentContext(
             task_name=self.task.name, research_problem=self.task.research_problem,

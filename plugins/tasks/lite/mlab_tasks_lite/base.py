@@ -6,14 +6,23 @@ from importlib import resources
 from pathlib import Path
 
 from mlab.core import PrepareContext, Task
+from mlab.core.task import ValidationSplit
 
 from .submission import number_text, read_answers, write_csv
 
 DATA_DIR = "data"
 TRAIN_FILE = f"{DATA_DIR}/train.csv"
 TEST_FILE = f"{DATA_DIR}/test.csv"
+VALID_FILE = f"{DATA_DIR}/valid.csv"
 ANSWERS_FILE = "answers.csv"
+VALID_ANSWERS_FILE = "valid_answers.csv"
 SUBMISSION_FILE = "submission.csv"
+VALID_SUBMISSION_FILE = "valid_submission.csv"
+VALID_FRACTION = 0.2  # of the training rows; they stay in train.csv, so the task is the same with or without it
+
+# Validate Submission scores predictions for data/valid.csv with evaluate, as it scores submission.csv.
+LITE_VALIDATION = ValidationSplit(inputs=VALID_FILE, predictions=VALID_SUBMISSION_FILE, submission=SUBMISSION_FILE,
+                                  answers={VALID_ANSWERS_FILE: ANSWERS_FILE}, test_inputs=TEST_FILE)
 
 
 def split_indices(y, test_fraction: float, seed: int, stratify: bool):
@@ -42,6 +51,7 @@ class LiteTask(Task):
     target: str = "target"
     target_first: bool = False  # the target right after id (image convention) rather than last (tabular)
     starter_file: str = ""  # the starter's file name in mlab_tasks_lite/starters
+    validation = LITE_VALIDATION
 
     def load(self):
         """(feature names, X, y) as numpy arrays."""
@@ -70,10 +80,23 @@ class LiteTask(Task):
         write_csv(ctx.public_dir / TRAIN_FILE, header, rows)
         write_csv(ctx.public_dir / TEST_FILE, ["id", *names], ([ids[i], *features(i)] for i in test))
         write_csv(ctx.hidden_dir / ANSWERS_FILE, ["id", self.target], ([ids[i], number_text(y[i])] for i in test))
+        valid = self.validation_rows(y, train)
+        write_csv(ctx.public_dir / VALID_FILE, ["id", *names], ([ids[i], *features(i)] for i in valid))
+        write_csv(ctx.hidden_dir / VALID_ANSWERS_FILE, ["id", self.target],
+                  ([ids[i], number_text(y[i])] for i in valid))
         with resources.as_file(resources.files("mlab_tasks_lite.starters") / self.starter_file) as starter:
             shutil.copyfile(starter, ctx.public_dir / self.starter_script)
-        ctx.log(f"{self.name}: wrote {len(train)} training rows, {len(test)} test rows and the starter "
-                f"{self.starter_script}")
+        ctx.log(f"{self.name}: wrote {len(train)} training rows ({len(valid)} of them also the validation split), "
+                f"{len(test)} test rows and the starter {self.starter_script}")
+
+    def validation_rows(self, y, train: list[int]) -> list[int]:
+        """Row indices of the validation split: a seeded share of the training rows (stratified as the test
+        split is), in the training file's order."""
+        import numpy as np
+
+        _kept, drawn = split_indices(np.asarray(y)[train], VALID_FRACTION, self.seed + 2, self.stratify)
+        chosen = {train[k] for k in drawn}
+        return [i for i in train if i in chosen]
 
     def reference_solution(self, workspace: Path) -> str:
         """A better train.py over the starter, for `mlab check-task`."""

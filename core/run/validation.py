@@ -1,0 +1,102 @@
+"""Harness-held validation: scoring an agent's predictions for a task's validation split (rows of its training
+data, labels kept in the hidden folder) with the task's own evaluate, without the test answers in reach."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlab.core.actions import OPT_IN_FLAGS, OPT_IN_SPECS, VALIDATE_SUBMISSION, ActionSpec
+from mlab.core.errors import EnvError, InvalidSubmission, MlabError
+from mlab.core.run.readonly import is_read_only
+from mlab.core.task import Task, ValidationSplit
+
+if TYPE_CHECKING:
+    from mlab.core.run.scoring import Scorer
+    from mlab.core.run.workspace import Workspace
+
+ALLOW_VALIDATE_FLAG = OPT_IN_FLAGS[VALIDATE_SUBMISSION]
+_COPY_CHUNK = 1 << 20
+
+
+def validation_split(task: Task) -> ValidationSplit:
+    """The task's split, or an MlabError saying the task has none (a run asked for --allow-validate)."""
+    if task.validation is None:
+        raise MlabError(f"task {task.name!r} declares no validation split, so {ALLOW_VALIDATE_FLAG} cannot be used "
+                        "with it")
+    return task.validation
+
+
+class Validator:
+    """Scores predictions on one task's validation split, for the Validate Submission action of one run."""
+
+    def __init__(self, task: Task, hidden_dir: Path, scorer: Scorer):
+        self.task = task
+        self.split = validation_split(task)
+        self.hidden_dir = Path(hidden_dir)
+        self.scorer = scorer
+
+    def spec(self) -> ActionSpec:
+        """The action as this task offers it: the default predictions file named."""
+        spec = OPT_IN_SPECS[VALIDATE_SUBMISSION]
+        return spec.model_copy(update={
+            "description": f"{spec.description} The inputs are {self.split.inputs} (also rows of the training "
+                           "data: leave them out of training for an honest score); the predictions file has the "
+                           "format of the test submission.",
+            "args": {"predictions_file": f"the predictions file, relative to the workspace (default "
+                                         f"{self.split.predictions})"}})
+
+    def validate(self, space: Workspace, predictions_file: str | None = None) -> str:
+        given = predictions_file if predictions_file and predictions_file.strip() else self.split.predictions
+        path = space.path(given)
+        rel = space.rel(path)
+        if is_read_only(rel, space.settings.read_only_patterns):
+            raise EnvError(f"{given!r} is one of the task's data files, not predictions; write the predictions for "
+                           f"{self.split.inputs} to a file of your own (default {self.split.predictions})")
+        if not os.path.lexists(path):
+            raise EnvError(f"there is no {given!r} in the workspace; write the predictions for {self.split.inputs} "
+                           "there first")
+        limit = int(self.task.max_submission_bytes)
+        with tempfile.TemporaryDirectory(prefix="mlab-validate-") as scratch:
+            submission = Path(scratch) / "workspace"
+            hidden = Path(scratch) / "hidden"
+            submission.mkdir()
+            hidden.mkdir()
+            target = submission / self.split.submission
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._copy_bounded(space, given, target, limit)
+            for kept, as_name in self.split.answers.items():  # the validation answers only: no test answer
+                shutil.copyfile(self.hidden_dir / kept, hidden / as_name)
+            try:
+                with self.scorer.scoring(self.task):
+                    score = float(self.task.evaluate(submission, hidden))
+            except InvalidSubmission as exc:
+                raise EnvError(f"invalid predictions in {given!r}: {self._in_terms_of(str(exc), given)}") from None
+            except Exception as exc:
+                raise EnvError(f"validation failed: {type(exc).__name__}: {exc}") from None
+        direction = "higher" if self.task.metric.higher_is_better else "lower"
+        return (f"Validation {self.task.metric.name} of {given}: {score:.6g} ({direction} is better), on the rows of "
+                f"{self.split.inputs} (labels held by the harness; the test set was not used).")
+
+    @staticmethod
+    def _copy_bounded(space: Workspace, given: str, target: Path, limit: int) -> None:
+        """Copy the workspace file to scratch through a no-follow fd, refusing it past `limit` bytes."""
+        fd, st = space.open_regular(given)
+        with os.fdopen(fd, "rb") as source, open(target, "wb") as out:
+            if st.st_size > limit:
+                raise EnvError(f"{given!r} is {st.st_size} bytes, more than the {limit} the task reads")
+            copied = 0
+            while chunk := source.read(_COPY_CHUNK):
+                copied += len(chunk)
+                if copied > limit:  # it grew since fstat
+                    raise EnvError(f"{given!r} is more than the {limit} bytes the task reads")
+                out.write(chunk)
+
+    def _in_terms_of(self, message: str, given: str) -> str:
+        """The task's message about its submission file, told about the file the agent gave."""
+        message = message.replace(self.split.submission, given)
+        if self.split.test_inputs:
+            message = message.replace(self.split.test_inputs, self.split.inputs)
+        return message.replace("test set", "validation set").replace("test id", "validation id")
