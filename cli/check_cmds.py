@@ -15,10 +15,11 @@ from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import load_registry
 
 if TYPE_CHECKING:
+    from mlab.core.plugins.registry import Registry
     from mlab.core.run.harness import Harness
+    from mlab.core.task import Task
 
 from .durations import Duration
-
 
 # Exit codes beyond 0 (every check passed) and 2 (bad input): a check failed; else one was skipped (not checked).
 FAILED_EXIT, SKIPPED_EXIT = 1, 3
@@ -58,6 +59,21 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
         _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
 
 
+def _task_or_folder(registry: Registry, name: str) -> Task:
+    """A registered task, or a declarative task folder (a path holding task.yaml), checked before it is packed;
+    a bad task.yaml is one line naming its file, line and field."""
+    path = Path(name)
+    if path.name == "task.yaml":
+        path = path.parent
+    if (path / "task.yaml").is_file():
+        from mlab.core.declarative.pack import FOLDER_PACK
+        from mlab.core.declarative.task import DeclarativeTask
+
+        return DeclarativeTask.from_folder(path, FOLDER_PACK)
+    task: Task = registry.get("tasks", name)
+    return task
+
+
 def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,
            timeout_s: float, margin: float | None, as_json: bool) -> None:
     from mlab.core.run.checktask import check_task as run_check
@@ -73,7 +89,7 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
     if data_dir and not Path(data_dir).is_dir():
         raise MlabError(f"data directory {data_dir!r} does not exist")
     tasks = ([registry.items["tasks"][n] for n in sorted(registry.items["tasks"])] if all_tasks
-             else [registry.get("tasks", n) for n in task_names])
+             else [_task_or_folder(registry, n) for n in task_names])
     reports = []
     for task in tasks:
         if all_tasks and not task.offline_ready and not data_dir:

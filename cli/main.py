@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check-task": ("check_cmds", "check_task", "Self-check tasks: two prepares in fresh homes must write the same "
                                                "files, and the reference solution must beat the baseline by the "
                                                "success margin."),
+    "new-task": ("newtask_cmds", "new_task", "Scaffold a declarative task (a folder with task.yaml) that `mlab "
+                                             "check-task` passes as written."),
     "run": ("run_cmds", "run", "Run an agent on a task, tracing every step; or resume a killed run."),
     "eval": ("run_cmds", "eval_runs", "Score each run (or every run of a bench folder, updating its results.db) "
                                       "from its final snapshot."),

@@ -102,6 +102,10 @@ def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None,
     except MlabError as exc:
         report.status, report.reason = "skipped", str(exc)
         return report
+    # 0. a declarative task's fields this mlab reads but cannot honour yet (file:line: field each)
+    unsupported = getattr(task, "unsupported", None)
+    if callable(unsupported) and unsupported():
+        report.steps["task file"] = "; ".join(unsupported())
     # 1. prepare from the local copy, and a second prepare must do nothing
     started = time.monotonic()
     try:

@@ -1,0 +1,245 @@
+"""DeclarativeTask: a Task whose every attribute and behaviour comes from a task folder's task.yaml."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mlab.core.declarative.metrics import METRICS
+from mlab.core.declarative.spec import Table, TaskSpec, load_spec
+from mlab.core.declarative.yamlfile import LocatedYaml
+from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.task import Metric, PrepareContext, Task, scoring_context
+
+# What a scorer may write as its score, and how much of its output an error message quotes: its output is the
+# submission's author's to influence, so it is read bounded.
+MAX_SCORE_BYTES = 200
+QUOTED_OUTPUT_CHARS = 300
+SCORE_FILE = "score.txt"
+ANSWERS_FOLDER = "answers"
+_PREPARE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR", "MLAB_HOME")
+
+
+class DeclarativeTask(Task):
+    def __init__(self, folder: Path, pack: str, spec: TaskSpec, located: LocatedYaml):
+        self.folder = Path(folder).resolve()
+        self.spec = spec
+        self.located = located
+        self.name = f"{pack}/{spec.name}"
+        self.description = spec.description.strip()
+        self.research_problem = spec.research_problem.strip()
+        self.metric = Metric(name=spec.metric, higher_is_better=spec.higher_is_better)
+        self.read_only_files = list(spec.read_only)
+        self.resources = spec.resources
+        self.starter_script = spec.starter
+        self.fixed_baseline = spec.baseline.fixed if spec.baseline else None
+        self.fixed_baseline_source = spec.baseline.source if spec.baseline else ""
+        self.success_margin = spec.success_margin
+        self.scoring_timeout_s = spec.scoring_timeout
+        self.max_submission_bytes = spec.max_submission_bytes
+
+    @classmethod
+    def from_folder(cls, folder: Path, pack: str) -> DeclarativeTask:
+        spec, located = load_spec(Path(folder))
+        return cls(Path(folder), pack, spec, located)
+
+    def __repr__(self) -> str:
+        return f"DeclarativeTask({self.name!r}, {str(self.folder)!r})"
+
+    def unsupported(self) -> list[str]:
+        """One line (file:line: field) per field this mlab reads but cannot honour yet."""
+        if self.spec.validation is None:
+            return []
+        # TODO(validation splits): map to the Task contract's validation split once it has one.
+        return [str(self.located.error(("validation",), "validation splits are not supported by this mlab yet; "
+                                                        "remove the field"))]
+
+    def check_runnable(self) -> None:
+        if self.spec.scorer is None and importlib.util.find_spec("sklearn") is None:
+            raise MlabError(f"{self.name}: its metric {self.spec.metric} is computed with scikit-learn, which is not "
+                            "installed (pip install scikit-learn)")
+
+    # ---- prepare ------------------------------------------------------------------------------------------
+    def prepare(self, ctx: PrepareContext) -> None:
+        for targets, root in ((self.spec.files.public, ctx.public_dir), (self.spec.files.hidden, ctx.hidden_dir)):
+            for target, source in targets.items():
+                _copy(self.folder / source, root / target)
+        if self.spec.prepare is not None:
+            self._run_prepare(ctx)
+        if not (ctx.public_dir / self.starter_script).is_file():
+            raise MlabError(f"{self.name}: prepare wrote no starter {self.starter_script} to the workspace (list it "
+                            f"under files.public in {self.located.path}, or have the prepare script write it)")
+        if not (ctx.hidden_dir / self.spec.answers.file).is_file():
+            raise MlabError(f"{self.name}: prepare wrote no answers file {self.spec.answers.file} (list it under "
+                            f"files.hidden in {self.located.path}, or have the prepare script write it)")
+        ctx.log(f"{self.name}: prepared from {self.folder}")
+
+    def _run_prepare(self, ctx: PrepareContext) -> None:
+        """The pack author's prepare script, with the harness's Python, told where to write by its environment;
+        PYTHONHASHSEED is fixed so set and dict orders cannot make two prepares differ."""
+        script = self.folder / str(self.spec.prepare)
+        env = {k: os.environ[k] for k in _PREPARE_ENV if k in os.environ}
+        env.update({"MLAB_PUBLIC_DIR": str(ctx.public_dir), "MLAB_HIDDEN_DIR": str(ctx.hidden_dir),
+                    "MLAB_TASK_DIR": str(self.folder), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+                    "PYTHONUNBUFFERED": "1"})
+        if ctx.source_dir is not None:
+            env["MLAB_SOURCE_DIR"] = str(ctx.source_dir)
+        with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as cwd:
+            try:
+                result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True,
+                                        text=True, errors="replace", timeout=self.spec.prepare_timeout)
+            except subprocess.TimeoutExpired:
+                raise MlabError(f"{self.name}: prepare script {self.spec.prepare} ran longer than its "
+                                f"prepare_timeout of {self.spec.prepare_timeout:g} s") from None
+        for line in result.stdout.splitlines():
+            ctx.log(line)
+        if result.returncode != 0:
+            last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["(no output)"]
+            raise MlabError(f"{self.name}: prepare script {self.spec.prepare} exited with code {result.returncode}: "
+                            f"{last[0][:QUOTED_OUTPUT_CHARS]}")
+
+    # ---- scoring -------------------------------------------------------------------------------------------
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        if self.spec.scorer is not None:
+            return self._run_scorer(Path(workspace), Path(hidden_dir))
+        metric = METRICS[self.spec.metric]
+        answers_table, submission_table = self.spec.answers, self.spec.submission_table
+        answers = _read_table(Path(hidden_dir) / answers_table.file, answers_table, numeric=metric.numeric,
+                              limit=None, trusted=True)
+        predictions = _read_table(Path(workspace) / submission_table.file, submission_table, numeric=metric.numeric,
+                                  limit=self.max_submission_bytes, trusted=False)
+        missing, extra = answers.keys() - predictions.keys(), predictions.keys() - answers.keys()
+        if missing or extra:
+            raise InvalidSubmission(f"{submission_table.file} needs one row per id of the test set: {len(missing)} "
+                                    f"missing (e.g. {_some(missing)}), {len(extra)} unknown (e.g. {_some(extra)})")
+        ids = sorted(answers)
+        truth, predicted = _comparable([answers[i] for i in ids], [predictions[i] for i in ids])
+        try:
+            score = metric.compute(truth, predicted)
+        except ValueError as exc:  # e.g. labels of another kind than the answers'
+            raise InvalidSubmission(f"{submission_table.file} cannot be scored by {metric.name}: {exc}") from None
+        if not math.isfinite(score):
+            raise InvalidSubmission(f"{metric.name} of {submission_table.file} is not finite")
+        return score
+
+    def _run_scorer(self, workspace: Path, hidden_dir: Path) -> float:
+        """The pack's scorer in the scoring sandbox: the submission folder is its read-only working directory, a
+        copy of the answers file and of itself are in scratch, and it writes one number to $MLAB_SCORE_FILE. It
+        exits non-zero (saying why) when the submission is unusable."""
+        ctx = scoring_context()
+        with ctx.scratch() as scratch:
+            scorer = scratch / Path(str(self.spec.scorer)).name
+            shutil.copyfile(self.folder / str(self.spec.scorer), scorer)
+            answers = scratch / ANSWERS_FOLDER / Path(self.spec.answers.file).name
+            answers.parent.mkdir()
+            shutil.copyfile(hidden_dir / self.spec.answers.file, answers)
+            score_file = scratch / SCORE_FILE
+            env = {"MLAB_ANSWERS": str(answers), "MLAB_SCORE_FILE": str(score_file)}
+            result = ctx.run([sys.executable, str(scorer)], workspace, scratch, env=env,
+                             timeout_s=self.scoring_timeout_s)
+            said = _last_line(result.output)
+            if result.limit_hit:
+                raise InvalidSubmission(f"the scorer was stopped by its {result.limit_hit} limit{said}")
+            if result.exit_code != 0:
+                raise InvalidSubmission(f"the scorer refused the submission (exit code {result.exit_code}){said}")
+            if score_file.is_symlink() or not score_file.is_file():
+                raise InvalidSubmission(f"the scorer wrote no score to $MLAB_SCORE_FILE{said}")
+            with open(score_file, "rb") as f:
+                text = f.read(MAX_SCORE_BYTES + 1)
+        if len(text) > MAX_SCORE_BYTES:
+            raise InvalidSubmission(f"the scorer's score file holds more than {MAX_SCORE_BYTES} bytes, not a number")
+        try:
+            score = float(text.decode("ascii").strip())
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidSubmission(f"the scorer's score is not a number: {text[:40]!r}") from None
+        if not math.isfinite(score):
+            raise InvalidSubmission(f"the scorer's score {score} is not finite")
+        return score
+
+    def reference_solution(self, workspace: Path) -> str | None:
+        if self.spec.reference is None:
+            return None
+        script = Path(self.spec.reference).name
+        shutil.copyfile(self.folder / self.spec.reference, Path(workspace) / script)
+        return script
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        shutil.copyfile(source, target)
+
+
+def _last_line(output: str) -> str:
+    lines = [line for line in (output or "").splitlines() if line.strip()]
+    return f": {lines[-1].strip()[:QUOTED_OUTPUT_CHARS]}" if lines else ""
+
+
+def _some(ids: set[str]) -> str:
+    return ", ".join(sorted(ids)[:3]) or "none"
+
+
+def _read_table(path: Path, table: Table, *, numeric: bool, limit: int | None, trusted: bool) -> dict[str, Any]:
+    """id -> value of table.column; whatever is wrong with an untrusted file is an InvalidSubmission."""
+    fail = MlabError if trusted else InvalidSubmission
+    name = path.name
+    if not trusted and path.is_symlink():
+        raise InvalidSubmission(f"{name} is a symbolic link; write a regular file")
+    if not path.is_file():
+        raise fail(f"there is no {table.file} in the workspace; the script must write it" if not trusted
+                   else f"the answers {path} are missing; prepare the task again")
+    size = path.stat().st_size
+    if limit is not None and size > limit:
+        raise InvalidSubmission(f"{name} is {size} bytes, more than the {limit} allowed")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise fail(f"{name} is not UTF-8 text") from None
+    try:
+        rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(cell.strip() for cell in row)]
+    except csv.Error as exc:
+        raise fail(f"{name} is not a valid CSV file: {exc}") from None
+    if not rows:
+        raise fail(f"{name} is empty; it needs the header {table.id_column},{table.column} and one row per id")
+    header = [cell.strip() for cell in rows[0]]
+    for column in (table.id_column, str(table.column)):
+        if column not in header:
+            raise fail(f"{name} has no column {column!r} (its header: {','.join(header)[:200]})")
+    id_at, value_at = header.index(table.id_column), header.index(str(table.column))
+    values: dict[str, Any] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise fail(f"{name} row {number} has {len(row)} cells, the header {len(header)}")
+        key, cell = row[id_at].strip(), row[value_at].strip()
+        if key in values:
+            raise fail(f"{name} row {number}: id {key[:40]!r} appears twice")
+        if numeric:
+            try:
+                value: Any = float(cell)
+            except ValueError:
+                raise fail(f"{name} row {number}: {cell[:40]!r} is not a number") from None
+            if not math.isfinite(value):
+                raise fail(f"{name} row {number}: {cell[:40]!r} is not a finite number")
+        else:
+            value = cell
+        values[key] = value
+    return values
+
+
+def _comparable(truth: list[Any], predicted: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Labels compared as numbers when every one is a number (so 1 and 1.0 agree), else as text."""
+    try:
+        return [float(v) for v in truth], [float(v) for v in predicted]
+    except ValueError:
+        return [str(v) for v in truth], [str(v) for v in predicted]
