@@ -154,6 +154,40 @@ def test_a_task_reaches_a_node_once_and_whole(tmp_path):
     assert not (tmp_path / "other" / "tasks" / "pack__t").exists()
 
 
+def test_large_task_files_stay_home_and_the_head_links_its_own(tmp_path):
+    """A workspace's hard links to the node's copy of the task are named, not sent; the head links the same files
+    from its own copy, and a name from the worker that would lead out of the workspace is ignored."""
+    from mlab.core.bench.ray_engine import LOG_MEMBER, RUN_MEMBER, SHARED_MEMBER, extract, link_shared, pack_run
+
+    big = os.urandom(3 << 20)
+    node_public, head_public = tmp_path / "node" / "public", tmp_path / "head" / "public"
+    for public in (node_public, head_public):
+        (public / "data").mkdir(parents=True)
+        (public / "data" / "train.bin").write_bytes(big)
+    (tmp_path / "secret").write_text("not the agent's")
+    space = tmp_path / "space"
+    workspace = space / RUN_MEMBER / "workspace"
+    (workspace / "data").mkdir(parents=True)
+    os.link(node_public / "data" / "train.bin", workspace / "data" / "train.bin")
+    (workspace / "train.py").write_text("print('hi')\n")
+    (space / LOG_MEMBER).write_text("worker output\n")
+    archive = tmp_path / "run.tar"
+    pack_run(space, archive, node_public)
+    assert archive.stat().st_size < 100_000  # the 3 MiB file stayed on the node
+    staging = tmp_path / "staging"
+    assert extract(archive, staging) == []
+    names = json.loads((staging / SHARED_MEMBER).read_text())
+    assert names == ["data/train.bin"]
+    (staging / SHARED_MEMBER).write_text(json.dumps(names + ["../../../secret", "/etc/passwd", "train.py"]))
+    link_shared(staging, head_public)
+    arrived = staging / RUN_MEMBER / "workspace"
+    assert (arrived / "data" / "train.bin").read_bytes() == big
+    assert (arrived / "data" / "train.bin").stat().st_ino == (head_public / "data" / "train.bin").stat().st_ino
+    assert (arrived / "train.py").read_text() == "print('hi')\n"
+    assert sorted(p.name for p in arrived.iterdir()) == ["data", "train.py"]
+    assert (staging / LOG_MEMBER).read_text() == "worker output\n"
+
+
 # ---- a real two-node cluster on this machine ---------------------------------------------------------------
 RAY = Path(sys.executable).with_name("ray")
 _NODES = """

@@ -320,15 +320,8 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
         except Exception as exc:
             result = {"status": "failed", "failure": "harness_error",
                       "end_reason": f"harness error on Ray node {node['node_ip']}: {type(exc).__name__}: {exc}"}
-        members = {LOG_MEMBER: log}
-        leave_out = None
-        if ran and home is not None:  # else the head's copy of the run folder stays as it is
-            leave_out = _linked_to_task(run_dir / "workspace",
-                                        home.public_dir(SimpleNamespace(name=task["task"])))
-            shared = sorted(name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
-            write_atomic(space / SHARED_MEMBER, json.dumps(shared).encode())
-            members.update({SHARED_MEMBER: space / SHARED_MEMBER, RUN_MEMBER: run_dir})
-        pack(members, archive, leave_out=leave_out)
+        public = home.public_dir(SimpleNamespace(name=task["task"])) if ran and home is not None else None
+        pack_run(space, archive, public)  # without the run folder unless it ran: the head's copy stays
         size = archive.stat().st_size
         yield {"result": result, "node": node, "bytes": size}
         if size > MAX_RUN_BYTES:
@@ -345,6 +338,46 @@ def _left_out(run_dir: Path, leave_out: Callable[[str, os.stat_result], bool]) -
             st = os.lstat(path)
             if stat.S_ISREG(st.st_mode) and leave_out(member, st):
                 yield member
+
+
+def pack_run(space: Path, archive: Path, public: Path | None) -> None:
+    """On the worker: the archive of a run's space (its log; with `public`, the node's copy of the task's
+    public files, also the run folder, less the workspace files hard-linked to that copy, named instead)."""
+    members = {LOG_MEMBER: space / LOG_MEMBER}
+    leave_out = None
+    if public is not None:
+        run_dir = space / RUN_MEMBER
+        leave_out = _linked_to_task(run_dir / "workspace", public)
+        shared = sorted(name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
+        write_atomic(space / SHARED_MEMBER, json.dumps(shared).encode())
+        members.update({SHARED_MEMBER: space / SHARED_MEMBER, RUN_MEMBER: run_dir})
+    pack(members, archive, leave_out=leave_out)
+
+
+def link_shared(staging: Path, public: Path) -> None:
+    """On the head: put back the workspace files the worker left out, from the head's copy of the task's public
+    files (hard links, as a local run has them). The names come from the worker: each must stay inside the
+    workspace and name a file of the public copy."""
+    try:
+        names = json.loads((staging / SHARED_MEMBER).read_text())
+    except (OSError, ValueError):
+        return
+    public_root = os.path.realpath(public)
+    workspace = os.path.realpath(staging / RUN_MEMBER / "workspace")
+    for name in names if isinstance(names, list) else []:
+        if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
+            continue
+        target = os.path.join(workspace, name)
+        source = os.path.join(public_root, name)
+        parent = os.path.dirname(target)
+        if (not os.path.isdir(parent) or os.path.realpath(parent) != os.path.dirname(os.path.normpath(target))
+                or not os.path.realpath(source).startswith(public_root + os.sep)
+                or os.path.lexists(target) or not os.path.isfile(source)):
+            continue
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(source, target)
 
 
 # ---- the progress board (an actor on the head's node) ---------------------------------------------------
@@ -511,7 +544,8 @@ class RayEngine:
             refused = extract(trip.archive, staging)
             self._take_log(staging, trip.job)
             if (staging / RUN_MEMBER).is_dir():
-                self._link_shared(staging, trip.job["config"]["task"])
+                task = SimpleNamespace(name=trip.job["config"]["task"])
+                link_shared(staging, TaskHome.from_env().public_dir(task))
                 if refused:
                     _note(staging / RUN_MEMBER, "[bench] left out of the run folder shipped from its Ray node "
                           "(unsafe): " + "; ".join(refused))
@@ -538,30 +572,6 @@ class RayEngine:
         if log.is_file() and not log.is_symlink():
             with open(job["log"], "ab") as out, open(log, "rb") as part:
                 shutil.copyfileobj(part, out)
-
-    def _link_shared(self, staging: Path, task: str) -> None:
-        """Put back the workspace files the worker left out, from the head's copy of the task (hard links, as
-        a local run has them). Names come from the worker: each must stay inside the workspace."""
-        try:
-            names = json.loads((staging / SHARED_MEMBER).read_text())
-        except (OSError, ValueError):
-            return
-        public = TaskHome.from_env().public_dir(SimpleNamespace(name=task))
-        workspace = os.path.realpath(staging / RUN_MEMBER / "workspace")
-        for name in names if isinstance(names, list) else []:
-            if not isinstance(name, str):
-                continue
-            target = os.path.join(workspace, name)
-            source = os.path.join(public, name)
-            if (os.path.isabs(name) or ".." in Path(name).parts or not os.path.isdir(os.path.dirname(target))
-                    or os.path.realpath(os.path.dirname(target)) != os.path.dirname(os.path.normpath(target))
-                    or not os.path.realpath(source).startswith(str(public) + os.sep)
-                    or os.path.lexists(target) or not os.path.isfile(source)):
-                continue
-            try:
-                os.link(source, target, follow_symlinks=False)
-            except OSError:
-                shutil.copy2(source, target)
 
     def interrupt(self, grace_s: float = 60.0) -> list[tuple[JobSpec, Result]]:
         """Raise the stop flag: each worker stops its run and ships it back (resumable); after grace_s, cancel."""
