@@ -1,0 +1,237 @@
+"""Harness-held validation: a lite task's validation split (rows of its training data, labels in the hidden folder),
+the Validate Submission action offered only with --allow-validate, scoring only that split with the task's own
+evaluate, the test answers out of its reach, and the flag recorded in the run and shown by eval and report."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlab.core.models import Action
+from mlab.core.plugins.registry import load_registry
+from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare
+from mlab.core.run.environment import Environment
+from mlab.core.run.harness import Harness
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.taskdata import TaskHome
+from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask
+
+LITE = {"lite/wine": WineTask(), "lite/diabetes": DiabetesTask(), "lite/digits": DigitsTask()}
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_predictions(path: Path, task, answers: list[dict[str, str]], wrong: bool = False) -> None:
+    """Predictions in the task's submission format: the given answers, or (wrong) a different answer for each."""
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f, lineterminator="\n")
+        if isinstance(task, DigitsTask):
+            out.writerow(["id", *task.classes])
+            for r in answers:
+                label = (int(r["label"]) + wrong) % 10
+                out.writerow([r["id"], *("1" if c == label else "0" for c in range(10))])
+        elif isinstance(task, WineTask):
+            out.writerow(["id", "label"])
+            out.writerows([r["id"], (int(r["label"]) + wrong) % 3] for r in answers)
+        else:
+            out.writerow(["id", "target"])
+            out.writerows([r["id"], float(r["target"]) + (1000.0 if wrong else 0.0)] for r in answers)
+
+
+@pytest.fixture
+def staged(tmp_path):
+    """A prepared home and a function giving a run's environment over a fresh workspace of a lite task."""
+    home = TaskHome(tmp_path / "home")
+    harness = Harness(load_registry(), home, sandbox="local")
+    made: list[Environment] = []
+
+    def environment(name: str, allow_validate: bool) -> Environment:
+        task = harness.task(name)
+        harness.prepare(task)
+        folder = tmp_path / f"run{len(made)}"
+        workspace = harness.new_workspace(task, folder / "workspace")
+        env = harness.environment(task, workspace, store=SnapshotStore(folder / "store"),
+                                  sandbox_home=folder / "home", timeout_s=60, allow_validate=allow_validate)
+        made.append(env)
+        return env
+
+    yield harness, environment
+    for env in made:
+        env.close()
+
+
+def act(env: Environment, **args) -> tuple[str, bool]:
+    return env.execute(Action(name="Validate Submission", args=args))
+
+
+# ---- the split ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(LITE))
+def test_the_split_is_training_rows_with_the_labels_hidden_and_no_test_row(tmp_path, name):
+    task = LITE[name]
+    home = TaskHome(tmp_path / "home")
+    home.prepare(task, log=lambda _m: None)
+    public, hidden = home.public_dir(task), home.hidden_dir(task)
+    train = {r["id"]: r for r in rows(public / "data/train.csv")}
+    valid, answers = rows(public / "data/valid.csv"), rows(hidden / "valid_answers.csv")
+    test_ids = {r["id"] for r in rows(public / "data/test.csv")}
+    assert task.target not in valid[0] and [r["id"] for r in valid] == [r["id"] for r in answers]
+    assert 0.15 * len(train) < len(valid) < 0.25 * len(train)
+    # copied from the training data (train.csv is what it is without the flag), never from the test set
+    assert all(r["id"] in train and train[r["id"]][task.target] == r[task.target] for r in answers)
+    assert not {r["id"] for r in valid} & test_ids
+    features = [c for c in valid[0] if c != "id"]
+    assert all(train[r["id"]][c] == r[c] for r in valid for c in features)
+    assert task.validation is not None and task.validation.inputs == "data/valid.csv"
+
+
+def test_reproducible_prepare_still_passes_check_task(tmp_path):
+    harness = Harness(load_registry(), TaskHome(tmp_path / "home"), sandbox="local")
+    task = harness.task("lite/wine")
+    harness.prepare(task)
+    assert check_reproducible_prepare(harness, task, None, prepared_now=True) == "ok"
+    assert "hidden/valid_answers.csv" in harness.home.prepared_digest(task)
+    assert REPRODUCIBLE  # the step check-task reports under this name
+
+
+# ---- the action -------------------------------------------------------------------------------------------
+
+def test_refused_without_the_flag_naming_it(staged):
+    _harness, environment = staged
+    env = environment("lite/wine", allow_validate=False)
+    assert "Validate Submission" not in env.available_actions()
+    obs, err = act(env, predictions_file="valid_submission.csv")
+    assert err and obs == ("EnvError: Validate Submission is offered only in runs started with --allow-validate; "
+                           "this run was not")
+
+
+def test_offered_with_the_flag_and_the_default_file_named(staged):
+    _harness, environment = staged
+    env = environment("lite/wine", allow_validate=True)
+    spec = env.available_actions()["Validate Submission"]
+    assert "data/valid.csv" in spec.description and "default valid_submission.csv" in spec.usage()
+    obs, err = act(env)
+    assert err and obs.startswith("EnvError: there is no 'valid_submission.csv' in the workspace")
+
+
+@pytest.mark.parametrize("name", sorted(LITE))
+def test_only_the_validation_split_is_scored(staged, name):
+    harness, environment = staged
+    env = environment(name, allow_validate=True)
+    task = harness.task(name)
+    hidden, ws = harness.home.hidden_dir(task), env.workspace
+    test_answers, valid_answers = rows(hidden / "answers.csv"), rows(hidden / "valid_answers.csv")
+    best, worst = (1.0, 0.0) if task.metric.higher_is_better else (0.0, 1000.0)
+
+    # perfect on the test set, wrong on validation: the test score is perfect, the validation score is not
+    write_predictions(ws / "submission.csv", task, test_answers)
+    write_predictions(ws / "valid_submission.csv", task, valid_answers, wrong=True)
+    assert task.evaluate(ws, hidden) == pytest.approx(best)
+    obs, err = act(env)
+    assert not err, obs
+    assert obs.startswith(f"Validation {task.metric.name} of valid_submission.csv: {worst:g} (")
+
+    # perfect on validation, wrong on the test set: the other way round
+    write_predictions(ws / "submission.csv", task, test_answers, wrong=True)
+    write_predictions(ws / "mine.csv", task, valid_answers)
+    assert task.evaluate(ws, hidden) == pytest.approx(worst)
+    obs, err = act(env, predictions_file="mine.csv")
+    assert not err and obs.startswith(f"Validation {task.metric.name} of mine.csv: {best:g} (")
+    assert "the test set was not used" in obs
+
+    # the test submission itself is not a validation submission: its ids are the test set's
+    obs, err = act(env, predictions_file="submission.csv")
+    assert err and "invalid predictions in 'submission.csv'" in obs and "data/valid.csv" in obs
+
+
+def test_the_test_answers_are_out_of_reach(staged, tmp_path):
+    harness, environment = staged
+    env = environment("lite/wine", allow_validate=True)
+    task = harness.task("lite/wine")
+    answers = harness.home.hidden_dir(task) / "answers.csv"
+    os.symlink(answers, env.workspace / "linked.csv")
+    refused = {
+        "data/test.csv": "is one of the task's data files, not predictions",
+        "data/valid.csv": "is one of the task's data files, not predictions",
+        "data/train.csv": "is one of the task's data files, not predictions",
+        str(answers): "absolute paths are not allowed",
+        "../../home/tasks/lite__wine/hidden/answers.csv": "points outside the workspace",
+        "linked.csv": "points outside the workspace",
+    }
+    for given, why in refused.items():
+        obs, err = act(env, predictions_file=given)
+        assert err and why in obs, (given, obs)
+        assert "0." not in obs.split(":", 1)[0]  # no score came back
+
+
+def test_a_predictions_file_past_the_tasks_cap_is_refused_unread(staged):
+    harness, environment = staged
+    env = environment("lite/wine", allow_validate=True)
+    task = harness.task("lite/wine")
+    task.max_submission_bytes = 1000  # the registry's instance: this test's own
+    (env.workspace / "valid_submission.csv").write_text("id,label\n" + "1,0\n" * 1000)
+    obs, err = act(env)
+    assert err and obs == "EnvError: 'valid_submission.csv' is 4009 bytes, more than the 1000 the task reads"
+
+
+def test_bad_predictions_get_the_tasks_own_message_about_the_file_given(staged):
+    harness, environment = staged
+    env = environment("lite/wine", allow_validate=True)
+    (env.workspace / "preds.csv").write_text("id,label\n1,0\n")
+    obs, err = act(env, predictions_file="preds.csv")
+    valid = len(rows(harness.home.public_dir(harness.task("lite/wine")) / "data/valid.csv"))
+    assert err and obs == (f"EnvError: invalid predictions in 'preds.csv': preds.csv has 1 data rows, but the "
+                           f"validation set has {valid}; write one row per row of data/valid.csv")
+
+
+# ---- the flag through the CLI: recorded in the run, shown by eval and report ---------------------------------
+
+def mlab(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR")}
+    env["MLAB_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=home)
+
+
+@pytest.mark.slow
+def test_the_flag_is_recorded_and_marked_by_eval_and_report(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    flagged, plain = tmp_path / "runs" / "flagged", tmp_path / "runs" / "plain"
+    for run_dir, extra in ((flagged, ["--allow-validate"]), (plain, [])):
+        done = mlab(home, "run", "--task", "lite/wine", "--agent", "baseline", "--sandbox", "local",
+                    "--run-dir", str(run_dir), *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((flagged / "trace.json").read_text())["config"]["allow_validate"] is True
+    assert json.loads((plain / "trace.json").read_text())["config"]["allow_validate"] is False
+
+    evaluated = mlab(home, "eval", str(flagged), str(plain))
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "note: flagged could score predictions on a validation split (--allow-validate)" in evaluated.stdout
+    as_json = json.loads(mlab(home, "eval", str(flagged), str(plain), "--json").stdout)
+    assert [r["allow_validate"] for r in as_json] == [True, False]
+
+    reported = mlab(home, "report", str(tmp_path / "runs"), "--no-plots", "--json")
+    assert reported.returncode == 0, reported.stderr
+    data = json.loads(reported.stdout)
+    assert len(data["validated_runs"]) == 1 and "flagged" in data["validated_runs"][0]
+    shown = mlab(home, "report", str(tmp_path / "runs"), "--no-plots", "--no-html")
+    assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in shown.stdout
+
+
+def test_the_flag_on_a_task_without_a_split_is_a_usage_error(tmp_path):
+    registry = load_registry()
+    without = next(name for name, task in sorted(registry.items["tasks"].items()) if task.validation is None)
+    done = mlab(tmp_path, "run", "--task", without, "--agent", "baseline", "--allow-validate",
+                "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2
+    assert f"task {without!r} declares no validation split, so --allow-validate cannot be used with it" in done.stderr
+    assert not (tmp_path / "run").exists()
