@@ -40,8 +40,8 @@ from mlab.core.run.trace import (
     json_safe,
     read_trace,
     write_config,
-    write_trace,
 )
+from mlab.core.run.trace_log import TraceLog, unresolved
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.rootfs import gpu_devices
 from mlab.core.task import Task
@@ -99,6 +99,7 @@ class Runner:
         self.llm: LLMClient | None = None
         self._backends = backends
         self._lock_file: TextIO | None = None
+        self.trace_log = TraceLog(self.run_dir)
         self.live = LiveStep(self.run_dir)  # the step in progress, for the terminal view and `mlab view`
 
     # ---- set-up ---------------------------------------------------------------------------------
@@ -124,6 +125,7 @@ class Runner:
             raise MlabError(f"run {str(self.run_dir)!r} is in use by another mlab process") from None
 
     def _release_lock(self) -> None:
+        self.trace_log.close()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -172,7 +174,7 @@ class Runner:
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
                           devices=gpu_devices())  # every sandbox passes these through
             self._record_warnings(trace)
-            write_trace(self.run_dir, trace)
+            self.trace_log.begin(trace)
         except BaseException as exc:
             # A run that never started leaves nothing a later `run --run-dir` would trip over.
             self._release_lock()
@@ -202,16 +204,24 @@ class Runner:
             if self.llm is not None:
                 self.llm.load_state_dict(last.llm_state)
         self._record_warnings(trace)
+        self.trace_log.begin(trace)
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
                                                resumed_from_step=len(trace.steps)))
         return self._loop(trace)
 
     def _drop_torn_steps(self, trace: Trace) -> None:
-        """A step whose snapshot a crash tore (an object not yet on disk) is done again from the one before."""
-        while trace.steps and (torn := self._store.verify(trace.steps[-1].snapshot)):
-            step = trace.steps.pop()
-            append_error(self.run_dir, f"snapshot {step.snapshot} is damaged ({', '.join(torn[:5])}): step "
-                                       f"{step.index} is done again")
+        """A step whose snapshot or stored states a crash tore (objects not yet on disk) is done again from the
+        one before."""
+        while trace.steps:
+            step = trace.steps[-1]
+            if torn := self._store.verify(step.snapshot):
+                what = f"snapshot {step.snapshot} is damaged ({', '.join(torn[:5])})"
+            elif lost := unresolved(step):
+                what = f"the stored {', '.join(lost)} of step {step.index} is damaged"
+            else:
+                break
+            trace.steps.pop()
+            append_error(self.run_dir, f"{what}: step {step.index} is done again")
         if not trace.steps and self._store.verify(INITIAL_SNAPSHOT):
             raise MlabError(f"the initial snapshot of run {str(self.run_dir)!r} is damaged: start the run again")
 
@@ -265,7 +275,7 @@ class Runner:
                 trace.usage = step.usage
                 trace.total_time_s = time_before + time.monotonic() - clock_start
                 try:
-                    write_trace(self.run_dir, trace)
+                    self.trace_log.append(trace)  # the step is committed once this returns
                 except BaseException:
                     trace.steps.pop()  # not on disk: a resume redoes this step
                     raise
@@ -348,7 +358,7 @@ class Runner:
         final.status, final.end_reason, final.total_time_s = status, reason, total
         if self.llm is not None:
             final.usage = self.llm.usage
-        write_trace(self.run_dir, final)
+        self.trace_log.finish(final)
         trace = final
         self._notify("run_finished", RunFinished(
             run_dir=str(self.run_dir), status=status, end_reason=reason, steps=len(trace.steps),

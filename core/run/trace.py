@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import RunConfig, Trace
 
@@ -16,11 +15,12 @@ LLM_LOG_FILE = "llm_calls.jsonl"
 ERRORS_FILE = "errors.log"
 WORKSPACE_DIR = "workspace"
 
-MAX_STORED_CHARS = 200_000  # longer strings an agent sent are shortened in the trace (it is rewritten each step)
+MAX_STORED_CHARS = 200_000  # longer strings an agent sent are shortened in the trace (read whole by viewers)
 
 
 def write_trace(run_dir: Path, trace: Trace) -> None:
-    """Replace the trace atomically; on failure (a full disk) the previous trace stays as it was."""
+    """Replace trace.json atomically with `trace`, every state inline; on failure (a full disk) the previous
+    trace stays as it was. A run writes its trace through mlab.core.run.trace_log instead."""
     try:
         data = trace.model_dump_json(indent=1)
     except ValueError:  # something unserializable got in (a lone surrogate, an odd object): store it as text
@@ -51,13 +51,11 @@ def json_safe(value: Any, limit: int | None = MAX_STORED_CHARS, depth: int = 0) 
 
 
 def read_trace(run_dir: Path) -> Trace:
-    path = Path(run_dir) / TRACE_FILE
-    if not path.is_file():
-        raise MlabError(f"{str(run_dir)!r} is not a run directory (no {TRACE_FILE})")
-    try:
-        return Trace.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise MlabError(f"{path} is not a valid trace: {str(exc).splitlines()[0]}") from exc
+    """The run's whole trace, every state inline: trace.json plus what its step log committed beyond it (see
+    mlab.core.run.trace_log); MlabError when the folder holds no readable trace."""
+    from mlab.core.run.trace_log import load_trace  # it builds on this module
+
+    return load_trace(run_dir)
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:

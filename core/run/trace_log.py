@@ -1,0 +1,502 @@
+"""The append-only trace: steps.jsonl, the states it names, and trace.json kept current in place.
+
+A run's trace is written as it happens, at a cost that does not grow with the run:
+
+- `steps.jsonl` holds one JSON line per record, appended and fsynced: a `run` record (the trace without its
+  steps, and how many steps it keeps) when a run starts, resumes or ends, and a `step` record per step. A step
+  is committed when its line is; a torn last line (a kill while appending) is ignored and cut off before the
+  next append, and that step is done again.
+- Agent, environment and LLM states are stored under `states/ab/<sha256>` as content-addressed JSON objects,
+  each the changes from the previous step's state (`base` names it): an unchanged state is the same reference,
+  a grown list stores only its new items, a dict only its changed keys. A step names its states as
+  {"$state": "<sha256>"}.
+- `trace.json` stays the readable whole: one step a line, states as references except the last step's, which
+  is inline. Each step rewrites only from the previous step on (a write of about one step), in place; it is
+  rewritten whole (atomically) when a run starts, resumes or ends. trace.json is not fsynced: steps.jsonl is
+  what survives a crash.
+
+load_trace() reads trace.json, adds committed steps the log holds beyond it (a kill between the two writes)
+and resolves every state; a trace.json that does not parse (torn by a kill mid-write, lost in a power cut) is
+rebuilt from the log. Runs written before the log existed (trace.json only, states inline) load as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlab.core.errors import MlabError
+from mlab.core.fs.atomic import write_atomic
+from mlab.core.models import Step, Trace
+from mlab.core.run.trace import TRACE_FILE, json_safe
+
+STEPS_FILE = "steps.jsonl"
+STATES_DIR = "states"
+STATE_REF = "$state"  # {"$state": digest} stands for a state stored under states/
+STATE_FIELDS = ("agent_state", "env_state", "llm_state")
+# Fields of trace.json written after the steps: they change every step, the header before the steps does not.
+TAIL_FIELDS = ("status", "end_reason", "total_time_s", "usage", "final_snapshot", "final_score",
+               "final_score_error")
+
+
+def state_ref(digest: str) -> dict[str, str]:
+    return {STATE_REF: digest}
+
+
+def ref_of(value: Any) -> str | None:
+    """The digest a stored step names instead of a state, or None for a state given inline."""
+    digest = value.get(STATE_REF) if isinstance(value, dict) and len(value) == 1 else None
+    return digest if isinstance(digest, str) else None
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON; what plain JSON cannot hold (NaN, odd keys, objects) is stored as text."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return json.dumps(json_safe(value, limit=None), ensure_ascii=False, separators=(",", ":"))
+
+
+class StateObjects:
+    """Content-addressed JSON objects under RUN_DIR/states. Written under a temporary name and renamed, without
+    fsync: the step line naming them is fsynced after, and a resume checks them against their names."""
+
+    def __init__(self, run_dir: Path):
+        self.root = Path(run_dir) / STATES_DIR
+        self._good: set[str] = set()  # written or checked by this process
+
+    def path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._good or self._intact(digest):
+            return digest
+        folder = self.root / digest[:2]
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.replace(tmp, self.path(digest))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # e.g. a full disk: nothing half written stays
+            raise
+        self._good.add(digest)
+        return digest
+
+    def get(self, digest: str) -> bytes | None:
+        """The object's bytes, or None when it is missing or torn (its bytes do not hash to its name)."""
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            return None  # a name from a hand-edited trace must not reach outside states/
+        try:
+            data = self.path(digest).read_bytes()
+        except OSError:
+            return None
+        if digest not in self._good:
+            if hashlib.sha256(data).hexdigest() != digest:
+                return None
+            self._good.add(digest)
+        return data
+
+    def _intact(self, digest: str) -> bool:
+        return self.get(digest) is not None
+
+
+# ---- states as chains of changes --------------------------------------------------------------------
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """What turns `old` into `new`, key by key: a grown list by its new items, a dict by its changed keys."""
+    changes: dict[str, Any] = {}
+    for key, value in new.items():
+        if key in old and old[key] == value:
+            continue
+        before = old.get(key)
+        if (isinstance(value, list) and isinstance(before, list) and len(value) > len(before)
+                and value[:len(before)] == before):
+            changes[key] = {"append": value[len(before):]}
+        elif isinstance(value, dict) and isinstance(before, dict):
+            changes[key] = {"update": {k: v for k, v in value.items() if k not in before or before[k] != v},
+                            "remove": [k for k in before if k not in value]}
+        else:
+            changes[key] = {"set": value}
+    return changes, [key for key in old if key not in new]
+
+
+def _apply(base: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    state = dict(base)
+    for key in record.get("removed", []):
+        state.pop(key, None)
+    for key, change in record.get("changes", {}).items():
+        if "append" in change:
+            state[key] = list(state.get(key, [])) + change["append"]
+        elif "update" in change:
+            merged = {k: v for k, v in state.get(key, {}).items() if k not in change.get("remove", [])}
+            merged.update(change["update"])
+            state[key] = merged
+        else:
+            state[key] = change.get("set")
+    return state
+
+
+class StateChain:
+    """One kind of state (the agent's, say) step after step: each changed state is stored as its changes from
+    the one before; the chain keeps the last state as stored (a private, JSON-plain copy) to compare with."""
+
+    def __init__(self, objects: StateObjects):
+        self.objects = objects
+        self.ref: str | None = None
+        self.value: dict[str, Any] = {}
+
+    def store(self, state: dict[str, Any]) -> str:
+        if self.ref is not None and state == self.value:
+            return self.ref  # unchanged: costs nothing
+        base = self.value if self.ref is not None else {}
+        changes, removed = _changes(base, state)
+        data = _dumps({"base": self.ref, "changes": changes, "removed": removed}).encode()
+        self.ref = self.objects.put(data)
+        self.value = _apply(base, json.loads(data))
+        return self.ref
+
+
+class StateReader:
+    """Resolves stored states, each object read and checked once."""
+
+    def __init__(self, objects: StateObjects):
+        self.objects = objects
+        self._resolved: dict[str, dict[str, Any] | None] = {}
+
+    def resolve(self, digest: str) -> dict[str, Any] | None:
+        """The state `digest` names, or None when an object of its chain is missing or torn."""
+        chain: list[tuple[str, dict[str, Any]]] = []
+        at: str | None = digest
+        while at is not None and at not in self._resolved:
+            data = self.objects.get(at)
+            record = _parse_record(data)
+            if record is None:
+                for name, _ in chain:
+                    self._resolved[name] = None
+                self._resolved[at] = None
+                return None
+            chain.append((at, record))
+            at = record.get("base")
+        state = self._resolved.get(at) if at is not None else {}
+        for name, record in reversed(chain):
+            state = None if state is None else _apply(state, record)
+            self._resolved[name] = state
+        return state
+
+
+def _parse_record(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    base = record.get("base") if isinstance(record, dict) else 0
+    return record if base is None or isinstance(base, str) else None
+
+
+# ---- reading --------------------------------------------------------------------------------------
+
+@dataclass
+class LogContents:
+    header: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    committed_bytes: int = 0  # up to the end of the last whole line
+
+
+def read_log(run_dir: Path) -> LogContents | None:
+    """The committed records of steps.jsonl (None when the run has none): a step record replaces any step at
+    or after its index (a step done again), a run record sets the trace's fields and how many steps it keeps."""
+    path = Path(run_dir) / STEPS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MlabError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    contents = LogContents()
+    lines = data.split(b"\n")
+    offset = 0
+    for number, line in enumerate(lines[:-1], 1):  # what follows the last newline is a torn line
+        try:
+            record = json.loads(line)
+            kind = record["kind"]
+        except (ValueError, KeyError, TypeError):
+            if number == len(lines) - 1:
+                break  # a torn last line: that step was not committed
+            raise MlabError(f"{path} is damaged at line {number}") from None
+        if kind == "step":
+            step = record["step"]
+            contents.steps = [s for s in contents.steps if s["index"] < step["index"]] + [step]
+            if contents.header is not None:
+                contents.header.update(record.get("trace", {}))
+        elif kind == "run":
+            contents.header = dict(record["trace"])
+            del contents.steps[record.get("steps", len(contents.steps)):]
+        offset += len(line) + 1
+        contents.committed_bytes = offset
+    return contents
+
+
+def read_trace_json(run_dir: Path) -> dict[str, Any] | None:
+    """trace.json as parsed JSON, or None when it is missing or does not parse."""
+    try:
+        data = json.loads((Path(run_dir) / TRACE_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_raw(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The trace's fields and its steps as stored (states by reference or inline): trace.json plus the
+    committed steps the log holds beyond it, or the log alone when trace.json does not parse."""
+    path = Path(run_dir) / TRACE_FILE
+    log = read_log(run_dir)
+    document = read_trace_json(run_dir)
+    if document is None:
+        if log is None or log.header is None:
+            if not path.is_file():
+                raise MlabError(f"{str(run_dir)!r} is not a run directory (no {TRACE_FILE})")
+            try:
+                json.loads(path.read_bytes())
+            except ValueError as exc:
+                raise MlabError(f"{path} is not a valid trace: {str(exc).splitlines()[0]}") from exc
+            raise MlabError(f"{path} is not a valid trace: not a JSON object")
+        return dict(log.header), list(log.steps)
+    header = {k: v for k, v in document.items() if k != "steps"}
+    steps = document.get("steps")
+    steps = list(steps) if isinstance(steps, list) else []
+    if log is not None and log.header is not None:
+        last = steps[-1].get("index", 0) if steps and isinstance(steps[-1], dict) else 0
+        ahead = [s for s in log.steps if isinstance(last, int) and s["index"] > last]
+        if ahead:  # killed after the line was committed, before trace.json was updated
+            steps += ahead
+            header.update({k: log.header[k] for k in ("usage", "total_time_s") if k in log.header})
+    return header, steps
+
+
+def resolve_states(steps: list[dict[str, Any]], reader: StateReader) -> list[dict[str, Any]]:
+    """Steps with every state given inline; a state whose objects are missing or torn stays a reference."""
+    out = []
+    for step in steps:
+        if isinstance(step, dict) and any(ref_of(step.get(k)) for k in STATE_FIELDS):
+            step = dict(step)
+            for key in STATE_FIELDS:
+                digest = ref_of(step.get(key))
+                if digest is not None:
+                    state = reader.resolve(digest)
+                    if state is not None:
+                        step[key] = state
+        out.append(step)
+    return out
+
+
+def unresolved(step: Step) -> list[str]:
+    """The states of a loaded step that could not be read (missing or torn objects)."""
+    return [key for key in STATE_FIELDS if ref_of(getattr(step, key)) is not None]
+
+
+def load_trace(run_dir: Path) -> Trace:
+    """The run's whole trace, every state inline (see the module doc for where each part comes from)."""
+    header, steps = load_raw(run_dir)
+    steps = resolve_states(steps, StateReader(StateObjects(run_dir)))
+    try:
+        return Trace.model_validate({**header, "steps": steps})
+    except ValueError as exc:
+        raise MlabError(f"{Path(run_dir) / TRACE_FILE} is not a valid trace: {str(exc).splitlines()[0]}") from exc
+
+
+# ---- writing --------------------------------------------------------------------------------------
+
+def _step_text(step: Step) -> str:
+    try:
+        return step.model_dump_json()
+    except ValueError:  # something unserializable got in: store it as text
+        return _dumps(json_safe(step.model_dump(), limit=None))
+
+
+def _trace_fields(trace: Trace, names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> str:
+    include = set(names) if names is not None else None
+    try:
+        return trace.model_dump_json(include=include, exclude={"steps", *exclude})
+    except ValueError:
+        return _dumps(json_safe(trace.model_dump(include=include, exclude={"steps", *exclude}), limit=None))
+
+
+class TraceLog:
+    """Writes a run's trace as it goes: begin() when a run starts or resumes, append() per step (the step is
+    committed when it returns), finish() when it ends."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.objects = StateObjects(self.run_dir)
+        self.chains = {key: StateChain(self.objects) for key in STATE_FIELDS}
+        self._log_fd: int | None = None
+        self._log_size = 0
+        self._texts: list[str] = []  # each step as trace.json keeps it, states by reference
+        self._json_fd: int | None = None
+        self._last_at = 0  # where trace.json's last step begins
+        self._suffix = b""  # trace.json from there to its end, as on disk
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def begin(self, trace: Trace) -> None:
+        """Open the log for a new run or a resumed one: cuts a torn last line, records in the log any of the
+        trace's steps it lacks (a run from before the log), then rewrites trace.json whole."""
+        self.close()
+        log = read_log(self.run_dir) or LogContents()
+        path = self.run_dir / STEPS_FILE
+        self._log_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        os.ftruncate(self._log_fd, log.committed_bytes)
+        self._log_size = log.committed_bytes
+        logged = {s["index"]: s for s in log.steps}
+        _header, stored = load_raw(self.run_dir) if trace.steps else ({}, [])
+        in_json = {s.get("index"): s for s in stored if isinstance(s, dict)}
+        self._texts = []
+        missing: list[str] = []
+        for step in trace.steps:
+            text = _stored_text(step, (logged.get(step.index), in_json.get(step.index)))
+            if text is None:  # a step from before the log, states inline: store them now
+                text = _step_text(self._by_reference(step))
+            self._texts.append(text)
+            if missing or step.index not in logged or _dumps(logged[step.index]) != text:
+                missing.append(text)  # a step record replaces the log's steps from its index on
+        self._point_chains_at(trace)
+        records = [f'{{"kind":"step","step":{text}}}\n' for text in missing]
+        records.append(self._run_record(trace))
+        self._append("".join(records).encode())
+        self._rewrite(trace)
+
+    def _point_chains_at(self, trace: Trace) -> None:
+        """The next step's states are stored as changes from the last step's."""
+        last = json.loads(self._texts[-1]) if self._texts else {}
+        for key, chain in self.chains.items():
+            digest = ref_of(last.get(key))
+            chain.ref = digest
+            chain.value = json.loads(_dumps(getattr(trace.steps[-1], key))) if digest else {}
+
+    def _by_reference(self, step: Step) -> Step:
+        return step.model_copy(update={key: state_ref(self.chains[key].store(getattr(step, key)))
+                                       for key in STATE_FIELDS})
+
+    def _run_record(self, trace: Trace) -> str:
+        return f'{{"kind":"run","steps":{len(trace.steps)},"trace":{_trace_fields(trace)}}}\n'
+
+    # ---- a step ---------------------------------------------------------------------------------
+    def append(self, trace: Trace) -> None:
+        """Commit trace's last step: its states stored, its line appended and fsynced, then trace.json updated.
+        On an error (a full disk) nothing of it stays: the log and trace.json are as before."""
+        step = trace.steps[-1]
+        referenced = self._by_reference(step)
+        text = _step_text(referenced)
+        moving = f"{self._texts[-1]},\n".encode() if self._texts else b""
+        tail = _trace_fields(trace, TAIL_FIELDS)
+        line = f'{{"kind":"step","step":{text},"trace":{tail}}}\n'.encode()
+        before = self._log_size
+        self._append(line)
+        try:
+            self._update_json(moving, _step_text(step).encode(), tail)
+        except BaseException:
+            self._truncate_log(before)
+            raise
+        self._texts.append(text)
+
+    def _append(self, data: bytes) -> None:
+        fd = self._log_fd
+        if fd is None:
+            raise RuntimeError("the trace log is used before begin()")
+        before = self._log_size
+        try:
+            _write_all(fd, data, before)
+            os.fdatasync(fd)
+        except BaseException:
+            self._truncate_log(before)
+            raise
+        self._log_size = before + len(data)
+
+    def _truncate_log(self, size: int) -> None:
+        if self._log_fd is not None:
+            try:
+                os.ftruncate(self._log_fd, size)
+            except OSError:
+                pass  # left torn: the next begin() cuts it
+            self._log_size = size
+
+    def _update_json(self, moving: bytes, last: bytes, tail: str) -> None:
+        """Rewrite trace.json from the previous step on: that step by reference, the new one inline, the
+        fields after the steps. Padded with spaces so no truncation (and no moment of a torn file) is needed."""
+        fd = self._json_fd
+        if fd is None:
+            raise RuntimeError("trace.json is updated before begin()")
+        new = moving + last + _closing(tail)
+        if len(new) < len(self._suffix):
+            new = new[:-1] + b" " * (len(self._suffix) - len(new)) + b"\n"
+        try:
+            _write_all(fd, new, self._last_at)
+        except BaseException:
+            try:  # the bytes there were written before, so putting them back needs no new space
+                _write_all(fd, self._suffix, self._last_at)
+                os.ftruncate(fd, self._last_at + len(self._suffix))
+            except OSError:
+                pass
+            raise
+        self._last_at += len(moving)
+        self._suffix = new[len(moving):]
+
+    # ---- whole rewrites -------------------------------------------------------------------------
+    def _rewrite(self, trace: Trace) -> None:
+        """trace.json whole, atomically: the header, one step a line (the last inline), the tail fields."""
+        head = _trace_fields(trace, exclude=TAIL_FIELDS)[:-1].encode() + b',"steps":[\n'
+        body = b"".join(f"{text},\n".encode() for text in self._texts[:-1])
+        last = _step_text(trace.steps[-1]).encode() if trace.steps else b""
+        suffix = last + _closing(_trace_fields(trace, TAIL_FIELDS))
+        path = self.run_dir / TRACE_FILE
+        write_atomic(path, head + body + suffix)
+        if self._json_fd is not None:
+            os.close(self._json_fd)
+        self._json_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._last_at = len(head) + len(body)
+        self._suffix = suffix
+
+    def finish(self, trace: Trace) -> None:
+        """The run ended: its end recorded in the log, trace.json rewritten whole and made durable."""
+        self._append(self._run_record(trace).encode())
+        self._rewrite(trace)
+
+    def close(self) -> None:
+        for fd in (self._log_fd, self._json_fd):
+            if fd is not None:
+                os.close(fd)
+        self._log_fd = self._json_fd = None
+
+
+def _stored_text(step: Step, candidates: tuple[dict[str, Any] | None, ...]) -> str | None:
+    """The first stored form of `step` whose states are all references and whose other fields are the step's
+    (so an edit made to trace.json by hand is kept), as text; None when there is none."""
+    plain: dict[str, Any] | None = None
+    for raw in candidates:
+        if raw is None or not all(ref_of(raw.get(k)) for k in STATE_FIELDS):
+            continue
+        if plain is None:
+            plain = {k: v for k, v in json.loads(_step_text(step)).items() if k not in STATE_FIELDS}
+        if {k: v for k, v in raw.items() if k not in STATE_FIELDS} == plain:
+            return _dumps(raw)
+    return None
+
+
+def _closing(tail: str) -> bytes:
+    """The end of trace.json after its last step: the tail fields, with the object's opening brace dropped."""
+    return b"\n]," + tail[1:].encode() + b"\n"
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
