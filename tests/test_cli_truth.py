@@ -23,6 +23,8 @@ MLAB_BIN = Path(sys.executable).parent
 NOT_RUN: dict[str, tuple[str, str | None]] = {
     "mlab data --all --download DIR": ("downloads every task's files from the internet", None),
     "mlab prepare --all --data-dir DIR": ("needs the files the download above fetched", None),
+    "mlab bench ... --engine ray --ray-address HEAD_IP:6379 [--cpus-per-run 1]": (
+        "needs a Ray cluster on other machines (HEAD_IP is a placeholder)", None),
     "mlab bench --tasks lite/digits,lite/wine --agents baseline,research --llm openai/gpt-4o --runs 8 "
     "--bench-dir bench": ("needs a real model (openai/gpt-4o)",
                           "mlab bench --tasks lite/digits,lite/wine --agents baseline --runs 1 --workers 2 "
