@@ -59,6 +59,21 @@ class Baseline(_Strict):
     source: str = Field(min_length=1)
 
 
+class Validation(_Strict):
+    """The validation split prepare writes from the training data (never the test set): its inputs in the
+    workspace and its answers in the hidden folder, in the format of the test inputs and answers."""
+
+    inputs: str
+    answers: str
+    predictions: str = "valid_submission.csv"  # the agent's default predictions file for the inputs
+    test_inputs: str = ""  # the test inputs' file, so scoring messages can name the validation file instead
+
+    @field_validator("inputs", "answers", "predictions")
+    @classmethod
+    def _inside(cls, value: str) -> str:
+        return _relative(value)
+
+
 class ResourcesSpec(Resources):
     model_config = ConfigDict(extra="forbid")
 
@@ -83,9 +98,7 @@ class TaskSpec(_Strict):
     scoring_timeout: float = Field(default=600.0, gt=0)
     max_submission_bytes: int = Field(default=64 * 2**20, gt=0)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    # TODO(validation splits): the Task contract has no validation split yet; the field is read so that
-    # `mlab check-task` can say it is unsupported rather than the file being refused as unknown.
-    validation: dict[str, Any] | None = None
+    validation: Validation | None = None
 
     @field_validator("scorer", "prepare", "reference", "starter")
     @classmethod
@@ -195,5 +208,7 @@ def _check_meaning(spec: TaskSpec, located: LocatedYaml, folder: Path) -> None:
     if spec.prepare is None and not spec.files.public:
         raise located.error(("files",), "the task has no data: give files.public (and files.hidden) or a prepare "
                                         "script")
+    if spec.validation is not None and spec.validation.answers == spec.answers.file:
+        raise located.error(("validation", "answers"), "must be another file than the test answers")
     if spec.baseline is not None and not spec.baseline.fixed > 0:
         raise located.error(("baseline", "fixed"), "must be above 0 (improvement over it is a ratio)")

@@ -17,7 +17,7 @@ from mlab.core.declarative.metrics import METRICS
 from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
-from mlab.core.task import Metric, PrepareContext, Task, scoring_context
+from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit, scoring_context
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
 # submission's author's to influence, so it is read bounded.
@@ -45,6 +45,12 @@ class DeclarativeTask(Task):
         self.success_margin = spec.success_margin
         self.scoring_timeout_s = spec.scoring_timeout
         self.max_submission_bytes = spec.max_submission_bytes
+        if spec.validation is not None:
+            split = spec.validation
+            self.validation = ValidationSplit(inputs=split.inputs, predictions=split.predictions,
+                                              submission=spec.submission_table.file,
+                                              answers={split.answers: spec.answers.file},
+                                              test_inputs=split.test_inputs)
 
     @classmethod
     def from_folder(cls, folder: Path, pack: str) -> DeclarativeTask:
@@ -53,14 +59,6 @@ class DeclarativeTask(Task):
 
     def __repr__(self) -> str:
         return f"DeclarativeTask({self.name!r}, {str(self.folder)!r})"
-
-    def unsupported(self) -> list[str]:
-        """One line (file:line: field) per field this mlab reads but cannot honour yet."""
-        if self.spec.validation is None:
-            return []
-        # TODO(validation splits): map to the Task contract's validation split once it has one.
-        return [str(self.located.error(("validation",), "validation splits are not supported by this mlab yet; "
-                                                        "remove the field"))]
 
     def check_runnable(self) -> None:
         if self.spec.scorer is None and importlib.util.find_spec("sklearn") is None:
@@ -80,6 +78,11 @@ class DeclarativeTask(Task):
         if not (ctx.hidden_dir / self.spec.answers.file).is_file():
             raise MlabError(f"{self.name}: prepare wrote no answers file {self.spec.answers.file} (list it under "
                             f"files.hidden in {self.located.path}, or have the prepare script write it)")
+        split = self.spec.validation
+        if split is not None and not ((ctx.public_dir / split.inputs).is_file()
+                                      and (ctx.hidden_dir / split.answers).is_file()):
+            raise MlabError(f"{self.name}: prepare wrote no validation split ({split.inputs} in the workspace and "
+                            f"{split.answers} in the hidden folder, as validation: in {self.located.path} says)")
         ctx.log(f"{self.name}: prepared from {self.folder}")
 
     def _run_prepare(self, ctx: PrepareContext) -> None:

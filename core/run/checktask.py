@@ -92,6 +92,21 @@ def _difference(first: tuple[str, str] | None, second: tuple[str, str] | None) -
     return {"file": "content", "symlink": "target"}.get(first[0], "differs")
 
 
+def _validation_problem(harness: Harness, task: Task) -> str | None:
+    """What is missing of the task's validation split after prepare, or None."""
+    split = task.validation
+    assert split is not None
+    public, hidden = harness.home.public_dir(task), harness.home.hidden_dir(task)
+    if not (public / split.inputs).is_file():
+        return f"prepare wrote no validation inputs {split.inputs}"
+    for kept, as_name in split.answers.items():
+        if not (hidden / kept).is_file():
+            return f"prepare wrote no validation answers {kept} to the hidden folder"
+        if kept == as_name:
+            return f"the validation answers {kept} are the file the test answers are read from"
+    return None
+
+
 def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None, timeout_s: float = 7200.0,
                margin: float | None = None, log: Callable[[str], None] = lambda _m: None) -> CheckReport:
     """Prepare into the harness's home, run the baseline and the reference in its sandbox, compare."""
@@ -102,10 +117,6 @@ def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None,
     except MlabError as exc:
         report.status, report.reason = "skipped", str(exc)
         return report
-    # 0. a declarative task's fields this mlab reads but cannot honour yet (file:line: field each)
-    unsupported = getattr(task, "unsupported", None)
-    if callable(unsupported) and unsupported():
-        report.steps["task file"] = "; ".join(unsupported())
     # 1. prepare from the local copy, and a second prepare must do nothing
     started = time.monotonic()
     try:
@@ -125,6 +136,10 @@ def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None,
     started = time.monotonic()
     report.steps[REPRODUCIBLE] = check_reproducible_prepare(harness, task, data_dir, prepared_now, log)
     report.seconds[REPRODUCIBLE] = round(time.monotonic() - started, 2)
+
+    # 1c. a declared validation split must be there, apart from the test answers
+    if task.validation is not None:
+        report.steps["validation split"] = _validation_problem(harness, task) or "ok"
 
     # 2. an empty workspace must be an invalid submission, not a crash
     with tempfile.TemporaryDirectory(prefix="mlab-check-empty-") as empty:

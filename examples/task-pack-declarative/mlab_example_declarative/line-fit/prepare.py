@@ -6,6 +6,7 @@ from pathlib import Path
 
 SLOPE, INTERCEPT, NOISE_SD = 3.2, -4.5, 1.5
 N_TRAIN, N_TEST = 200, 100
+N_VALID = 40  # training rows also written as the validation split (they stay in train.csv)
 SEED = 20240501
 
 
@@ -30,4 +31,8 @@ public, hidden = Path(os.environ["MLAB_PUBLIC_DIR"]), Path(os.environ["MLAB_HIDD
 write_csv(public / "train.csv", ["x", "y"], [(f"{x:.6f}", f"{y:.6f}") for x, y in train])
 write_csv(public / "test.csv", ["id", "x"], [(i, f"{x:.6f}") for i, (x, _y) in enumerate(test)])
 write_csv(hidden / "answers.csv", ["id", "y"], [(i, f"{y:.6f}") for i, (_x, y) in enumerate(test)])
-print(f"wrote {N_TRAIN} training and {N_TEST} test rows")
+# The validation split comes from the training rows, never the test set; its answers stay hidden.
+valid = sorted(random.Random(SEED + 1).sample(range(N_TRAIN), N_VALID))
+write_csv(public / "valid.csv", ["id", "x"], [(i, f"{train[i][0]:.6f}") for i in valid])
+write_csv(hidden / "valid_answers.csv", ["id", "y"], [(i, f"{train[i][1]:.6f}") for i in valid])
+print(f"wrote {N_TRAIN} training ({N_VALID} also for validation) and {N_TEST} test rows")
