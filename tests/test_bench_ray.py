@@ -172,7 +172,7 @@ def test_large_task_files_stay_home_and_the_head_links_its_own(tmp_path):
     (workspace / "train.py").write_text("print('hi')\n")
     (space / LOG_MEMBER).write_text("worker output\n")
     archive = tmp_path / "run.tar"
-    pack_run(space, archive, node_public)
+    pack_run(archive, space / RUN_MEMBER, node_public, space / LOG_MEMBER)
     assert archive.stat().st_size < 100_000  # the 3 MiB file stayed on the node
     staging = tmp_path / "staging"
     assert extract(archive, staging) == []
@@ -186,6 +186,7 @@ def test_large_task_files_stay_home_and_the_head_links_its_own(tmp_path):
     assert (arrived / "train.py").read_text() == "print('hi')\n"
     assert sorted(p.name for p in arrived.iterdir()) == ["data", "train.py"]
     assert (staging / LOG_MEMBER).read_text() == "worker output\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["head", "node", "run.tar", "secret", "space", "staging"]
 
 
 # ---- a real two-node cluster on this machine ---------------------------------------------------------------

@@ -9,7 +9,7 @@ A run's trip:
   (else ~/.cache/mlab), tagged with the archive's sha256, so each node receives each version of a task once.
 - The worker runs the run in a folder of its node's temp space, then streams the run folder back as a tar in
   chunks (a streaming generator task, so the head's memory holds one chunk at a time). Large read-only data
-  files the workspace hard-links to the node's task copy are not sent: the head links them from its own copy.
+  files a workspace hard-links to the task's copy travel neither way: the receiver links its own copy.
 - The head treats the archive as hostile: it caps the bytes it accepts, extracts with tarfile's `data` filter
   (no absolute names, no `..`, no links leading out, no devices) into a fresh folder beside the run's, skips
   what the filter refuses (noted in the run's errors.log) and only then swaps it in as the run's folder.
@@ -304,6 +304,7 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
                     for ref in run_refs:
                         out.write(ray.get(ref))
                 extract(incoming, space / "incoming")
+                link_shared(space / "incoming", home.public_dir(SimpleNamespace(name=task["task"])))
                 os.replace(space / "incoming" / RUN_MEMBER, run_dir)
             name = Path(job["run_dir"]).name
 
@@ -320,8 +321,8 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
         except Exception as exc:
             result = {"status": "failed", "failure": "harness_error",
                       "end_reason": f"harness error on Ray node {node['node_ip']}: {type(exc).__name__}: {exc}"}
-        public = home.public_dir(SimpleNamespace(name=task["task"])) if ran and home is not None else None
-        pack_run(space, archive, public)  # without the run folder unless it ran: the head's copy stays
+        public = home.public_dir(SimpleNamespace(name=task["task"])) if home is not None else None
+        pack_run(archive, run_dir if ran else None, public, log)  # not run: the head's copy stays as it is
         size = archive.stat().st_size
         yield {"result": result, "node": node, "bytes": size}
         if size > MAX_RUN_BYTES:
@@ -340,18 +341,23 @@ def _left_out(run_dir: Path, leave_out: Callable[[str, os.stat_result], bool]) -
                 yield member
 
 
-def pack_run(space: Path, archive: Path, public: Path | None) -> None:
-    """On the worker: the archive of a run's space (its log; with `public`, the node's copy of the task's
-    public files, also the run folder, less the workspace files hard-linked to that copy, named instead)."""
-    members = {LOG_MEMBER: space / LOG_MEMBER}
+def pack_run(archive: Path, run_dir: Path | None, public: Path | None, log: Path | None = None) -> None:
+    """A run folder's archive, either way: less the workspace files that are hard links to `public` (the
+    sender's copy of the task's public files), whose names go in SHARED_MEMBER instead; plus the worker's log."""
+    members = {LOG_MEMBER: log} if log is not None else {}
     leave_out = None
-    if public is not None:
-        run_dir = space / RUN_MEMBER
-        leave_out = _linked_to_task(run_dir / "workspace", public)
-        shared = sorted(name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
-        write_atomic(space / SHARED_MEMBER, json.dumps(shared).encode())
-        members.update({SHARED_MEMBER: space / SHARED_MEMBER, RUN_MEMBER: run_dir})
-    pack(members, archive, leave_out=leave_out)
+    if run_dir is not None:
+        shared_list = archive.with_name(f"{archive.name}.shared.json")
+        leave_out = _linked_to_task(run_dir / "workspace", public) if public is not None else None
+        shared = [] if leave_out is None else sorted(
+            name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
+        write_atomic(shared_list, json.dumps(shared).encode())
+        members.update({SHARED_MEMBER: shared_list, RUN_MEMBER: run_dir})
+    try:
+        pack(members, archive, leave_out=leave_out)
+    finally:
+        if run_dir is not None:
+            shared_list.unlink(missing_ok=True)
 
 
 def link_shared(staging: Path, public: Path) -> None:
@@ -471,7 +477,7 @@ class RayEngine:
         run_dir = Path(job["run_dir"])
         if job["mode"] != "start" and run_dir.is_dir():
             outgoing = self.shipping / f"{run_dir.name}.out.tar"
-            pack({RUN_MEMBER: run_dir}, outgoing)
+            pack_run(outgoing, run_dir, TaskHome.from_env().public_dir(SimpleNamespace(name=job["config"]["task"])))
             run_refs = [self.ray.put(block) for block in chunks(outgoing)]
             outgoing.unlink()
         archive = self.shipping / "incoming" / f"{run_dir.name}.tar"
