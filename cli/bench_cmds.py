@@ -44,7 +44,8 @@ def _run_options(**given: object) -> dict[str, object]:
 @click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration())
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
-@click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE")
+@click.option("--agent-option", "agent_options", multiple=True, metavar="[AGENT:]KEY=VALUE",
+              help="An agent option: KEY=VALUE for every agent that has it, AGENT:KEY=VALUE for one agent.")
 @click.option("--allow-validate", is_flag=True,
               help="Offer the Validate Submission action: score predictions on each task's validation split.")
 @click.option("--llm-api-base", metavar="URL",

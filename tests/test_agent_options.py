@@ -103,3 +103,20 @@ def test_required_options_are_listed_as_required():
                                "description": ""}
     with pytest.raises(MlabError, match="option run_dir: field required"):
         check_agent_options(FaultAgent, {"steps": 2})
+
+
+def test_a_bench_gives_each_agent_the_options_it_declares():
+    from mlab.core.agent import bench_agent_options
+
+    agents = load_registry().items["agents"]
+    research, baseline = agents["research"], agents["baseline"]
+    some_option = next(iter(research.Options.model_fields))
+    value = research.Options().model_dump()[some_option]
+    chosen = bench_agent_options([research, baseline], {some_option: value})
+    assert chosen == {"research": {some_option: value}, "baseline": {}}
+    with pytest.raises(MlabError, match="no agent of this bench has an option 'nosuch'"):
+        bench_agent_options([research, baseline], {"nosuch": 1})
+    with pytest.raises(MlabError, match="agent 'baseline' has no option"):
+        bench_agent_options([research, baseline], {f"baseline:{some_option}": value})
+    with pytest.raises(MlabError, match="'autogpt' is not in this bench"):
+        bench_agent_options([research, baseline], {f"autogpt:{some_option}": value})

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlab.core.agent import bench_agent_options
 from mlab.core.bench.evaluate import registry_from
 from mlab.core.bench.results import DB_FILE, ResultsDB, Row, judge_runs
 from mlab.core.errors import MlabError
@@ -132,6 +133,7 @@ class Bench:
         reg = self.registry
         self.tasks = [reg.get("tasks", name) for name in self.spec.tasks]
         self.agent_classes = [reg.get("agents", name) for name in self.spec.agents]
+        self.agent_options = bench_agent_options(self.agent_classes, self.spec.agent_options)
         for name in self.spec.llms:
             if name is not None:
                 from mlab.core.llm.roles import build_backend
@@ -156,7 +158,7 @@ class Bench:
         return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
                          edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
                          action_timeout_s=s.action_timeout_s, seed=seed, sandbox=s.sandbox,
-                         agent_options=dict(s.agent_options), **s.run_options)
+                         agent_options=dict(self.agent_options.get(agent, {})), **s.run_options)
 
     def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
         from mlab.core.run.trace import read_trace
