@@ -9,7 +9,8 @@ A run's trace is written as it happens, at a cost that does not grow with the ru
 - Agent, environment and LLM states are stored under `states/ab/<sha256>` as content-addressed JSON objects,
   each the changes from the previous step's state (`base` names it): an unchanged state is the same reference,
   a grown list stores only its new items, a dict only its changed keys. A step names its states as
-  {"$state": "<sha256>"}.
+  {"$state": "<sha256>"}. Objects are written without fsync and made durable by one syncfs before the line
+  naming them is appended; a resume reads them back against their names and redoes a step whose are torn.
 - `trace.json` stays the readable whole: one step a line, states as references except the last step's, which
   is inline. Each step rewrites only from the previous step on (a write of about one step), in place; it is
   rewritten whole (atomically) when a run starts, resumes or ends. trace.json is not fsynced: steps.jsonl is
@@ -31,6 +32,7 @@ from typing import Any
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.durable import sync_filesystem
 from mlab.core.models import Step, Trace
 from mlab.core.run.trace import TRACE_FILE, json_safe
 
@@ -62,12 +64,13 @@ def _dumps(value: Any) -> str:
 
 
 class StateObjects:
-    """Content-addressed JSON objects under RUN_DIR/states. Written under a temporary name and renamed, without
-    fsync: the step line naming them is fsynced after, and a resume checks them against their names."""
+    """Content-addressed JSON objects under RUN_DIR/states, written under a temporary name and renamed (never
+    torn by a kill), durable from the next sync()."""
 
     def __init__(self, run_dir: Path):
         self.root = Path(run_dir) / STATES_DIR
         self._good: set[str] = set()  # written or checked by this process
+        self.unsynced = False  # objects written since the last sync()
 
     def path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
@@ -87,7 +90,14 @@ class StateObjects:
             tmp.unlink(missing_ok=True)  # e.g. a full disk: nothing half written stays
             raise
         self._good.add(digest)
+        self.unsynced = True
         return digest
+
+    def sync(self) -> None:
+        """Make every object written so far durable, with one syncfs (not one fsync per object)."""
+        if self.unsynced:
+            sync_filesystem(self.root)
+            self.unsynced = False
 
     def get(self, digest: str) -> bytes | None:
         """The object's bytes, or None when it is missing or torn (its bytes do not hash to its name)."""
@@ -360,16 +370,24 @@ class TraceLog:
         in_json = {s.get("index"): s for s in stored if isinstance(s, dict)}
         self._texts = []
         missing: list[str] = []
-        for step in trace.steps:
-            text = _stored_text(step, (logged.get(step.index), in_json.get(step.index)))
-            if text is None:  # a step from before the log, states inline: store them now
-                text = _step_text(self._by_reference(step))
+        for number, step in enumerate(trace.steps, 1):
+            if number == len(trace.steps):
+                # The last step's states as loaded (maybe inline from trace.json, its objects torn) start new
+                # chains: later steps never build on an object that was not read back whole.
+                for chain in self.chains.values():
+                    chain.ref, chain.value = None, {}
+                known = None
+            else:
+                known = _stored_text(step, (logged.get(step.index), in_json.get(step.index)))
+            # None: the last step, or one from before the log with its states inline: store them now
+            text = known if known is not None else _step_text(self._by_reference(step))
             self._texts.append(text)
             if missing or step.index not in logged or _dumps(logged[step.index]) != text:
                 missing.append(text)  # a step record replaces the log's steps from its index on
         self._point_chains_at(trace)
         records = [f'{{"kind":"step","step":{text}}}\n' for text in missing]
         records.append(self._run_record(trace))
+        self.objects.sync()
         self._append("".join(records).encode())
         self._rewrite(trace)
 
@@ -394,6 +412,7 @@ class TraceLog:
         On an error (a full disk) nothing of it stays: the log and trace.json are as before."""
         step = trace.steps[-1]
         referenced = self._by_reference(step)
+        self.objects.sync()  # the states are on disk before the line naming them
         text = _step_text(referenced)
         moving = f"{self._texts[-1]},\n".encode() if self._texts else b""
         tail = _trace_fields(trace, TAIL_FIELDS)

@@ -1,0 +1,295 @@
+"""The append-only trace: steps.jsonl, states stored as content-addressed changes, trace.json kept current."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mlab.core.models import Action, RunConfig, Step, Trace, Usage
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def mlab_home(tmp_path, monkeypatch):
+    home = tmp_path / "mlab-home"
+    monkeypatch.setenv("MLAB_HOME", str(home))
+    return home
+
+
+def start_harness(run_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.fixtures.harness", str(run_dir), *extra], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    return out
+
+
+def kill_after_step(run_dir: Path, step: int, *extra: str) -> None:
+    """Run the fixture harness and SIGKILL it once step `step` is traced."""
+    proc = start_harness(run_dir, *extra)
+    for line in proc.stdout:
+        if line.startswith(f"STEP {step}"):
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def log_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "steps.jsonl").read_bytes().splitlines()]
+
+
+def assert_effects_once(run_dir: Path, trace: Trace) -> None:
+    """Every step 1..N once, and the workspace shows each step's effect exactly once."""
+    assert [s.index for s in trace.steps] == list(range(1, len(trace.steps) + 1))
+    scripts = sum(1 for s in trace.steps if s.action.name == "Execute Script")
+    assert (run_dir / "workspace" / "log.txt").read_text().splitlines() == [f"run {i}" for i in range(scripts)]
+    appended = [s.index for s in trace.steps if s.action.name == "Append File"]
+    notes = (run_dir / "workspace" / "notes.txt").read_text().splitlines()
+    assert notes == [f"step {i}" for i in appended]
+
+
+# ---- what a run writes ----------------------------------------------------------------------------
+
+def test_a_run_logs_one_line_per_step_and_every_reader_gets_the_same_trace(tmp_path, mlab_home):
+    from mlab.core.run.trace import read_trace
+
+    run_dir = tmp_path / "run"
+    out = finish(start_harness(run_dir, "--steps", "5"))
+    assert "END finished final answer" in out
+    records = log_lines(run_dir)
+    assert [r["kind"] for r in records] == ["run"] + ["step"] * 5 + ["run"]
+    assert [r["step"]["index"] for r in records if r["kind"] == "step"] == [1, 2, 3, 4, 5]
+    assert records[-1]["trace"]["status"] == "finished" and records[-1]["steps"] == 5
+    # Each line names its states; the agent's state changes every step, the LLM state never (no LLM here).
+    refs = [r["step"]["agent_state"]["$state"] for r in records if r["kind"] == "step"]
+    assert len(set(refs)) == 5
+    assert len({r["step"]["llm_state"]["$state"] for r in records if r["kind"] == "step"}) == 1
+    # trace.json: one step a line, the last one's states inline, the others by reference.
+    stored = json.loads((run_dir / "trace.json").read_text())
+    assert stored["status"] == "finished" and [s["index"] for s in stored["steps"]] == [1, 2, 3, 4, 5]
+    assert stored["steps"][-1]["agent_state"] == {"decisions": 5}
+    assert all(set(s["agent_state"]) == {"$state"} for s in stored["steps"][:-1])
+    trace = read_trace(run_dir)
+    assert [s.agent_state for s in trace.steps] == [{"decisions": i} for i in range(1, 6)]
+    assert trace.final_score == stored["final_score"] and trace.status == "finished"
+
+
+def test_state_changes_round_trip_and_unchanged_state_costs_nothing(tmp_path):
+    from mlab.core.run.trace_log import STATES_DIR, TraceLog, load_trace
+
+    states = [
+        {"log": ["a"], "notes": {"1": "x"}, "n": 1, "gone": True},
+        {"log": ["a", "b"], "notes": {"1": "x", "2": "y"}, "n": 1, "gone": True},
+        {"log": ["a", "b"], "notes": {"1": "x", "2": "y"}, "n": 1, "gone": True},  # unchanged
+        {"log": ["b"], "notes": {"2": "z"}, "n": 2},  # shrunk, changed, a key removed
+        {"log": ("t", 1), "notes": {3: "int key"}, "n": float("nan"), "obj": object()},  # not plain JSON
+        {},
+    ]
+    trace = Trace(run_id="r", config=RunConfig(task="t", agent="a"), started_at=0.0)
+    log = TraceLog(tmp_path)
+    log.begin(trace)
+    objects_after = []
+    for index, state in enumerate(states, 1):
+        trace.steps.append(Step(index=index, action=Action(name="List Files"), observation="ok", started_at=0.0,
+                                duration_s=0.0, snapshot=f"step_{index:04d}", agent_state=state))
+        log.append(trace)
+        objects_after.append(sum(1 for p in (tmp_path / STATES_DIR).rglob("*") if p.is_file()))
+    log.close()
+    assert objects_after[2] == objects_after[1]  # the unchanged state is the same object
+    refs = [r["step"]["agent_state"]["$state"] for r in log_lines(tmp_path) if r["kind"] == "step"]
+    assert refs[2] == refs[1] and len(set(refs)) == 5
+    loaded = [s.agent_state for s in load_trace(tmp_path).steps]
+    assert loaded[:4] == states[:4] and loaded[5] == {}
+    odd = loaded[4]
+    assert odd["log"] == ["t", 1] and odd["notes"] == {"3": "int key"} and odd["n"] == "nan"
+    assert odd["obj"].startswith("<object object")
+    # A changed state stores its change, not a copy: the second state's record holds only "b" and "2".
+    second = json.loads((tmp_path / STATES_DIR / refs[1][:2] / refs[1]).read_text())
+    assert second["base"] == refs[0]
+    assert second["changes"] == {"log": {"append": ["b"]}, "notes": {"update": {"2": "y"}, "remove": []}}
+
+
+def test_trace_bytes_grow_linearly_in_steps(tmp_path):
+    """A research-agent-like state (a growing research log and summaries, an undo history) costs per step
+    what changed: bytes after 2N steps are twice those after N, not four times."""
+    from mlab.core.run.trace import write_trace
+    from mlab.core.run.trace_log import TraceLog
+
+    def run_bytes(steps: int) -> int:
+        run_dir = tmp_path / f"run{steps}"
+        run_dir.mkdir()
+        trace = Trace(run_id="r", config=RunConfig(task="t", agent="a"), started_at=0.0)
+        log = TraceLog(run_dir)
+        log.begin(trace)
+        research_log: list[str] = []
+        backups: dict[str, list[str]] = {}
+        for index in range(1, steps + 1):
+            research_log.append(f"Step {index}: tried learning rate {index / 1000} " + "x" * 400)
+            backups.setdefault(f"train_{index % 5}.py", []).append(f"{index:064x}")
+            trace.steps.append(Step(
+                index=index, action=Action(name="Edit Script (AI)", args={"script_name": "train.py"}),
+                observation="The edited file is saved. " + "y" * 300, started_at=0.0, duration_s=0.0,
+                snapshot=f"step_{index:04d}",
+                agent_state={"research_log": list(research_log), "summaries": {str(i): "s" * 200 for i in
+                                                                             range(1, index + 1)}},
+                env_state={"backups": {k: list(v) for k, v in backups.items()}},
+                llm_state={"usage": {"calls": index}}))
+            log.append(trace)
+        log.close()
+        new = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+        old_dir = tmp_path / f"old{steps}"
+        old_dir.mkdir()
+        write_trace(old_dir, trace)  # the layout before: one trace.json, each step's states inline
+        return new, (old_dir / "trace.json").stat().st_size
+
+    (small, old_small), (large, old_large) = run_bytes(50), run_bytes(100)
+    assert large < 2.2 * small, (small, large)
+    assert old_large > 3.5 * old_small  # what quadratic growth looks like
+    assert large * 4 < old_large, (large, old_large)
+
+
+# ---- crashes ----------------------------------------------------------------------------------------
+
+def test_torn_last_line_is_ignored_and_its_step_done_again(tmp_path, mlab_home):
+    from mlab.core.run.trace import read_trace
+
+    run_dir = tmp_path / "run"
+    kill_after_step(run_dir, 3, "--steps", "6", "--sleep", "0.3")
+    before = read_trace(run_dir)
+    done = len(before.steps)
+    # A kill while appending the next step's line leaves half of it: not committed, so not in the trace.
+    line = (run_dir / "steps.jsonl").read_bytes().splitlines(keepends=True)[-1]
+    torn = line.replace(f'"index":{done}'.encode(), f'"index":{done + 1}'.encode())[:len(line) // 2]
+    with open(run_dir / "steps.jsonl", "ab") as f:
+        f.write(torn)
+    assert [s.index for s in read_trace(run_dir).steps] == list(range(1, done + 1))
+    proc = start_harness(run_dir, "--resume", "--steps", "6", "--sleep", "0.3")
+    assert "END finished final answer" in finish(proc)
+    records = log_lines(run_dir)  # every line parses: the torn one was cut before appending
+    assert records[-1]["kind"] == "run" and records[-1]["steps"] == 6
+    trace = read_trace(run_dir)
+    assert trace.status == "finished"
+    assert_effects_once(run_dir, trace)
+
+
+def test_a_step_committed_in_the_log_but_not_in_trace_json_counts(tmp_path, mlab_home):
+    """Killed between the fsync of the step's line and the update of trace.json: the step is committed."""
+    from mlab.core.run.trace import read_trace, write_trace
+
+    run_dir = tmp_path / "run"
+    kill_after_step(run_dir, 3, "--steps", "6", "--sleep", "0.3")
+    full = read_trace(run_dir)
+    done = len(full.steps)
+    behind = full.model_copy(update={"steps": full.steps[:-1]})
+    write_trace(run_dir, behind)  # trace.json as it was before the last step
+    assert len(json.loads((run_dir / "trace.json").read_text())["steps"]) == done - 1
+    assert read_trace(run_dir) == full
+    proc = start_harness(run_dir, "--resume", "--steps", "6", "--sleep", "0.3")
+    out = finish(proc)
+    assert f"STEP {done}\n" not in out  # the committed step is not done again
+    trace = read_trace(run_dir)
+    assert trace.status == "finished"
+    assert_effects_once(run_dir, trace)
+
+
+def test_unreadable_trace_json_is_rebuilt_from_the_log(tmp_path, mlab_home):
+    from mlab.core.run.trace import read_trace
+
+    run_dir = tmp_path / "run"
+    kill_after_step(run_dir, 2, "--steps", "5", "--sleep", "0.3")
+    full = read_trace(run_dir)
+    text = (run_dir / "trace.json").read_text()
+    (run_dir / "trace.json").write_text(text[:len(text) // 2])  # torn mid-write
+    assert read_trace(run_dir) == full
+    (run_dir / "trace.json").unlink()  # or lost in a power cut (it is not fsynced each step)
+    assert read_trace(run_dir) == full
+    assert "END finished final answer" in finish(start_harness(run_dir, "--resume", "--steps", "5"))
+    assert json.loads((run_dir / "trace.json").read_text())["status"] == "finished"
+    assert_effects_once(run_dir, read_trace(run_dir))
+
+
+def test_torn_state_object_makes_its_step_done_again(tmp_path, mlab_home):
+    from mlab.core.run.trace import read_trace
+
+    run_dir = tmp_path / "run"
+    kill_after_step(run_dir, 3, "--steps", "6", "--sleep", "0.3")
+    before = read_trace(run_dir)
+    last = json.loads((run_dir / "steps.jsonl").read_bytes().splitlines()[-1])["step"]
+    digest = last["agent_state"]["$state"]
+    obj = run_dir / "states" / digest[:2] / digest
+    # A power cut lost the end of the last state object and trace.json (whose last step holds it inline).
+    obj.write_bytes(obj.read_bytes()[:5])
+    (run_dir / "trace.json").unlink()
+    assert read_trace(run_dir).steps[-1].agent_state == {"$state": digest}  # unreadable: left as a reference
+    out = finish(start_harness(run_dir, "--resume", "--steps", "6", "--sleep", "0.3"))
+    assert f"STEP {len(before.steps)}\n" in out  # done again
+    assert f"step {len(before.steps)} is done again" in (run_dir / "errors.log").read_text()
+    trace = read_trace(run_dir)
+    assert trace.status == "finished"
+    assert_effects_once(run_dir, trace)
+
+
+def test_old_run_with_only_trace_json_loads_and_resumes(tmp_path, mlab_home):
+    import shutil
+
+    from mlab.core.run.trace import read_trace, write_trace
+    from mlab.core.run.trace_log import read_log
+
+    run_dir = tmp_path / "run"
+    kill_after_step(run_dir, 2, "--steps", "5", "--sleep", "0.3")
+    trace = read_trace(run_dir)
+    write_trace(run_dir, trace)  # the old layout: every state inline, no log, no states folder
+    (run_dir / "steps.jsonl").unlink()
+    shutil.rmtree(run_dir / "states")
+    assert read_trace(run_dir) == trace
+    assert "END finished final answer" in finish(start_harness(run_dir, "--resume", "--steps", "5"))
+    resumed = read_trace(run_dir)
+    assert resumed.status == "finished" and resumed.steps[:len(trace.steps)] == trace.steps
+    committed = read_log(run_dir)
+    assert committed is not None and [s["index"] for s in committed.steps] == [1, 2, 3, 4, 5]
+    assert_effects_once(run_dir, resumed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_sigkill_at_random_moments_keeps_log_and_trace_json_consistent(tmp_path, mlab_home, seed):
+    from mlab.core.run.trace import read_trace
+
+    rng = random.Random(seed)
+    run_dir = tmp_path / "run"
+    steps = 8
+    proc = start_harness(run_dir, "--steps", str(steps), "--sleep", "0.2")
+    kills = 0
+    while kills < 3:
+        line = proc.stdout.readline()
+        if not line or line.startswith("END"):
+            break
+        if line.startswith("STEP") and rng.random() < 0.5:
+            time.sleep(rng.uniform(0.0, 0.4))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            lines = (run_dir / "steps.jsonl").read_bytes().split(b"\n")
+            assert all(json.loads(x) for x in lines[:-1]) and lines[-1] == b""  # whole lines only
+            shown = json.loads((run_dir / "trace.json").read_text())
+            trace = read_trace(run_dir)
+            assert trace.status == "running"
+            assert [s.index for s in trace.steps] == list(range(1, len(trace.steps) + 1))
+            assert 0 <= len(trace.steps) - len(shown["steps"]) <= 1  # trace.json lags the log by a step at most
+            proc = start_harness(run_dir, "--resume", "--steps", str(steps), "--sleep", "0.2")
+    finish(proc)
+    trace = read_trace(run_dir)
+    assert trace.status == "finished" and len(trace.steps) == steps
+    assert_effects_once(run_dir, trace)
+    assert not math.isnan(trace.total_time_s) and trace.usage == Usage()
