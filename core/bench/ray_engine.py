@@ -524,7 +524,8 @@ class RayEngine:
                 continue
             trip.received += len(item)
             if trip.received > MAX_RUN_BYTES:
-                ray.cancel(trip.stream, force=True)
+                with contextlib.suppress(Exception):
+                    ray.cancel(trip.stream, force=True)
                 return True, self._abandon(trip, _failure(f"its run folder came back over {MAX_RUN_BYTES} bytes"))
             trip.out.write(item)
 
@@ -543,6 +544,8 @@ class RayEngine:
             why = (f"its run folder is {size} bytes, over the limit of {MAX_RUN_BYTES}" if size > MAX_RUN_BYTES
                    else "its run folder did not arrive whole")
             return self._abandon(trip, _failure(why))
+        if result is not None and not (isinstance(result, dict) and result.get("status") in ("finished", "failed")):
+            return self._abandon(trip, _failure("its node sent no usable result"))
         run_dir = Path(trip.job["run_dir"])
         staging = run_dir.with_name(f".{run_dir.name}.incoming")
         shutil.rmtree(staging, ignore_errors=True)
