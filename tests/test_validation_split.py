@@ -235,3 +235,56 @@ def test_the_flag_on_a_task_without_a_split_is_a_usage_error(tmp_path):
     assert done.returncode == 2
     assert f"task {without!r} declares no validation split, so --allow-validate cannot be used with it" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ---- the MLAgentBench tasks whose data is a training table ---------------------------------------------------
+
+def mlagentbench_sources(root: Path) -> dict[str, tuple[Path, str]]:
+    """Task -> (small data in the competition's format, the id column)."""
+    from tests.fixtures.mlagentbench import kaggle, tabular
+
+    return {"house-price": (tabular.house_prices(root / "hp", rows=60), "Id"),
+            "spaceship-titanic": (tabular.spaceship(root / "st", rows=80), "PassengerId"),
+            "feedback": (kaggle.feedback(root / "fb"), "text_id"),
+            "parkinsons": (kaggle.parkinsons(root / "pk"), "prediction_id")}
+
+
+@pytest.mark.parametrize("short", ["house-price", "spaceship-titanic", "feedback", "parkinsons"])
+def test_mlagentbench_tables_declare_a_split_scored_apart_from_the_test_set(tmp_path, short):
+    import pandas as pd
+
+    source, id_column = mlagentbench_sources(tmp_path)[short]
+    home = TaskHome(tmp_path / "home")
+    harness = Harness(load_registry(), home, sandbox="local")
+    task = harness.task(f"mlagentbench/{short}")
+    harness.prepare(task, source)
+    public, hidden = home.public_dir(task), home.hidden_dir(task)
+    assert task.validation is not None and (public / task.validation.inputs).is_file()
+    valid, test = (pd.read_csv(hidden / name, dtype=str) for name in ("valid_answer.csv", "answer.csv"))
+    assert len(valid) > 0 and not set(valid[id_column]) & set(test[id_column])
+    if short != "parkinsons":  # the rows are rows of train.csv, which keeps them with their targets
+        train = pd.read_csv(public / "train.csv", dtype=str).set_index(id_column)
+        assert set(valid[id_column]) <= set(train.index)
+        target = [c for c in valid.columns if c != id_column][0]
+        assert (train.loc[valid[id_column], target].to_numpy() == valid[target].to_numpy()).all()
+    else:  # patients of the training data, asked as the test patients are
+        patients = {p.split("_")[0] for p in valid[id_column]}
+        assert patients <= set(pd.read_csv(public / "train_clinical_data.csv", dtype=str)["patient_id"])
+
+    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace")
+    env = harness.environment(task, workspace, store=SnapshotStore(tmp_path / "run" / "store"),
+                              sandbox_home=tmp_path / "run" / "home", timeout_s=60, allow_validate=True)
+    try:
+        predictions = valid.drop(columns=[c for c in ("visit_month",) if c in valid.columns])
+        predictions.to_csv(workspace / "valid_submission.csv", index=False)
+        test.drop(columns=[c for c in ("visit_month",) if c in test.columns]).to_csv(workspace / "submission.csv",
+                                                                                     index=False)
+        perfect = 1.0 if task.metric.higher_is_better else 0.0
+        obs, err = act(env)
+        assert not err and obs.startswith(f"Validation {task.metric.name} of valid_submission.csv: {perfect:g} ("), obs
+        obs, err = act(env, predictions_file="submission.csv")  # perfect test answers are no validation answers
+        assert err and "invalid predictions in 'submission.csv'" in obs
+        obs, err = act(env, predictions_file="test.csv" if short != "parkinsons" else "example_test_files/test.csv")
+        assert err and "is one of the task's data files" in obs
+    finally:
+        env.close()

@@ -12,10 +12,12 @@ from mlab.core import Metric, PrepareContext, Resources
 from .. import acquire
 from ..base import PACK, MLAgentBenchTask
 from ..submission import align, numbers, read_csv, require_columns
+from . import validation as splits
 
 COMPETITION = "feedback-prize-english-language-learning"
 DIMENSIONS = ["cohesion", "syntax", "vocabulary", "phraseology", "grammar", "conventions"]
 COLUMNS = ["text_id", "full_text", *DIMENSIONS]
+VALID_FILE = "valid.csv"
 
 
 class Feedback(MLAgentBenchTask):
@@ -28,8 +30,9 @@ class Feedback(MLAgentBenchTask):
     competition_files = ["train.csv"]
     local_check = "train.csv has text_id, full_text and the six score columns (3,911 essays in the original)"
     metric = Metric(name="mcrmse", higher_is_better=False)
-    read_only_files = ["train.csv", "test.csv", "data_description.txt", "evaluation_details.txt",
+    read_only_files = ["train.csv", "test.csv", VALID_FILE, "data_description.txt", "evaluation_details.txt",
                        "sample_submission.csv"]
+    validation = splits.split(VALID_FILE, "test.csv")
     resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=10.0,
                           extras=["kaggle (only to download; not needed with --data-dir)",
                                   "text (optional: transformers for language models)"])
@@ -56,9 +59,13 @@ class Feedback(MLAgentBenchTask):
         train.to_csv(ctx.public_dir / "train.csv", index=False)
         test[["text_id", "full_text"]].to_csv(ctx.public_dir / "test.csv", index=False)
         test[["text_id"] + DIMENSIONS].to_csv(ctx.hidden_dir / "answer.csv", index=False)
+        valid = train.iloc[splits.pick(len(train))]  # essays of train.csv, which keeps them
+        valid[["text_id", "full_text"]].to_csv(ctx.public_dir / VALID_FILE, index=False)
+        valid[["text_id"] + DIMENSIONS].to_csv(ctx.hidden_dir / splits.VALID_ANSWER, index=False)
         test[["text_id"]].assign(**dict.fromkeys(DIMENSIONS, 3.0)).to_csv(ctx.public_dir / "sample_submission.csv",
                                                                           index=False)
-        ctx.log(f"{self.name}: {len(train)} training essays, {len(test)} test essays")
+        ctx.log(f"{self.name}: {len(train)} training essays ({len(valid)} of them also the validation split), "
+                f"{len(test)} test essays")
 
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
         import numpy as np

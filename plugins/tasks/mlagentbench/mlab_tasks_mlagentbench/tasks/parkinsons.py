@@ -11,16 +11,41 @@ import random
 from pathlib import Path
 
 from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources
+from mlab.core.task import ValidationSplit
 
 from .. import acquire
 from ..base import PACK, MLAgentBenchTask
 from ..submission import align, numbers, read_csv, require_columns
+from . import validation as splits
 
 COMPETITION = "amp-parkinsons-disease-progression-prediction"
 SUPPLEMENTAL = "supplemental_clinical_data.csv"
 FILES = ["train_clinical_data.csv", "train_peptides.csv", "train_proteins.csv", SUPPLEMENTAL]
 HORIZONS = [0, 6, 12, 24]
 LAST_MONTH = 108
+VALID_VISITS = "valid_visits.csv"  # the validation patients' visits, as example_test_files/test.csv lists the test's
+VALID_SAMPLE = "valid_sample_submission.csv"  # the prediction ids Validate Submission expects, rated 0
+
+
+def forecast_split(clinical, patients):
+    """(visits, answers) of a set of patients: their visits as the time-series API serves them (one row per
+    visit and UPDRS part), and the ratings to forecast at each visit + 0/6/12/24 months that exist."""
+    import pandas as pd
+
+    chosen = clinical[clinical["patient_id"].isin(patients)]
+    mock = pd.concat([chosen.assign(level=i, updrs_test=f"updrs_{i}") for i in range(1, 5)])
+    mock["row_id"] = [f"{p}_{int(m)}_updrs_{i}" for p, m, i in mock[["patient_id", "visit_month", "level"]]
+                      .itertuples(index=False)]
+    rating = {(p, int(m), i): row[f"updrs_{i}"] for _, row in chosen.iterrows()
+              for p, m, i in [(row["patient_id"], row["visit_month"], i) for i in range(1, 5)]}
+    rows = []
+    for wait in HORIZONS:
+        for p, m, i in mock[["patient_id", "visit_month", "level"]].itertuples(index=False):
+            if m + wait <= LAST_MONTH:
+                rows.append((f"{p}_{int(m)}_updrs_{i}_plus_{wait}_months", rating.get((p, int(m) + wait, i)),
+                             int(m)))
+    answer = pd.DataFrame(rows, columns=["prediction_id", "rating", "visit_month"]).dropna(subset=["rating"])
+    return mock[["visit_id", "patient_id", "visit_month", "row_id", "updrs_test"]], answer
 
 
 def smape_plus_one(truth, predicted) -> float:
@@ -41,7 +66,9 @@ class Parkinsons(MLAgentBenchTask):
     reference = "parkinsons"
     metric = Metric(name="smape", higher_is_better=False)
     read_only_files = FILES + ["example_test_files/*", "public_timeseries_testing_util.py",
-                               "data_description.txt", "evaluation_details.txt"]
+                               "data_description.txt", "evaluation_details.txt", VALID_VISITS, VALID_SAMPLE]
+    validation = ValidationSplit(inputs=VALID_VISITS, predictions=splits.VALID_PREDICTIONS, submission="submission.csv",
+                                 answers={splits.VALID_ANSWER: "answer.csv"})
     resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=120.0,
                           extras=["kaggle (only to download; not needed with --data-dir)"])
     research_problem = (
@@ -72,23 +99,17 @@ class Parkinsons(MLAgentBenchTask):
         for name in ("peptides", "proteins"):
             frame = data[f"train_{name}.csv"]
             frame[frame["patient_id"].isin(test_patients)].to_csv(tests / f"test_{name}.csv", index=False)
-        test_clinical = clinical[clinical["patient_id"].isin(test_patients)]
-        mock = pd.concat([test_clinical.assign(level=i, updrs_test=f"updrs_{i}") for i in range(1, 5)])
-        mock["row_id"] = [f"{p}_{int(m)}_updrs_{i}" for p, m, i in mock[["patient_id", "visit_month", "level"]]
-                          .itertuples(index=False)]
-        mock[["visit_id", "patient_id", "visit_month", "row_id", "updrs_test"]].to_csv(tests / "test.csv",
-                                                                                      index=False)
-        rating = {(p, int(m), i): row[f"updrs_{i}"] for _, row in test_clinical.iterrows()
-                  for p, m, i in [(row["patient_id"], row["visit_month"], i) for i in range(1, 5)]}
-        rows = []
-        for wait in HORIZONS:
-            for p, m, i in mock[["patient_id", "visit_month", "level"]].itertuples(index=False):
-                if m + wait <= LAST_MONTH:
-                    rows.append((f"{p}_{int(m)}_updrs_{i}_plus_{wait}_months",
-                                 rating.get((p, int(m) + wait, i)), int(m)))
-        answer = pd.DataFrame(rows, columns=["prediction_id", "rating", "visit_month"]).dropna(subset=["rating"])
+        mock, answer = forecast_split(clinical, test_patients)
+        mock.to_csv(tests / "test.csv", index=False)
         answer.to_csv(ctx.hidden_dir / "answer.csv", index=False)
         answer.assign(rating=0).to_csv(tests / "sample_submission.csv", index=False)
+        # Validation: patients of the training data (which keeps them), asked as the test patients are.
+        training = [p for p in clinical["patient_id"].unique().tolist() if p not in test_patients]
+        valid_patients = [training[i] for i in splits.pick(len(training))]
+        valid_mock, valid_answer = forecast_split(clinical, valid_patients)
+        valid_mock.to_csv(ctx.public_dir / VALID_VISITS, index=False)
+        valid_answer.to_csv(ctx.hidden_dir / splits.VALID_ANSWER, index=False)
+        valid_answer.assign(rating=0).to_csv(ctx.public_dir / VALID_SAMPLE, index=False)
         ctx.log(f"{self.name}: test patients {test_patients}, {len(answer)} ratings to forecast")
 
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:

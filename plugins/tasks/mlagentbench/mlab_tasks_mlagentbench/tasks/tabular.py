@@ -15,12 +15,15 @@ from mlab.core import Metric, MlabError, PrepareContext, Resources
 from .. import acquire
 from ..base import FILES_DIR, ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
 from ..submission import align, booleans, numbers, read_csv, require_columns
+from . import validation as splits
 
 TRAIN_FRACTION = 0.8
+VALID_FILE = "valid.csv"
 
 
 def split_records(source: Path, public: Path, hidden: Path, id_column: str, target: str) -> tuple[int, int]:
-    """Write train.csv, test.csv (public) and answer.csv (hidden); returns (train rows, test rows)."""
+    """Write train.csv, test.csv (public) and answer.csv (hidden), and the validation split: valid.csv (public)
+    and valid_answer.csv (hidden) from rows of train.csv; returns (train rows, test rows)."""
     with open(source, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows:
@@ -44,6 +47,9 @@ def split_records(source: Path, public: Path, hidden: Path, id_column: str, targ
     write(public / "train.csv", [header] + records[:cut])
     write(public / "test.csv", [without_target(header)] + [without_target(r) for r in records[cut:]])
     write(hidden / "answer.csv", [[id_column, target]] + [[r[id_at], r[target_at]] for r in records[cut:]])
+    valid = [records[i] for i in splits.pick(cut)]
+    write(public / VALID_FILE, [without_target(header)] + [without_target(r) for r in valid])
+    write(hidden / splits.VALID_ANSWER, [[id_column, target]] + [[r[id_at], r[target_at]] for r in valid])
     return cut, len(records) - cut
 
 
@@ -55,6 +61,7 @@ class KaggleTabularTask(MLAgentBenchTask):
     description_file: str = ""  # the competition's data description, shipped alongside the data
     starter_script = "train.py"
     reference_script = "train.py"
+    validation = splits.split(VALID_FILE, "test.csv")
 
     def prepare_data(self, ctx: PrepareContext) -> None:
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
@@ -107,7 +114,7 @@ class HousePrice(KaggleTabularTask):
     # The starter's model section is empty, so it submits nothing: the original fixes an MAE no model exceeds.
     fixed_baseline = 1e10
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
-    read_only_files = ["train.csv", "test.csv", "data_description.txt", "sample_submission.csv"]
+    read_only_files = ["train.csv", "test.csv", VALID_FILE, "data_description.txt", "sample_submission.csv"]
     resources = Resources(gpu="none", ram_gb=1.0, network_for_prepare=True, baseline_seconds=5.0,
                           extras=["kaggle (only to download; not needed with --data-dir)"])
     research_problem = (
@@ -152,7 +159,7 @@ class SpaceshipTitanic(KaggleTabularTask):
     # The starter submits nothing, as in house-price; the original judges against chance accuracy.
     fixed_baseline = 0.5
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
-    read_only_files = ["train.csv", "test.csv", "task_descriptor.txt", "sample_submission.csv"]
+    read_only_files = ["train.csv", "test.csv", VALID_FILE, "task_descriptor.txt", "sample_submission.csv"]
     resources = Resources(gpu="none", ram_gb=1.0, network_for_prepare=True, baseline_seconds=5.0,
                           extras=["kaggle (only to download; not needed with --data-dir)"])
     research_problem = (
