@@ -389,6 +389,11 @@ def test_an_installed_declarative_pack_is_listed_with_its_tasks(installed):
                                                                                                          "lower")
     listed = venv.mlab("list-plugins")
     assert listed.returncode == 0 and PACK in listed.stdout and DIST in listed.stdout
+    # loading the pack reads its task files and imports nothing heavy: scikit-learn waits for scoring
+    loaded = venv.run("-c", "import sys\nfrom mlab.core.plugins.registry import load_registry\n"
+                            "assert 'example-yaml/line-fit' in load_registry().items['tasks']\n"
+                            "print(sorted(m for m in ('sklearn', 'numpy', 'scipy') if m in sys.modules))")
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
 
 
 @pytest.mark.slow
