@@ -92,17 +92,17 @@ def test_failure_taxonomy_and_retry_of_failed_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = db_rows(out)
     assert [r["failure"] for r in rows] == SCENARIOS
-    crashed = rows[SCENARIOS.index("harness_error")]
+    crashed = rows[SCENARIOS.index("agent_error")]
     assert crashed["status"] == "failed" and "the agent crashed" in crashed["end_reason"]
     assert all(r["status"] == "finished" for r in rows if r is not crashed)
     assert rows[SCENARIOS.index(None)]["final_score"] == 1.0
 
     assert bench(out, *args).returncode == 0
-    assert db_rows(out)[SCENARIOS.index("harness_error")]["attempts"] == 1  # failed runs stay failed by default
+    assert db_rows(out)[SCENARIOS.index("agent_error")]["attempts"] == 1  # failed runs stay failed by default
     retried = bench(out, *args, "--retry-failed")
     assert retried.returncode == 0, retried.stderr
     rows = db_rows(out)
-    assert [r["attempts"] for r in rows] == [2 if f == "harness_error" else 1 for f in SCENARIOS]
+    assert [r["attempts"] for r in rows] == [2 if f == "agent_error" else 1 for f in SCENARIOS]
     kept = list((out / "attempts").iterdir())
     assert len(kept) == 1 and (kept[0] / "trace.json").is_file()  # the failed attempt is kept for post-mortems
 

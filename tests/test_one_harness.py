@@ -108,7 +108,7 @@ def test_eval_json_the_results_database_and_the_report_agree_on_every_run(tmp_pa
     assert None in scenario  # runs that submitted nothing or crashed are in the bench, judged invalid
     invalid = [r for r in eval_rows.values() if r["agent"] == "fixture-scenario" and r["score"] is None]
     assert invalid and all(r["improvement"] is None and not r["success"] for r in invalid)
-    assert any(r["failure"] == "harness_error" for r in invalid)
+    assert any(r["failure"] == "agent_error" for r in invalid)  # the agent raised: its own failure class
     groups = {(g["task"], g["label"]): g for g in json.loads(reported.stdout)["groups"]}
     assert groups[("fixture/fixed-zero", "fixture-appender")]["success_rate"]["mean"] == 0.0
     assert groups[("fixture/fixed-two", "fixture-appender")]["success_rate"]["mean"] == 0.0
