@@ -9,7 +9,6 @@ import pytest
 
 from mlab.cli.main import COMMANDS, cli, load_command
 
-
 PROBE = ("import sys\nfrom mlab.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
          "print('MODULES', ' '.join(sorted(sys.modules)))")
 
