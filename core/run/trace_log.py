@@ -6,11 +6,12 @@ A run's trace is written as it happens, at a cost that does not grow with the ru
   steps, and how many steps it keeps) when a run starts, resumes or ends, and a `step` record per step. A step
   is committed when its line is; a torn last line (a kill while appending) is ignored and cut off before the
   next append, and that step is done again.
-- Agent, environment and LLM states are stored under `states/ab/<sha256>` as content-addressed JSON objects,
-  each the changes from the previous step's state (`base` names it): an unchanged state is the same reference,
-  a grown list stores only its new items, a dict only its changed keys. A step names its states as
-  {"$state": "<sha256>"}. Objects are written without fsync and made durable by one syncfs before the line
-  naming them is appended; a resume reads them back against their names and redoes a step whose are torn.
+- Agent, environment and LLM states are content-addressed JSON objects (named by the sha256 of their
+  compact JSON), each the changes from the previous step's state (`base` names it): an unchanged state is the
+  same name and costs nothing, a grown list stores only its new items, a dict only its changed keys. An object
+  is a `state` record of the log, appended in the same write as the first step line naming it (so one
+  fdatasync makes both durable); a step names its states as {"$state": "<sha256>"}. A state whose object is
+  missing or does not match its name stays a reference when loaded, and a resume does that step again.
 - `trace.json` stays the readable whole: one step a line, states as references except the last step's, which
   is inline. Each step rewrites only from the previous step on (a write of about one step), in place; it is
   rewritten whole (atomically) when a run starts, resumes or ends. trace.json is not fsynced: steps.jsonl is
@@ -25,20 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
-from mlab.core.fs.durable import sync_filesystem
 from mlab.core.models import Step, Trace
 from mlab.core.run.trace import TRACE_FILE, json_safe
 
 STEPS_FILE = "steps.jsonl"
-STATES_DIR = "states"
-STATE_REF = "$state"  # {"$state": digest} stands for a state stored under states/
+STATE_REF = "$state"  # {"$state": digest} stands for a state stored as an object of the log
 STATE_FIELDS = ("agent_state", "env_state", "llm_state")
 # Fields of trace.json written after the steps: they change every step, the header before the steps does not.
 TAIL_FIELDS = ("status", "end_reason", "total_time_s", "usage", "final_snapshot", "final_score",
@@ -56,65 +54,49 @@ def ref_of(value: Any) -> str | None:
 
 
 def _dumps(value: Any) -> str:
-    """Compact JSON; what plain JSON cannot hold (NaN, odd keys, objects) is stored as text."""
+    """Compact ASCII JSON (it round-trips byte for byte, so an object's digest can be checked after parsing);
+    what plain JSON cannot hold (NaN, odd keys, objects) is stored as text."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
-        return json.dumps(json_safe(value, limit=None), ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(json_safe(value, limit=None), separators=(",", ":"))
 
 
 class StateObjects:
-    """Content-addressed JSON objects under RUN_DIR/states, written under a temporary name and renamed (never
-    torn by a kill), durable from the next sync()."""
+    """Content-addressed JSON objects kept in the log itself: a `state` record {"digest", "data"} written in
+    the same append as the first step line naming it, so one fdatasync makes both durable."""
 
-    def __init__(self, run_dir: Path):
-        self.root = Path(run_dir) / STATES_DIR
-        self._good: set[str] = set()  # written or checked by this process
-        self.unsynced = False  # objects written since the last sync()
+    def __init__(self, stored: dict[str, Any] | None = None):
+        self.stored = stored if stored is not None else {}  # digest -> data, as parsed from the log
+        self._checked: set[str] = set()
+        self.pending: list[bytes] = []  # records of objects not yet appended
 
-    def path(self, digest: str) -> Path:
-        return self.root / digest[:2] / digest
-
-    def put(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest in self._good or self._intact(digest):
-            return digest
-        folder = self.root / digest[:2]
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            with open(tmp, "xb") as f:
-                f.write(data)
-            os.replace(tmp, self.path(digest))
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # e.g. a full disk: nothing half written stays
-            raise
-        self._good.add(digest)
-        self.unsynced = True
+    def put(self, data: str) -> str:
+        digest = hashlib.sha256(data.encode()).hexdigest()
+        if digest not in self.stored:
+            self.stored[digest] = None  # known; read back from the log when needed
+            self.pending.append(f'{{"kind":"state","digest":"{digest}","data":{data}}}\n'.encode())
         return digest
 
-    def sync(self) -> None:
-        """Make every object written so far durable, with one syncfs (not one fsync per object)."""
-        if self.unsynced:
-            sync_filesystem(self.root)
-            self.unsynced = False
+    def take_pending(self) -> bytes:
+        records, self.pending = b"".join(self.pending), []
+        return records
 
-    def get(self, digest: str) -> bytes | None:
-        """The object's bytes, or None when it is missing or torn (its bytes do not hash to its name)."""
-        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
-            return None  # a name from a hand-edited trace must not reach outside states/
-        try:
-            data = self.path(digest).read_bytes()
-        except OSError:
+    def forget(self, records: bytes) -> None:
+        """Objects whose records did not reach the log (their append failed) are not known after all."""
+        for record in records.splitlines():
+            self.stored.pop(json.loads(record)["digest"], None)
+
+    def get(self, digest: str) -> dict[str, Any] | None:
+        """The object as parsed JSON, or None when the log has no intact object of that name."""
+        data = self.stored.get(digest)
+        if not isinstance(data, dict):
             return None
-        if digest not in self._good:
-            if hashlib.sha256(data).hexdigest() != digest:
-                return None
-            self._good.add(digest)
+        if digest not in self._checked:
+            if hashlib.sha256(_dumps(data).encode()).hexdigest() != digest:
+                return None  # edited or damaged since it was written
+            self._checked.add(digest)
         return data
-
-    def _intact(self, digest: str) -> bool:
-        return self.get(digest) is not None
 
 
 # ---- states as chains of changes --------------------------------------------------------------------
@@ -167,7 +149,7 @@ class StateChain:
             return self.ref  # unchanged: costs nothing
         base = self.value if self.ref is not None else {}
         changes, removed = _changes(base, state)
-        data = _dumps({"base": self.ref, "changes": changes, "removed": removed}).encode()
+        data = _dumps({"base": self.ref, "changes": changes, "removed": removed})
         self.ref = self.objects.put(data)
         self.value = _apply(base, json.loads(data))
         return self.ref
@@ -185,8 +167,7 @@ class StateReader:
         chain: list[tuple[str, dict[str, Any]]] = []
         at: str | None = digest
         while at is not None and at not in self._resolved:
-            data = self.objects.get(at)
-            record = _parse_record(data)
+            record = _parse_record(self.objects.get(at))
             if record is None:
                 for name, _ in chain:
                     self._resolved[name] = None
@@ -201,15 +182,13 @@ class StateReader:
         return state
 
 
-def _parse_record(data: bytes | None) -> dict[str, Any] | None:
-    if data is None:
+def _parse_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
         return None
-    try:
-        record = json.loads(data)
-    except ValueError:
-        return None
-    base = record.get("base") if isinstance(record, dict) else 0
-    return record if base is None or isinstance(base, str) else None
+    base = record.get("base", 0)
+    changes, removed = record.get("changes"), record.get("removed")
+    valid = (base is None or isinstance(base, str)) and isinstance(changes, dict) and isinstance(removed, list)
+    return record if valid else None
 
 
 # ---- reading --------------------------------------------------------------------------------------
@@ -218,6 +197,7 @@ def _parse_record(data: bytes | None) -> dict[str, Any] | None:
 class LogContents:
     header: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    objects: dict[str, Any] = field(default_factory=dict)  # state objects by digest
     committed_bytes: int = 0  # up to the end of the last whole line
 
 
@@ -247,6 +227,8 @@ def read_log(run_dir: Path) -> LogContents | None:
             contents.steps = [s for s in contents.steps if s["index"] < step["index"]] + [step]
             if contents.header is not None:
                 contents.header.update(record.get("trace", {}))
+        elif kind == "state":
+            contents.objects[record["digest"]] = record["data"]
         elif kind == "run":
             contents.header = dict(record["trace"])
             del contents.steps[record.get("steps", len(contents.steps)):]
@@ -264,11 +246,12 @@ def read_trace_json(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def load_raw(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_raw(run_dir: Path, log: LogContents | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The trace's fields and its steps as stored (states by reference or inline): trace.json plus the
-    committed steps the log holds beyond it, or the log alone when trace.json does not parse."""
+    committed steps the log (read here unless given) holds beyond it, or the log alone when trace.json does
+    not parse."""
     path = Path(run_dir) / TRACE_FILE
-    log = read_log(run_dir)
+    log = log if log is not None else read_log(run_dir)
     document = read_trace_json(run_dir)
     if document is None:
         if log is None or log.header is None:
@@ -315,8 +298,9 @@ def unresolved(step: Step) -> list[str]:
 
 def load_trace(run_dir: Path) -> Trace:
     """The run's whole trace, every state inline (see the module doc for where each part comes from)."""
-    header, steps = load_raw(run_dir)
-    steps = resolve_states(steps, StateReader(StateObjects(run_dir)))
+    log = read_log(run_dir)
+    header, steps = load_raw(run_dir, log)
+    steps = resolve_states(steps, StateReader(StateObjects(log.objects if log else {})))
     try:
         return Trace.model_validate({**header, "steps": steps})
     except ValueError as exc:
@@ -346,7 +330,7 @@ class TraceLog:
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
-        self.objects = StateObjects(self.run_dir)
+        self.objects = StateObjects()
         self.chains = {key: StateChain(self.objects) for key in STATE_FIELDS}
         self._log_fd: int | None = None
         self._log_size = 0
@@ -361,12 +345,13 @@ class TraceLog:
         trace's steps it lacks (a run from before the log), then rewrites trace.json whole."""
         self.close()
         log = read_log(self.run_dir) or LogContents()
+        self.objects.stored = log.objects
         path = self.run_dir / STEPS_FILE
         self._log_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         os.ftruncate(self._log_fd, log.committed_bytes)
         self._log_size = log.committed_bytes
         logged = {s["index"]: s for s in log.steps}
-        _header, stored = load_raw(self.run_dir) if trace.steps else ({}, [])
+        _header, stored = load_raw(self.run_dir, log) if trace.steps else ({}, [])
         in_json = {s.get("index"): s for s in stored if isinstance(s, dict)}
         self._texts = []
         missing: list[str] = []
@@ -387,8 +372,7 @@ class TraceLog:
         self._point_chains_at(trace)
         records = [f'{{"kind":"step","step":{text}}}\n' for text in missing]
         records.append(self._run_record(trace))
-        self.objects.sync()
-        self._append("".join(records).encode())
+        self._append(self.objects.take_pending() + "".join(records).encode())
         self._rewrite(trace)
 
     def _point_chains_at(self, trace: Trace) -> None:
@@ -411,18 +395,20 @@ class TraceLog:
         """Commit trace's last step: its states stored, its line appended and fsynced, then trace.json updated.
         On an error (a full disk) nothing of it stays: the log and trace.json are as before."""
         step = trace.steps[-1]
-        referenced = self._by_reference(step)
-        self.objects.sync()  # the states are on disk before the line naming them
-        text = _step_text(referenced)
+        text = _step_text(self._by_reference(step))
         moving = f"{self._texts[-1]},\n".encode() if self._texts else b""
         tail = _trace_fields(trace, TAIL_FIELDS)
         line = f'{{"kind":"step","step":{text},"trace":{tail}}}\n'.encode()
         before = self._log_size
-        self._append(line)
+        objects = self.objects.take_pending()  # new states go in the same write, before the line naming them
         try:
+            self._append(objects + line)
             self._update_json(moving, _step_text(step).encode(), tail)
         except BaseException:
             self._truncate_log(before)
+            self.objects.forget(objects)
+            for chain in self.chains.values():  # the next step's states are stored whole, built on nothing lost
+                chain.ref, chain.value = None, {}
             raise
         self._texts.append(text)
 

@@ -1,0 +1,135 @@
+"""Trace write time per step, early in a run and late: the whole trace.json rewritten each step (as before)
+beside the append-only trace (steps.jsonl + state objects + trace.json updated in place), in one run.
+
+The states are shaped like the research agent's with retrieval on: a research log gaining an entry of about
+600 characters a step, summaries of long observations every third step, a recalled passage rewritten each
+step; the environment's undo history gaining a backup every other step; LLM usage changing each step. Both
+writers see the same trace, step by step, in alternating order so load affects them alike.
+Target (issue 14): the write at step 200 <= 1.5x the write at step 1, and bytes growing linearly in steps.
+
+Usage: python benchmarks/trace_write.py [--steps 200] [--repeats 3] [--dir PARENT]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mlab.core.models import Action, RunConfig, Step, Trace, Usage
+from mlab.core.run.trace import write_trace
+from mlab.core.run.trace_log import TraceLog
+
+WINDOW = 10  # "step 1" is the median of the first WINDOW steps, "step N" of the last WINDOW
+TARGET_RATIO = 1.5
+
+
+def words(rng: random.Random, chars: int) -> str:
+    vocabulary = ["loss", "accuracy", "epoch", "learning", "rate", "model", "baseline", "improved", "batch",
+                  "validation", "train.py", "feature", "dropout", "the", "and", "of", "to", "score"]
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(vocabulary)
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)
+
+
+class ResearchLikeRun:
+    """A research-agent-like run's state, one step at a time."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.research_log: list[dict[str, object]] = []
+        self.summaries: dict[str, str] = {}
+        self.backups: dict[str, list[str]] = {}
+        self.usage = Usage()
+
+    def step(self, index: int) -> Step:
+        rng = self.rng
+        self.research_log.append({"step": index, "text": words(rng, 600)})
+        if index % 3 == 0:
+            self.summaries[str(index)] = words(rng, 800)
+        if index % 2 == 0:
+            self.backups.setdefault(f"train_v{index % 4}.py", []).append(f"{rng.getrandbits(256):064x}")
+        self.usage.calls += 3
+        self.usage.prompt_tokens += 4000 + index * 40
+        self.usage.completion_tokens += 600
+        entries = {"Reflection": words(rng, 400), "Research Plan and Status": words(rng, 1200),
+                   "Fact Check": words(rng, 300), "Thought": words(rng, 200)}
+        action = Action(name="Edit Script (AI)", args={"script_name": "train.py", "edit_instruction":
+                                                       words(rng, 300), "save_name": "train.py"},
+                        entries=entries, raw_response=words(rng, 2500))
+        return Step(index=index, action=action, observation=words(rng, 2000), started_at=time.time(),
+                    duration_s=rng.uniform(1, 60), snapshot=f"step_{index:04d}",
+                    agent_state={"seen": index - 1, "summaries": dict(self.summaries),
+                                 "research_log": list(self.research_log), "recalled": words(rng, 1500),
+                                 "invalid_responses": 0},
+                    env_state={"backups": {k: list(v) for k, v in self.backups.items()}},
+                    llm_state={"backends": {"main": {}, "fast": {"same_as": "main"}},
+                               "usage": self.usage.model_dump()},
+                    usage=self.usage.model_copy())
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def one_run(parent: Path, steps: int, seed: int) -> dict[str, list[float] | int]:
+    with tempfile.TemporaryDirectory(prefix="mlab-trace-bench-", dir=parent) as scratch:
+        old_dir, new_dir = Path(scratch) / "old", Path(scratch) / "new"
+        old_dir.mkdir()
+        new_dir.mkdir()
+        config = RunConfig(task="lite/wine", agent="research", llm="scripted", agent_options={"retrieval": True})
+        trace = Trace(run_id="bench", config=config, started_at=time.time())
+        log = TraceLog(new_dir)
+        log.begin(trace)
+        write_trace(old_dir, trace)
+        run = ResearchLikeRun(seed)
+        old_times: list[float] = []
+        new_times: list[float] = []
+        for index in range(1, steps + 1):
+            trace.steps.append(run.step(index))
+            trace.usage = trace.steps[-1].usage
+            writers = [("old", lambda: write_trace(old_dir, trace)), ("new", lambda: log.append(trace))]
+            for name, write in writers if index % 2 else writers[::-1]:
+                began = time.perf_counter()
+                write()
+                (old_times if name == "old" else new_times).append(time.perf_counter() - began)
+        log.close()
+        return {"old": old_times, "new": new_times, "old_bytes": tree_bytes(old_dir),
+                "new_bytes": tree_bytes(new_dir)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="where the runs are written (a real disk: "
+                                                               "fsync cost is part of the figure)")
+    args = parser.parse_args()
+    if args.steps < 2 * WINDOW:
+        parser.error(f"--steps must be at least {2 * WINDOW}")
+    runs = [one_run(args.dir or Path(tempfile.gettempdir()), args.steps, seed) for seed in range(args.repeats)]
+    half = args.steps // 2
+    print(f"trace write per step, ms (median of steps 1-{WINDOW} / {half - WINDOW // 2 + 1}-"
+          f"{half + WINDOW // 2} / {args.steps - WINDOW + 1}-{args.steps}, {args.repeats} runs):")
+    ratios = {}
+    for name in ("old", "new"):
+        def window(start: int, name: str = name) -> float:
+            return statistics.median(t for r in runs for t in r[name][start:start + WINDOW])  # type: ignore[index]
+        early, middle, late = window(0), window(half - WINDOW // 2), window(args.steps - WINDOW)
+        ratios[name] = late / early
+        size = statistics.median(r[f"{name}_bytes"] for r in runs)  # type: ignore[misc]
+        print(f"  {name}: {early * 1e3:7.2f} / {middle * 1e3:7.2f} / {late * 1e3:7.2f}   step {args.steps} / step 1 "
+              f"= {late / early:5.2f}x   bytes after {args.steps} steps: {size / 1e6:6.2f} MB")
+    verdict = "meets" if ratios["new"] <= TARGET_RATIO else "misses"
+    print(f"append-only trace {verdict} the target (step {args.steps} <= {TARGET_RATIO}x step 1): "
+          f"{ratios['new']:.2f}x (whole rewrite: {ratios['old']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
