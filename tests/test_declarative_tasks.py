@@ -329,7 +329,7 @@ def test_new_task_scaffolds_a_task_that_check_task_passes(tmp_path, metric):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)[0]
     assert report["task"] == "folder/my-task" and report["status"] == "passed", report
-    assert report["steps"]["reproducible prepare"] == "ok"
+    assert report["steps"]["reproducible prepare"] == "ok" and report["steps"]["validation split"] == "ok"
     assert report["improvement"] > report["margin"]
 
 

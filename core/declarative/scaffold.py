@@ -35,8 +35,10 @@ files:
   public:
     train.py: starter/train.py     # workspace path: path in this folder
 starter: train.py
-read_only: [train.csv, test.csv]
+read_only: [train.csv, test.csv, valid.csv]
 reference: reference/solve.py      # a better script, which `mlab check-task` runs
+# Training rows the agent may score predictions on in runs with --allow-validate (Validate Submission).
+validation: {{inputs: valid.csv, answers: valid_answers.csv, test_inputs: test.csv}}
 
 # baseline: {{fixed: 1.0, source: "where the number comes from"}}   # default: the starter's measured score
 # success_margin: 0.10
@@ -57,6 +59,7 @@ from pathlib import Path
 
 SEED = 12345
 N_TRAIN, N_TEST = 300, 150
+N_VALID = 60  # training rows also written as the validation split (they stay in train.csv)
 CLASSES = {classes}  # True: y is a class (0 or 1), else a number
 
 
@@ -80,7 +83,11 @@ public, hidden = Path(os.environ["MLAB_PUBLIC_DIR"]), Path(os.environ["MLAB_HIDD
 write_csv(public / "train.csv", ["id", "x1", "x2", "x3", "y"], train)
 write_csv(public / "test.csv", ["id", "x1", "x2", "x3"], [row[:4] for row in test])
 write_csv(hidden / "answers.csv", ["id", "y"], [[row[0], row[4]] for row in test])
-print(f"wrote {{len(train)}} training and {{len(test)}} test rows")
+# The validation split is drawn from the training rows, never the test set; its answers stay hidden.
+valid = train[:N_VALID]
+write_csv(public / "valid.csv", ["id", "x1", "x2", "x3"], [row[:4] for row in valid])
+write_csv(hidden / "valid_answers.csv", ["id", "y"], [[row[0], row[4]] for row in valid])
+print(f"wrote {{len(train)}} training ({{N_VALID}} also for validation) and {{len(test)}} test rows")
 '''
 
 _STARTER = '''\
