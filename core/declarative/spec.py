@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mlab.core.declarative.metrics import METRICS
 from mlab.core.declarative.yamlfile import LocatedYaml, Location, load_located
 from mlab.core.plugins.registry import NAME_PART
-from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Resources
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Resources, Task
 
 TASK_FILE = "task.yaml"
 
@@ -95,8 +95,8 @@ class TaskSpec(_Strict):
     reference: str | None = None  # a solution script in the folder, for `mlab check-task`
     baseline: Baseline | None = None
     success_margin: float = Field(default=DEFAULT_SUCCESS_MARGIN, ge=0)
-    scoring_timeout: float = Field(default=600.0, gt=0)
-    max_submission_bytes: int = Field(default=64 * 2**20, gt=0)
+    scoring_timeout: float = Field(default=Task.scoring_timeout_s, gt=0)
+    max_submission_bytes: int = Field(default=Task.max_submission_bytes, gt=0)  # read by the built-in metrics
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     validation: Validation | None = None
 
