@@ -288,3 +288,91 @@ def test_mlagentbench_tables_declare_a_split_scored_apart_from_the_test_set(tmp_
         assert err and "is one of the task's data files" in obs
     finally:
         env.close()
+
+
+# ---- the search agent takes the harness's validation score as a node's fitness ---------------------------------
+
+WINE_SCRIPT = '''"""{plan}"""
+import csv
+
+import numpy as np
+
+
+def load(path):
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    return rows[0], np.array(rows[1:], dtype=float)
+
+
+head, train = load("data/train.csv")
+_, test = load("data/test.csv")
+_, valid = load("data/valid.csv")
+features = [c for c in head if c not in ("id", "label")]
+X, y = train[:, [head.index(c) for c in features]], train[:, head.index("label")].astype(int)
+mean, std = X.mean(0), X.std(0) + 1e-9
+
+
+def knn(X_fit, y_fit, X_new, k=5):
+    d = ((((X_new - mean) / std)[:, None, :] - ((X_fit - mean) / std)[None]) ** 2).sum(-1)
+    return np.array([np.bincount(r, minlength=3).argmax() for r in y_fit[np.argsort(d, axis=1)[:, :k]]])
+
+
+def write(path, ids, labels):
+    with open(path, "w") as f:
+        f.write("id,label\\n" + "".join(f"{{int(i)}},{{int(p)}}\\n" for i, p in zip(ids, labels)))
+
+
+held_out = np.isin(train[:, 0], valid[:, 0])
+valid_pred = {valid_rule}
+{write_valid}
+write("submission.csv", test[:, 0], knn(X, y, test[:, 1:]))
+print("VALIDATION_METRIC: {claimed}")
+'''
+HONEST = "knn(X[~held_out], y[~held_out], valid[:, 1:])"
+CONSTANT = "np.zeros(len(valid), dtype=int)"
+
+
+def wine_script(plan: str, valid_rule: str, claimed: float, node: int | None) -> str:
+    write_valid = f'write("solutions/node_{node:03d}_valid.csv", valid[:, 0], valid_pred)' if node else ""
+    return WINE_SCRIPT.format(plan=plan, valid_rule=valid_rule, claimed=claimed, write_valid=write_valid)
+
+
+def test_the_search_agent_takes_the_harness_validation_score_as_fitness(tmp_path):
+    from mlab.core.models import RunConfig
+    from mlab.core.run.runner import Runner
+
+    replies = [f"{plan}\n\n```python\n{code}```\n" for plan, code in [
+        ("Draft: k-NN, honest about its validation rows.", wine_script("knn", HONEST, 0.10, 1)),
+        ("Draft: always class 0, but it claims a high score.", wine_script("zero", CONSTANT, 0.99, 2)),
+        ("Draft: forgets the validation predictions.", wine_script("none", HONEST, 0.99, None)),
+    ]]
+    script = tmp_path / "replies.jsonl"
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    config = RunConfig(task="lite/wine", agent="search", llm=f"scripted:{script}", max_steps=30,
+                       action_timeout_s=120, sandbox="local", allow_validate=True,
+                       agent_options={"policy": "greedy", "num_drafts": 3, "max_nodes": 3})
+    run_dir = tmp_path / "run"
+    trace = Runner(run_dir, config, load_registry()).start()
+    assert (trace.status, trace.end_reason) == ("finished", "final answer")
+    assert trace.config.allow_validate is True
+    nodes = trace.steps[-1].agent_state["graph"]["nodes"]
+    validations = {n["id"]: trace.steps[n["validate_step"] - 1] for n in nodes if n["validate_step"]}
+    for node_id, step in validations.items():
+        assert step.action.name == "Validate Submission"
+        assert step.action.args == {"predictions_file": f"solutions/node_{node_id:03d}_valid.csv"}
+    # the fitness is the harness's score of the predictions, never the number the script printed
+    for n in nodes[:2]:
+        assert n["validate_step"] == n["run_step"] + 1 and n["status"] == "ok"
+        assert validations[n["id"]].observation.startswith(
+            f"Validation accuracy of solutions/node_{n['id']:03d}_valid.csv: {n['fitness']:g} (higher is better)")
+    honest, constant, forgetful = nodes
+    assert honest["fitness"] > 0.6 and constant["fitness"] < 0.5
+    assert forgetful["status"] == "buggy" and forgetful["error"].startswith(
+        "validation: there is no 'solutions/node_003_valid.csv' in the workspace")
+    assert trace.steps[-1].action.entries["best"] == 1  # the honest k-NN, though it printed the lowest number
+    assert "scored" in trace.steps[-1].action.args["final_answer"] and "on the validation split" in \
+        trace.steps[-1].action.args["final_answer"]
+    calls = [json.loads(line) for line in (run_dir / "llm_calls.jsonl").read_text().splitlines()]
+    system = calls[0]["messages"][0]["content"]
+    assert "data/valid.csv" in system and "`solutions/node_001_valid.csv`" in system
+    assert "VALIDATION_METRIC" not in system  # the script need not print a metric: the harness scores it

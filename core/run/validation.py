@@ -3,6 +3,7 @@ data, labels kept in the hidden folder) with the task's own evaluate, without th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,6 +20,20 @@ if TYPE_CHECKING:
 
 ALLOW_VALIDATE_FLAG = OPT_IN_FLAGS[VALIDATE_SUBMISSION]
 _COPY_CHUNK = 1 << 20
+# The observation of a scored validation, which agents read their node's fitness from (read_validation).
+_SCORED = re.compile(r"^Validation .+ of .+: (\S+) \((higher|lower) is better\), on the rows of ")
+
+
+def read_validation(observation: str) -> tuple[float, str] | None:
+    """(score, "higher" or "lower" is better) from a Validate Submission observation, None when it scored
+    nothing (an EnvError)."""
+    found = _SCORED.match(observation)
+    if found is None:
+        return None
+    try:
+        return float(found.group(1)), found.group(2)
+    except ValueError:
+        return None
 
 
 def validation_split(task: Task) -> ValidationSplit:

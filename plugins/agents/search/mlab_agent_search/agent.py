@@ -1,10 +1,13 @@
 """The search agent: grows a graph of whole solution scripts, one environment action per step.
 
 Each node takes two steps: a Write File of the script the operator's model call returned (to solutions/), then an
-Execute Script whose output gives the node's status and fitness. The search ends at max_nodes, when the steps or
-time left would not cover another node and the finish, or when the model gives no usable script; then the best
-node's script becomes the task's starter script, runs once more so its submission is in place, and the agent
-submits with Final Answer.
+Execute Script whose output gives the node's status and fitness. When the run offers Validate Submission
+(--allow-validate), a node that ran takes a third step: the harness scores the predictions it wrote for the
+task's validation split, and that score is its fitness instead of the metric the script prints.
+
+The search ends at max_nodes, when the steps or time left would not cover another node and the finish, or when
+the model gives no usable script; then the best node's script becomes the task's starter script, runs once more
+so its submission is in place, and the agent submits with Final Answer.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
+from mlab.core.actions import VALIDATE_SUBMISSION
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
     AgentOptions,
@@ -26,13 +30,14 @@ from mlab.core.agentkit import (
 )
 
 from . import prompts
-from .fitness import METRIC_TAG, infer_direction, read_outcome
+from .fitness import METRIC_TAG, infer_direction, read_outcome, read_validated
 from .graph import FAILED, Node, SolutionGraph
 from .policies import POLICIES, Proposal, Settings
 
 USED_ACTIONS = ["List Files", "Read File", "Write File", "Execute Script", "Final Answer"]
 SCRIPT_DIR = "solutions"
 NODE_STEPS = 2  # Write File, Execute Script
+VALIDATED_NODE_STEPS = 3  # and Validate Submission
 FINISH_STEPS = 3  # Write File of the best script, Execute Script, Final Answer
 FINISH_TIME_MARGIN_S = 60.0  # besides two of the longest runs so far: one more node and the final run
 STARTER_CHARS = 8_000
@@ -75,6 +80,9 @@ class SearchAgent(Agent):
                                  exploration_constant=opts.exploration_constant,
                                  population_size=opts.population_size)
         self.task_text = research_problem(ctx, USED_ACTIONS)
+        # The harness's validation score is the fitness when the run offers it.
+        self.validate_spec = ctx.actions.get(VALIDATE_SUBMISSION)
+        self.node_steps = VALIDATED_NODE_STEPS if self.validate_spec else NODE_STEPS
         # Memory (state_dict): the graph, where the search is, and the steps that looked at the task.
         self.graph = SolutionGraph(direction="lower" if inferred == "lower" else "higher")
         self.stage: Stage = "list"
@@ -99,15 +107,27 @@ class SearchAgent(Agent):
         return self._finish(state, steps)
 
     def _absorb(self, steps: dict[int, Step]) -> None:
-        """Give every node whose run is in the history its status and fitness."""
+        """Give every node whose run (and validation) is in the history its status and fitness."""
         for node in self.graph.nodes:
-            if node.status == "pending" and node.run_step is not None and node.run_step in steps:
-                run = steps[node.run_step]
-                outcome = read_outcome(run.observation, run.is_error)
-                node.status, node.fitness, node.error = outcome.status, outcome.fitness, outcome.error  # type: ignore[assignment]
+            if node.status != "pending" or node.run_step is None or node.run_step not in steps:
+                continue
+            run = steps[node.run_step]
+            outcome = read_outcome(run.observation, run.is_error, need_metric=not self.validate_spec)
+            if self.validate_spec and outcome.status == "ok":
+                if node.validate_step is None or node.validate_step not in steps:
+                    continue  # ran: its validation is the next step
+                validated = steps[node.validate_step]
+                outcome, direction = read_validated(validated.observation, validated.is_error)
+                if direction is not None:  # the harness knows which way the task's metric points
+                    self.graph.direction, self.direction_known = direction, True  # type: ignore[assignment]
+            node.status, node.fitness, node.error = outcome.status, outcome.fitness, outcome.error  # type: ignore[assignment]
 
     def _search(self, state: RunState, steps: dict[int, Step]) -> Action | None:
         pending = next((n for n in self.graph.nodes if n.status == "pending"), None)
+        if self.validate_spec and pending is not None and pending.run_step is not None:  # ran well: validate it
+            pending.validate_step = state.step_index
+            return Action(name=VALIDATE_SUBMISSION, args={"predictions_file": self._predictions_file(pending.id)},
+                          entries={"node": pending.id, "graph": self.graph.table()})
         if pending is not None:
             written = steps.get(pending.write_step)
             if written is not None and not written.is_error:
@@ -127,7 +147,7 @@ class SearchAgent(Agent):
         if len(self.graph.nodes) >= self.opts.max_nodes:
             return f"reached max_nodes ({self.opts.max_nodes})"
         steps_left = state.max_steps - state.step_index + 1
-        if steps_left < NODE_STEPS + FINISH_STEPS:
+        if steps_left < self.node_steps + FINISH_STEPS:
             return f"{steps_left} steps left: only enough to submit the best node"
         longest = max((steps[n.run_step].duration_s for n in self.graph.nodes
                        if n.run_step is not None and n.run_step in steps), default=0.0)
@@ -183,7 +203,15 @@ class SearchAgent(Agent):
             self.ctx.starter_script,
             truncate_middle(starter.observation, STARTER_CHARS) if starter and not starter.is_error
             else "(there is none)",
-            self.graph.direction if self.direction_known else None)
+            self.graph.direction if self.direction_known else None,
+            (self.validate_spec.description, self._predictions_file(len(self.graph.nodes) + 1))
+            if self.validate_spec else None)
+
+    @staticmethod
+    def _predictions_file(node_id: int) -> str:
+        """Where node node_id's script writes its predictions for the validation split: its own file, so a
+        script that writes none is never scored on an earlier node's."""
+        return f"{SCRIPT_DIR}/node_{node_id:03d}_valid.csv"
 
     def _ask(self, proposal: Proposal, steps: dict[int, Step]) -> str:
         results = self._results()
@@ -197,17 +225,20 @@ class SearchAgent(Agent):
         if proposal.operator == "improve":
             node = parents[0]
             assert node.fitness is not None
-            return prompts.improve(self._code(node, steps), self._output(node, steps), node.fitness, results)
+            return prompts.improve(self._code(node, steps), self._output(node, steps), node.fitness, results,
+                                   prompts.score_name(bool(self.validate_spec)))
         first, second = parents
         assert first.fitness is not None and second.fitness is not None
         return prompts.crossover((self._code(first, steps), first.fitness),
-                                 (self._code(second, steps), second.fitness), results)
+                                 (self._code(second, steps), second.fitness), results,
+                                 prompts.score_name(bool(self.validate_spec)))
 
     def _results(self) -> str:
         lines = []
         for n in [n for n in self.graph.nodes if n.evaluated][-RESULT_LINES:]:
             origin = n.operator + (f" of node {' and '.join(map(str, n.parents))}" if n.parents else "")
-            outcome = f"{METRIC_TAG} {n.fitness:g}" if n.status == "ok" else f"{n.status}: {n.error}"
+            score = prompts.score_name(bool(self.validate_spec))
+            outcome = f"{score} {n.fitness:g}" if n.status == "ok" else f"{n.status}: {n.error}"
             lines.append(f"- node {n.id} ({origin}): {outcome}. {n.plan}")
         return "\n".join(lines) or "(none yet)"
 
@@ -243,8 +274,10 @@ class SearchAgent(Agent):
         if best is None:
             text += f" No script reported a validation score, so the starter script {starter} was run instead."
         else:
-            text += (f" The best, node {best.id} ({best.operator}), reported {METRIC_TAG} {best.fitness:g} "
-                     f"({self.graph.direction} is better). Its plan: {best.plan}")
+            got = "scored" if self.validate_spec else f"reported {METRIC_TAG}"
+            text += (f" The best, node {best.id} ({best.operator}), {got} {best.fitness:g}"
+                     f"{' on the validation split' if self.validate_spec else ''} ({self.graph.direction} is "
+                     f"better). Its plan: {best.plan}")
             write = steps.get(self.look.get("submit_write", 0))
             if write is not None and write.is_error:
                 return f"{text} It could not be written over {starter}: {write.observation.strip()[:200]}"

@@ -5,6 +5,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from mlab.core.run.validation import read_validation
+
 METRIC_TAG = "VALIDATION_METRIC"
 _METRIC_LINE = re.compile(rf"^\s*{METRIC_TAG}\s*[:=]\s*(\S+)", re.MULTILINE)
 _TIMEOUT = "ran past the time limit"
@@ -38,13 +40,16 @@ class RunOutcome:
     error: str  # why it is not ok, in one line
 
 
-def read_outcome(observation: str, is_error: bool) -> RunOutcome:
+def read_outcome(observation: str, is_error: bool, need_metric: bool = True) -> RunOutcome:
     """Classify a node's Execute Script observation: a timeout, a failure, a run without a usable metric line,
-    or an ok run with the last metric it printed."""
+    or an ok run with the last metric it printed. Without need_metric (the harness validates the node) an ok run
+    has no fitness yet."""
     if is_error and _TIMEOUT in observation:
         return RunOutcome("timeout", None, "ran past the time limit")
     if is_error or _TRACEBACK in observation:
         return RunOutcome("buggy", None, _last_error_line(observation))
+    if not need_metric:
+        return RunOutcome("ok", None, "")
     values = _METRIC_LINE.findall(observation)
     if not values:
         return RunOutcome("buggy", None, f"printed no {METRIC_TAG} line")
@@ -55,6 +60,16 @@ def read_outcome(observation: str, is_error: bool) -> RunOutcome:
     if not math.isfinite(value):
         return RunOutcome("buggy", None, f"{METRIC_TAG} is {values[-1]}")
     return RunOutcome("ok", value, "")
+
+
+def read_validated(observation: str, is_error: bool) -> tuple[RunOutcome, str | None]:
+    """A node's Validate Submission observation: (ok with the harness's score, and which way the score points),
+    or (buggy with why the predictions could not be scored, None)."""
+    scored = None if is_error else read_validation(observation)
+    if scored is None:
+        reason = observation.removeprefix("EnvError: ").strip().splitlines()[0] if observation.strip() else "?"
+        return RunOutcome("buggy", None, f"validation: {reason}"[:200]), None
+    return RunOutcome("ok", scored[0], ""), scored[1]
 
 
 def _last_error_line(observation: str) -> str:

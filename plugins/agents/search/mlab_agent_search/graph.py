@@ -19,9 +19,10 @@ class Node:
     write_step: int  # the step whose Write File holds the script (the trace keeps it, the state does not)
     plan: str = ""  # the first line of what the model said it would do
     status: Status = "pending"
-    fitness: float | None = None  # the validation metric the script printed (ok nodes only)
+    fitness: float | None = None  # the harness's validation score, else the metric the script printed (ok nodes)
     error: str = ""  # why a failed node failed, in one line
     run_step: int | None = None  # the step that executed the script
+    validate_step: int | None = None  # the step that had the harness score its validation predictions
     debug_depth: int = 0  # how many debug operators in a row produced this node
 
     @property
