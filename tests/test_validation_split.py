@@ -376,3 +376,29 @@ def test_the_search_agent_takes_the_harness_validation_score_as_fitness(tmp_path
     system = calls[0]["messages"][0]["content"]
     assert "data/valid.csv" in system and "`solutions/node_001_valid.csv`" in system
     assert "VALIDATION_METRIC" not in system  # the script need not print a metric: the harness scores it
+
+
+# ---- mlab bench --allow-validate ---------------------------------------------------------------------------------
+
+def test_bench_refuses_the_flag_when_a_task_has_no_split_in_one_line(tmp_path):
+    registry = load_registry()
+    without = next(name for name, task in sorted(registry.items["tasks"].items()) if task.validation is None)
+    done = mlab(tmp_path, "bench", "--tasks", f"lite/wine,{without}", "--agents", "baseline", "--allow-validate",
+                "--bench-dir", str(tmp_path / "bench"), timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"these tasks declare no validation split: {without}" in lines[0]
+    assert "lite/wine" not in lines[0] and not (tmp_path / "bench" / "results.db").exists()
+
+
+@pytest.mark.slow
+def test_bench_runs_carry_the_flag_into_their_config_and_the_report(tmp_path):
+    bench_dir = tmp_path / "bench"
+    done = mlab(tmp_path, "bench", "--tasks", "lite/wine", "--agents", "baseline", "--runs", "1", "--workers", "1",
+                "--sandbox", "local", "--allow-validate", "--bench-dir", str(bench_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [trace] = [json.loads(p.read_text()) for p in bench_dir.rglob("trace.json")]
+    assert trace["config"]["allow_validate"] is True
+    reported = mlab(tmp_path, "report", str(bench_dir), "--no-plots", "--no-html")
+    assert reported.returncode == 0, reported.stderr
+    assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in reported.stdout
