@@ -96,7 +96,7 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                       "the others", highlight=False)
         sys.exit(130)
     console.print(f"bench {bench_dir}: {status.done} finished, {status.failed} failed"
-                  f" ({status.skipped} already done before), {status.tokens:,} tokens, ${status.cost_usd:.4f}, "
+                  f" ({status.skipped} already done before), {status.tokens:,} tokens, {status.cost_text()}, "
                   f"{time.monotonic() - started:.1f} s", highlight=False)
     console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
 

@@ -33,7 +33,8 @@ def run_row(root: Path, run_dir: Path) -> dict[str, Any]:
     return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
             "agent": c.agent, "llm": c.llm, "seed": c.seed, "steps": len(trace.steps), "max_steps": c.max_steps,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
-            "tokens": trace.usage.total_tokens, "cost_usd": trace.usage.cost_usd,
+            "tokens": trace.usage.total_tokens,
+            "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,  # None: a call had no price
             "time_s": round(trace.total_time_s, 2), "started_at": trace.started_at}
 
 

@@ -159,7 +159,7 @@ def counts(title: str, status: BenchStatus) -> Text:
         (f"{status.interrupted_runs} interrupted", "yellow" if status.interrupted_runs else ""),
         f", {status.pending} pending (of {status.total}) — "
         f"{status.tokens + sum(r.tokens for r in status.running):,} tokens, "
-        f"${status.cost_usd + sum(r.cost_usd for r in status.running):.4f}")
+        f"{status.cost_text(sum(r.cost_usd for r in status.running))}")
 
 
 def running_table(status: BenchStatus, now: float | None = None) -> Table:

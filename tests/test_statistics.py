@@ -259,3 +259,15 @@ def test_every_interval_lies_in_range_and_contains_its_estimate(table):
         for p in (c.p_success, c.p_improvement, *(row["p_success"] for row in c.tasks),
                   *(row["p_improvement"] for row in c.tasks)):
             assert p is None or 0 <= p <= 1
+
+
+def test_an_unknown_cost_is_unknown_never_a_made_up_zero():
+    from mlab.core.bench.driver import BenchStatus
+    from mlab.core.bench.metrics import cost_interval
+
+    assert cost_interval([0.5, 1.5]).mean == 1.0
+    assert cost_interval([0.5, None]).mean is None  # a mean of the priced runs alone would pass for the whole
+    status = BenchStatus(total=2)
+    status.add_cost(0.25)
+    status.add_cost(None)
+    assert status.cost_text() == "$0.2500 + unknown (1 unpriced runs)"

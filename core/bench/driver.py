@@ -105,9 +105,21 @@ class BenchStatus:
     running: list[RunProgress] = field(default_factory=list)
     tokens: int = 0
     cost_usd: float = 0.0
+    unpriced_runs: int = 0  # ended runs whose cost is unknown (a model without a price): not in cost_usd
     interrupted: bool = False
     interrupted_runs: int = 0  # stopped part-way (Ctrl-C): resumed by the next `mlab bench`
     last: list[str] = field(default_factory=list)  # one line per run that ended, newest last
+
+    def add_cost(self, cost_usd: float | None) -> None:
+        if cost_usd is None:
+            self.unpriced_runs += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def cost_text(self, running: float = 0.0) -> str:
+        """"$X", or what is known and how many runs' costs are not."""
+        known = f"${self.cost_usd + running:.4f}"
+        return known if not self.unpriced_runs else f"{known} + unknown ({self.unpriced_runs} unpriced runs)"
 
 
 class Bench:
@@ -175,7 +187,7 @@ class Bench:
                 status.done += state == "finished"
                 status.failed += state == "failed"
                 status.tokens += (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
-                status.cost_usd += row["cost_usd"] or 0.0
+                status.add_cost(row["cost_usd"])
                 continue
             run_dir = self.dir / RUNS_DIR / name
             mode = "start"
@@ -315,7 +327,7 @@ class Bench:
         status.failed += failed
         status.done += not failed
         status.tokens += (result.get("prompt_tokens") or 0) + (result.get("completion_tokens") or 0)
-        status.cost_usd += result.get("cost_usd") or 0.0
+        status.add_cost(result.get("cost_usd"))
         score = result.get("final_score")
         status.last.append(f"{job.key}: {result['status']} ({result.get('end_reason')}); score "
                            f"{'none' if score is None else f'{score:.6g}'}")

@@ -197,6 +197,13 @@ def mean_interval(values: Sequence[float], lowest: float = -math.inf, highest: f
     return Estimate(len(values), mean, lo, hi, sem(values))
 
 
+def cost_interval(costs: Sequence[float | None]) -> Estimate:
+    """The mean cost, or none at all when a run's cost is unknown (a model without a price): a mean of the
+    priced runs alone would pass for the whole."""
+    known = [c for c in costs if c is not None]
+    return mean_interval(known, lowest=0.0) if len(known) == len(costs) else Estimate(0, None)
+
+
 def permutation_p(a: Sequence[float], b: Sequence[float], paired: bool = False) -> float | None:
     """Two-sided permutation test of mean(a) - mean(b) (scipy.stats.permutation_test). Independent samples: the
     runs are shuffled between a and b; paired (a[i] with b[i]): a and b are swapped within pairs. None with fewer
@@ -230,7 +237,7 @@ class RunRecord:
     success_margin: float = DEFAULT_SUCCESS_MARGIN
     failure: str | None = None
     tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a model call had no price
     time_s: float = 0.0
     steps: int = 0
     step_scores: list[tuple[int, float | None]] = field(default_factory=list)
@@ -283,7 +290,7 @@ class Outcome:
     improvement: float | None
     tokens: float
     time_s: float
-    cost_usd: float
+    cost_usd: float | None
 
 
 # ---- a group of runs (one task, one agent and model, many seeds) -----------------------------------
@@ -345,7 +352,7 @@ def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float 
         final_score=mean_interval([r.final_score for r in done if is_valid(r.final_score)]),
         tokens=mean_interval([float(r.tokens) for r in done], lowest=0.0),
         time_s=mean_interval([r.time_s for r in done], lowest=0.0),
-        cost_usd=mean_interval([r.cost_usd for r in done], lowest=0.0), failures=failures,
+        cost_usd=cost_interval([r.cost_usd for r in done]), failures=failures,
         higher_is_better=runs[0].higher_is_better if runs else True,
         outcomes=[Outcome(seed=r.seed, succeeded=m.succeeded, success_any=m.success_any,
                           counted_by_original=r.counted_by_original, improvement=m.final_improvement,
@@ -452,7 +459,8 @@ def overall(groups: list[GroupMetrics]) -> dict[str, LabelSummary]:
             "success_any": macro_success(_samples(gs, lambda o: o.success_any)).as_dict(),
             "improvement": macro_mean(_samples(gs, lambda o: o.improvement)).as_dict(),
             "tokens": macro_mean(_samples(gs, lambda o: o.tokens), 0.0).as_dict(),
-            "cost_usd": macro_mean(_samples(gs, lambda o: o.cost_usd), 0.0).as_dict(),
+            "cost_usd": (macro_mean(_samples(gs, lambda o: o.cost_usd), 0.0) if all(
+                o.cost_usd is not None for g in gs for o in g.outcomes) else Estimate(0, None)).as_dict(),
             "time_s": macro_mean(_samples(gs, lambda o: o.time_s), 0.0).as_dict(),
             "aup": aup.get(label),
         }

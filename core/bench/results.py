@@ -94,7 +94,9 @@ def summarize(trace: Trace, task: Task) -> Row:
     return {"status": trace.status, "end_reason": trace.end_reason, "failure": classify(trace),
             "incidents": ",".join(incidents(trace)) or None, "started_at": trace.started_at,
             "time_s": trace.total_time_s, "steps": len(trace.steps), "prompt_tokens": trace.usage.prompt_tokens,
-            "completion_tokens": trace.usage.completion_tokens, "cost_usd": trace.usage.cost_usd,
+            "completion_tokens": trace.usage.completion_tokens,
+            # NULL when a call had no price: unknown, never a made-up $0
+            "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,
             "final_score": trace.final_score, "final_score_error": trace.final_score_error,
             "metric": task.metric.name, "higher_is_better": int(task.metric.higher_is_better),
             "success_margin": float(task.success_margin), "config": trace.config.model_dump_json()}
@@ -213,7 +215,7 @@ class ResultsDB:
                           failure=r["failure"],
                           incidents=tuple(filter(None, (r["incidents"] or "").split(","))),
                           tokens=(r["prompt_tokens"] or 0) + (r["completion_tokens"] or 0),
-                          cost_usd=r["cost_usd"] or 0.0, time_s=r["time_s"] or 0.0, steps=r["steps"] or 0,
+                          cost_usd=r["cost_usd"], time_s=r["time_s"] or 0.0, steps=r["steps"] or 0,
                           step_scores=[(s["step"], s["score"]) for s in steps.get(r["key"], [])])
                 for r in self.runs()]
 
