@@ -402,3 +402,36 @@ def test_bench_runs_carry_the_flag_into_their_config_and_the_report(tmp_path):
     reported = mlab(tmp_path, "report", str(bench_dir), "--no-plots", "--no-html")
     assert reported.returncode == 0, reported.stderr
     assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in reported.stdout
+
+
+def test_imdb_declares_a_split_of_training_reviews_scored_by_row_number(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from tests.fixtures.mlagentbench import text
+
+    home = TaskHome(tmp_path / "home")
+    harness = Harness(load_registry(), home, sandbox="local")
+    task = harness.task("mlagentbench/imdb-cpu")
+    harness.prepare(task, text.acl_imdb(tmp_path / "src", per_class=20))
+    public, hidden = home.public_dir(task), home.hidden_dir(task)
+    valid, labels = pd.read_csv(public / "data/valid.csv"), np.load(hidden / "valid_labels.npy")
+    train = pd.read_csv(public / "data/train.csv")
+    assert valid.columns.tolist() == ["idx", "text"] and len(valid) == len(labels) == 8
+    assert (train.set_index("text").loc[valid.text, "label"].to_numpy() == labels).all()  # training reviews
+    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace")
+    env = harness.environment(task, workspace, store=SnapshotStore(tmp_path / "run" / "store"),
+                              sandbox_home=tmp_path / "run" / "home", timeout_s=60, allow_validate=True)
+    try:
+        probabilities = pd.DataFrame(np.eye(2)[labels], columns=[0, 1], index=pd.Index(range(8), name="idx"))
+        probabilities.to_csv(workspace / "valid_submission.csv")
+        obs, err = act(env)
+        assert not err and obs.startswith("Validation accuracy of valid_submission.csv: 1 ("), obs
+        probabilities.iloc[:, ::-1].to_csv(workspace / "flipped.csv")
+        obs, err = act(env, predictions_file="flipped.csv")
+        assert not err and obs.startswith("Validation accuracy of flipped.csv: 0 ("), obs
+        probabilities.iloc[:-1].to_csv(workspace / "short.csv")
+        obs, err = act(env, predictions_file="short.csv")
+        assert err and "short.csv has 7 rows, expected 8 (one per validation example)" in obs
+    finally:
+        env.close()

@@ -114,4 +114,6 @@ class Validator:
         message = message.replace(self.split.submission, given)
         if self.split.test_inputs:
             message = message.replace(self.split.test_inputs, self.split.inputs)
-        return message.replace("test set", "validation set").replace("test id", "validation id")
+        for test_words in ("test set", "test id", "test example"):
+            message = message.replace(test_words, test_words.replace("test", "validation"))
+        return message

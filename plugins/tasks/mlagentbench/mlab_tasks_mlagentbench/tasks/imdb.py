@@ -11,10 +11,12 @@ import shutil
 from pathlib import Path
 
 from mlab.core import Metric, MlabError, PrepareContext, Resources
+from mlab.core.task import ValidationSplit
 
 from .. import acquire
 from ..base import ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
 from ..submission import class_probabilities
+from . import validation as splits
 
 ACL_IMDB = acquire.Source(url="https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
                           filename="aclImdb_v1.tar.gz", md5="7c2ac02c03563afcf9b574c7e56c153a", size=84_125_825,
@@ -25,6 +27,10 @@ DISTILBERT_FILES = [acquire.Source(url=f"https://huggingface.co/distilbert/{DIST
                                    filename=f"{DISTILBERT}-{name}", terms=f"https://huggingface.co/distilbert/{DISTILBERT}")
                     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                                  "vocab.txt")]
+
+
+VALID_FILE = "data/valid.csv"
+VALID_LABELS = "valid_labels.npy"  # in the hidden folder, read by evaluate in place of test_labels.npy
 
 
 def check_distilbert(folder: Path) -> None:
@@ -76,6 +82,8 @@ class Imdb(MLAgentBenchTask):
     fixed_baseline = 0.5
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
     read_only_files = ["data/*", f"{DISTILBERT}/*"]
+    validation = ValidationSplit(inputs=VALID_FILE, predictions=splits.VALID_PREDICTIONS, submission="submission.csv",
+                                 answers={VALID_LABELS: "test_labels.npy"}, test_inputs="data/test.csv")
     resources = Resources(gpu="required", ram_gb=8.0, network_for_prepare=True, baseline_seconds=10.0,
                           extras=["torch", "text (transformers, for DistilBERT)"])
     research_problem = (
@@ -101,6 +109,9 @@ class Imdb(MLAgentBenchTask):
         test.rename_axis("idx").reset_index()[["idx", "text"]].to_csv(ctx.public_dir / "data" / "test.csv",
                                                                       index=False)
         np.save(ctx.hidden_dir / "test_labels.npy", test.label.to_numpy(dtype=np.int64))
+        valid = train.iloc[splits.pick(len(train))].reset_index(drop=True)  # reviews train.csv keeps
+        valid.rename_axis("idx").reset_index()[["idx", "text"]].to_csv(ctx.public_dir / VALID_FILE, index=False)
+        np.save(ctx.hidden_dir / VALID_LABELS, valid.label.to_numpy(dtype=np.int64))
         ctx.log(f"{self.name}: {len(train)} training reviews, {len(test)} test reviews")
 
     def _model(self, ctx: PrepareContext) -> None:
