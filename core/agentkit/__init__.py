@@ -34,6 +34,7 @@ from mlab.core.agentkit.options import (
 )
 from mlab.core.agentkit.problem import packages_line, research_problem
 from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
+from mlab.core.run.validation import read_validation
 
 __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
@@ -41,5 +42,5 @@ __all__ = [
     "args_example", "ask_until_valid", "bool_option", "check_args", "check_option_names", "int_option",
     "loads_lenient", "match_name", "needs_summary", "packages_line", "parse_named_entries", "pick_actions",
     "positive_int_option", "research_problem", "split_named_entries", "strip_fences", "summarize_observation",
-    "truncate_middle",
+    "truncate_middle", "read_validation",
 ]

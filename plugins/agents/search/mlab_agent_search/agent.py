@@ -17,8 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from mlab.core import Action, Agent, AgentContext, Message, RunState, Step, StopRun
-from mlab.core.actions import VALIDATE_SUBMISSION
+from mlab.core import VALIDATE_SUBMISSION, Action, Agent, AgentContext, Message, RunState, Step, StopRun
 from mlab.core.agentkit import (
     MAX_ATTEMPTS,
     AgentOptions,

@@ -5,7 +5,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from mlab.core.run.validation import read_validation
+from mlab.core.agentkit import read_validation
 
 METRIC_TAG = "VALIDATION_METRIC"
 _METRIC_LINE = re.compile(rf"^\s*{METRIC_TAG}\s*[:=]\s*(\S+)", re.MULTILINE)

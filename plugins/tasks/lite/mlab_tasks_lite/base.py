@@ -5,8 +5,7 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from mlab.core import PrepareContext, Task
-from mlab.core.task import ValidationSplit
+from mlab.core import PrepareContext, Task, ValidationSplit
 
 from .submission import number_text, read_answers, write_csv
 

@@ -10,8 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from mlab.core import Metric, MlabError, PrepareContext, Resources
-from mlab.core.task import ValidationSplit
+from mlab.core import Metric, MlabError, PrepareContext, Resources, ValidationSplit
 
 from .. import acquire
 from ..base import ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask

@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources
-from mlab.core.task import ValidationSplit
+from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources, ValidationSplit
 
 from .. import acquire
 from ..base import PACK, MLAgentBenchTask

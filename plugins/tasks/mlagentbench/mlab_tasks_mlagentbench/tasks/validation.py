@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from mlab.core.task import ValidationSplit
+from mlab.core import ValidationSplit
 
 VALID_FRACTION = 0.2
 VALID_SEED = 20240  # any fixed number: the split must be the same at every prepare
