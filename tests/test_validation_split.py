@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mlab.core.errors import MlabError
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task
@@ -437,3 +438,14 @@ def test_imdb_declares_a_split_of_training_reviews_scored_by_row_number(tmp_path
         assert err and "short.csv has 7 rows, expected 8 (one per validation example)" in obs
     finally:
         env.close()
+
+
+def test_a_home_prepared_before_the_split_existed_is_refused_at_the_start_with_the_fix(staged, tmp_path):
+    harness, environment = staged
+    task = harness.task("lite/wine")
+    harness.prepare(task)
+    (harness.home.hidden_dir(task) / "valid_answers.csv").unlink()  # as a home prepared by an older mlab
+    with pytest.raises(MlabError, match=r"task 'lite/wine' was prepared without its validation split "
+                                        r"\(valid_answers.csv is missing\); prepare it again: mlab prepare "
+                                        r"lite/wine --force"):
+        environment("lite/wine", allow_validate=True)

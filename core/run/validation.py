@@ -52,6 +52,10 @@ class Validator:
         self.split = validation_split(task)
         self.hidden_dir = Path(hidden_dir)
         self.scorer = scorer
+        missing = [name for name in self.split.answers if not (self.hidden_dir / name).is_file()]
+        if missing:  # a home prepared before the task declared its split
+            raise MlabError(f"task {task.name!r} was prepared without its validation split ({', '.join(missing)} "
+                            f"is missing); prepare it again: mlab prepare {task.name} --force")
 
     def spec(self) -> ActionSpec:
         """The action as this task offers it: the default predictions file named."""
@@ -82,8 +86,12 @@ class Validator:
             target = submission / self.split.submission
             target.parent.mkdir(parents=True, exist_ok=True)
             self._copy_bounded(space, given, target, limit)
-            for kept, as_name in self.split.answers.items():  # the validation answers only: no test answer
-                shutil.copyfile(self.hidden_dir / kept, hidden / as_name)
+            try:
+                for kept, as_name in self.split.answers.items():  # the validation answers only: no test answer
+                    shutil.copyfile(self.hidden_dir / kept, hidden / as_name)
+            except OSError as exc:  # the agent is told what failed, never where the answers live
+                raise EnvError(f"the validation answers cannot be read ({exc.strerror or type(exc).__name__}); "
+                               "the task may need preparing again") from None
             try:
                 with self.scorer.scoring(self.task):
                     score = float(self.task.evaluate(submission, hidden))
