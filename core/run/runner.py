@@ -204,7 +204,12 @@ class Runner:
             if self.llm is not None:
                 self.llm.load_state_dict(last.llm_state)
         self._record_warnings(trace)
-        self.trace_log.begin(trace)
+        try:
+            self.trace_log.begin(trace)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._stop_disk_full(trace, exc)
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
                                                resumed_from_step=len(trace.steps)))
         return self._loop(trace)
