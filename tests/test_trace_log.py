@@ -295,3 +295,22 @@ def test_sigkill_at_random_moments_keeps_log_and_trace_json_consistent(tmp_path,
     assert trace.status == "finished" and len(trace.steps) == steps
     assert_effects_once(run_dir, trace)
     assert not math.isnan(trace.total_time_s) and trace.usage == Usage()
+
+
+def test_viewer_sees_a_step_the_log_committed_after_it_last_read_the_run(tmp_path, mlab_home):
+    from mlab.core.run.trace import read_trace, write_trace
+    from mlab.core.view.runs import Catalog
+
+    run_dir = tmp_path / "runs" / "r"
+    kill_after_step(run_dir, 2, "--steps", "5", "--sleep", "0.3")
+    full = read_trace(run_dir)
+    done = len(full.steps)
+    log = run_dir / "steps.jsonl"
+    whole = log.read_bytes()
+    last_step_at = whole.rindex(b'{"kind":"step"')
+    log.write_bytes(whole[:last_step_at])  # as it was before the last step was committed
+    write_trace(run_dir, full.model_copy(update={"steps": full.steps[:-1]}))
+    catalog = Catalog(tmp_path / "runs")
+    assert catalog.runs()["runs"][0]["steps"] == done - 1
+    log.write_bytes(whole)  # the step's line is committed; the process dies before trace.json is updated
+    assert catalog.runs()["runs"][0]["steps"] == done

@@ -21,6 +21,7 @@ from mlab.core.errors import MlabError
 from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Step, Trace
 from mlab.core.run.trace import ERRORS_FILE, LLM_LOG_FILE, TRACE_FILE, read_trace
+from mlab.core.run.trace_log import STEPS_FILE
 from mlab.core.view.diffs import Manifest, clip, file_changes, read_manifest, read_regular
 from mlab.core.view.live import read_live, run_in_progress
 
@@ -75,6 +76,14 @@ def _signature(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
+
+
+def _trace_signature(run_dir: Path) -> tuple[int, int] | None:
+    """Changes whenever the trace read_trace() gives does: trace.json or the step log it is completed from."""
+    shown, log = _signature(run_dir / TRACE_FILE), _signature(run_dir / STEPS_FILE)
+    if shown is None or log is None:
+        return shown
+    return max(shown[0], log[0]), shown[1] + log[1]
 
 
 def _call_entry(raw: dict[str, Any]) -> dict[str, Any]:
@@ -174,14 +183,15 @@ class Catalog:
     # ---- reading, cached ------------------------------------------------------------------------
     def _trace(self, run_dir: Path) -> Trace | str:
         """The trace, or why it cannot be read."""
-        sig = _signature(run_dir / TRACE_FILE)
+        sig = _trace_signature(run_dir)
         cached = self._traces.get(run_dir)
         if cached and cached[0] == sig and sig is not None:
             self._traces.move_to_end(run_dir)
             return cached[1]
         try:
-            if sig is not None and sig[1] > MAX_TRACE_BYTES:
-                raise MlabError(f"its trace is {sig[1] >> 20} MB, more than the viewer reads "
+            shown = _signature(run_dir / TRACE_FILE)
+            if shown is not None and shown[1] > MAX_TRACE_BYTES:
+                raise MlabError(f"its trace is {shown[1] >> 20} MB, more than the viewer reads "
                                 f"({MAX_TRACE_BYTES >> 20} MB)")
             trace: Trace | str = read_trace(run_dir)
         except MlabError as exc:
@@ -203,7 +213,7 @@ class Catalog:
 
     def _brief(self, run_dir: Path) -> dict[str, Any] | str:
         """What the run list shows of a trace (or why it cannot be read), kept for every run."""
-        sig = _signature(run_dir / TRACE_FILE)
+        sig = _trace_signature(run_dir)
         cached = self._briefs.get(run_dir)
         if cached and cached[0] == sig and sig is not None:
             return cached[1]
