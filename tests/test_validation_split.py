@@ -449,3 +449,12 @@ def test_a_home_prepared_before_the_split_existed_is_refused_at_the_start_with_t
                                         r"\(valid_answers.csv is missing\); prepare it again: mlab prepare "
                                         r"lite/wine --force"):
         environment("lite/wine", allow_validate=True)
+
+
+def test_agents_may_leave_out_the_predictions_file_as_the_environment_allows():
+    from mlab.core.actions import OPT_IN_SPECS
+    from mlab.core.agentkit import check_args
+
+    spec = OPT_IN_SPECS["Validate Submission"]
+    assert check_args(spec, {}) == {}
+    assert check_args(spec, {"predictions_file": "p.csv"}) == {"predictions_file": "p.csv"}

@@ -23,7 +23,7 @@ def check_args(spec: ActionSpec, args: Any) -> dict[str, Any]:
     """The arguments an action needs, exactly; raises InvalidResponse saying what is wrong."""
     if not isinstance(args, dict):
         raise InvalidResponse(f"the input of {spec.name} must be a JSON object like {args_example(spec)}")
-    missing = [a for a in spec.args if a not in args]
+    missing = [a for a in spec.args if a not in args and a not in spec.optional]
     unknown = [a for a in args if a not in spec.args]
     if missing or unknown:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
