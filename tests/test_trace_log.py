@@ -314,3 +314,16 @@ def test_viewer_sees_a_step_the_log_committed_after_it_last_read_the_run(tmp_pat
     assert catalog.runs()["runs"][0]["steps"] == done - 1
     log.write_bytes(whole)  # the step's line is committed; the process dies before trace.json is updated
     assert catalog.runs()["runs"][0]["steps"] == done
+
+
+def test_a_damaged_line_inside_the_log_is_a_one_line_error(tmp_path, mlab_home):
+    run_dir = tmp_path / "run"
+    finish(start_harness(run_dir, "--steps", "3"))
+    lines = (run_dir / "steps.jsonl").read_bytes().splitlines(keepends=True)
+    lines[2] = b'{"kind": "step", "step": {"no index": 1}}\n'
+    (run_dir / "steps.jsonl").write_bytes(b"".join(lines))
+    (run_dir / "trace.json").write_text("{torn")
+    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "eval", str(run_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "steps.jsonl is damaged at line 3" in result.stderr and "Traceback" not in result.stderr

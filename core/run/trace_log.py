@@ -216,25 +216,31 @@ def read_log(run_dir: Path) -> LogContents | None:
     offset = 0
     for number, line in enumerate(lines[:-1], 1):  # what follows the last newline is a torn line
         try:
-            record = json.loads(line)
-            kind = record["kind"]
-        except (ValueError, KeyError, TypeError):
+            _take_record(contents, json.loads(line))
+        except (ValueError, KeyError, TypeError, AttributeError):
             if number == len(lines) - 1:
                 break  # a torn last line: that step was not committed
             raise MlabError(f"{path} is damaged at line {number}") from None
-        if kind == "step":
-            step = record["step"]
-            contents.steps = [s for s in contents.steps if s["index"] < step["index"]] + [step]
-            if contents.header is not None:
-                contents.header.update(record.get("trace", {}))
-        elif kind == "state":
-            contents.objects[record["digest"]] = record["data"]
-        elif kind == "run":
-            contents.header = dict(record["trace"])
-            del contents.steps[record.get("steps", len(contents.steps)):]
         offset += len(line) + 1
         contents.committed_bytes = offset
     return contents
+
+
+def _take_record(contents: LogContents, record: dict[str, Any]) -> None:
+    kind = record["kind"]
+    if kind == "step":
+        step = record["step"]
+        index = int(step["index"])
+        contents.steps = [s for s in contents.steps if s["index"] < index] + [step]
+        if contents.header is not None:
+            contents.header.update(record.get("trace", {}))
+    elif kind == "state":
+        contents.objects[str(record["digest"])] = record["data"]
+    elif kind == "run":
+        contents.header = dict(record["trace"])
+        del contents.steps[int(record.get("steps", len(contents.steps))):]
+    else:
+        raise ValueError(f"unknown record {kind!r}")
 
 
 def read_trace_json(run_dir: Path) -> dict[str, Any] | None:
