@@ -327,3 +327,15 @@ def test_a_damaged_line_inside_the_log_is_a_one_line_error(tmp_path, mlab_home):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "steps.jsonl is damaged at line 3" in result.stderr and "Traceback" not in result.stderr
+    # With trace.json whole, readers still get the run; a resume says what is wrong and writes nothing.
+    finished = json.loads((run_dir / "steps.jsonl").read_bytes().splitlines()[-1])["trace"]
+    finished["steps"] = []
+    (run_dir / "trace.json").write_text(json.dumps({**finished, "status": "running"}))
+    from mlab.core.run.trace import read_trace
+
+    assert read_trace(run_dir).status == "running"
+    before = (run_dir / "steps.jsonl").read_bytes()
+    proc = start_harness(run_dir, "--resume", "--steps", "3")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "damaged at line 3" in out
+    assert (run_dir / "steps.jsonl").read_bytes() == before

@@ -252,12 +252,11 @@ def read_trace_json(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def load_raw(run_dir: Path, log: LogContents | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_raw(run_dir: Path, log: LogContents | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The trace's fields and its steps as stored (states by reference or inline): trace.json plus the
-    committed steps the log (read here unless given) holds beyond it, or the log alone when trace.json does
-    not parse."""
+    committed steps the log (as read_log gave it) holds beyond it, or the log alone when trace.json does not
+    parse."""
     path = Path(run_dir) / TRACE_FILE
-    log = log if log is not None else read_log(run_dir)
     document = read_trace_json(run_dir)
     if document is None:
         if log is None or log.header is None:
@@ -304,7 +303,12 @@ def unresolved(step: Step) -> list[str]:
 
 def load_trace(run_dir: Path) -> Trace:
     """The run's whole trace, every state inline (see the module doc for where each part comes from)."""
-    log = read_log(run_dir)
+    try:
+        log = read_log(run_dir)
+    except MlabError:
+        if read_trace_json(run_dir) is None:
+            raise
+        log = None  # a damaged log: trace.json alone still reads (a resume says what is wrong)
     header, steps = load_raw(run_dir, log)
     steps = resolve_states(steps, StateReader(StateObjects(log.objects if log else {})))
     try:
