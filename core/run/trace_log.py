@@ -12,10 +12,10 @@ A run's trace is written as it happens, at a cost that does not grow with the ru
   is a `state` record of the log, appended in the same write as the first step line naming it (so one
   fdatasync makes both durable); a step names its states as {"$state": "<sha256>"}. A state whose object is
   missing or does not match its name stays a reference when loaded, and a resume does that step again.
-- `trace.json` stays the readable whole: one step a line, states as references except the last step's, which
-  is inline. Each step rewrites only from the previous step on (a write of about one step), in place; it is
-  rewritten whole (atomically) when a run starts, resumes or ends. trace.json is not fsynced: steps.jsonl is
-  what survives a crash.
+- `trace.json` stays the readable whole, current after every step for whatever reads it while a run goes on:
+  one step a line, states as references except the last step's, which is inline. Each step rewrites it only
+  from the previous step on (a write of about one step), in place and not fsynced (steps.jsonl is what
+  survives a crash); it is rewritten whole, atomically and durably, when a run starts, resumes or ends.
 
 load_trace() reads trace.json, adds committed steps the log holds beyond it (a kill between the two writes)
 and resolves every state; a trace.json that does not parse (torn by a kill mid-write, lost in a power cut) is
