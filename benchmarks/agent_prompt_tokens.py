@@ -10,6 +10,9 @@ their observations, the step note). Also the share of each prompt that repeats t
 word for word, which is what providers' prompt caching can reuse, and the same run with the whole history
 shown (history_steps=20) for comparison.
 
+Then the same for the search agent (aide: greedy tree search over whole scripts) on the same task and model
+budget: its prompts per model call and per step, beside the research agent's.
+
 Usage: python benchmarks/agent_prompt_tokens.py
 """
 from __future__ import annotations
@@ -142,6 +145,37 @@ def run(root: Path, name: str, options: dict) -> list[dict]:
     return [c for c in llm_calls(root / name) if c["role"] == "main"], summarized
 
 
+def search_replies() -> list[str]:
+    """Whole-script replies for aide: two drafts (the starter's majority model, the nearest-centroid model), a
+    debug of a draft that crashes, then improvements; each script prints the metric line the agent reads."""
+    def reply(plan_text: str, code: str, metric: str) -> str:
+        body = code.replace('print(f"validation accuracy: {valid_acc:.4f}")',
+                            f'print(f"validation accuracy: {{valid_acc:.4f}}")\nprint("VALIDATION_METRIC: {metric}")')
+        return f"{plan_text}\n\n```python\n{body}```\n"
+
+    from tests.fixtures.agents_fixtures import STARTER
+
+    broken = IMPROVED.replace("def fit(rows):", "def fit(rows):\n    raise ValueError('not yet')")
+    return [reply("Start from the starter's majority-class model.", STARTER, "0.625"),
+            reply("A nearest-centroid model on x1 and x2.", broken, "0.9"),
+            reply("Fix the stray raise in fit.", IMPROVED, "0.9875"),
+            reply("Standardize the features before the centroids.", IMPROVED, "0.9875"),
+            reply("Keep the model; write the submission again.", IMPROVED, "0.9875")] * 2
+
+
+def run_search(root: Path) -> tuple[list[dict], int]:
+    from mlab.core import RunConfig
+    from mlab.core.run.runner import Runner
+    from tests.fixtures.agents_fixtures import TASK_NAME, fixture_registry, write_script
+
+    replies = write_script(root / "search.jsonl", search_replies())
+    config = RunConfig(task=TASK_NAME, agent="aide", llm=f"scripted:{replies}", max_steps=STEPS + 10,
+                       action_timeout_s=60, agent_options={"num_drafts": 2, "max_nodes": 5})
+    trace = Runner(root / "search", config, fixture_registry()).start()
+    assert trace.end_reason == "final answer", trace.end_reason
+    return [c for c in llm_calls(root / "search") if c["role"] == "main"], len(trace.steps)
+
+
 def system_parts(system: str) -> dict[str, int]:
     """The system prompt cut at its section headings."""
     marks = [("role and research problem", 0), ("action descriptions", system.index("\n\nActions:\n")),
@@ -175,6 +209,7 @@ def main() -> None:
         os.environ["MLAB_HOME"] = str(root / "home")
         calls, summarized = run(root, "window", {})
         full, _ = run(root, "full", {"history_steps": STEPS})
+        search_calls, search_steps = run_search(root)
     serial = [json.dumps(c["messages"]) for c in calls]
     per_step = [sum(parts(c).values()) for c in calls]
     print(f"research agent, {STEPS}-step scripted run on fixture/tiny-clf "
@@ -203,6 +238,15 @@ def main() -> None:
     full_per_step = [tokens(c["messages"][0]["content"] + c["messages"][1]["content"]) for c in full]
     print(f"with the whole history shown instead of the last 3 steps: mean {statistics.fmean(full_per_step):.0f}, "
           f"step {STEPS}: {full_per_step[-1]} tokens (vs {per_step[-1]})")
+    research_total = sum(tokens(json.dumps(c["messages"])) for c in calls)
+    search_prompts = [sum(tokens(m["content"]) for m in c["messages"]) for c in search_calls]
+    research_prompts = [sum(tokens(m["content"]) for m in c["messages"]) for c in calls]
+    print(f"\nsearch agent (aide, 2 drafts, at most 5 nodes) on the same task: {len(search_calls)} model calls "
+          f"in {search_steps} steps; prompt tokens per call: mean {statistics.fmean(search_prompts):.0f}, max "
+          f"{max(search_prompts)}; per step: {sum(search_prompts) / search_steps:.0f}")
+    print(f"research agent: {len(calls)} main calls in {STEPS} steps; prompt tokens per call: mean "
+          f"{statistics.fmean(research_prompts):.0f}, max {max(research_prompts)}; per step: "
+          f"{sum(research_prompts) / STEPS:.0f} (serialized {research_total})")
 
 
 if __name__ == "__main__":
