@@ -51,7 +51,9 @@ def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu
     (workspace / "submission.csv").write_text("0.001\n")  # a recorded time is not what is scored
     score = task.evaluate(workspace, taskdata.hidden_dir(task))
     verdict = judge(score, task.fixed_baseline, task)
-    assert abs(verdict.improvement) < 0.08 and not verdict.success, verdict
+    # Never a false success; the median of 5 interleaved CPU-time ratios still moves by up to ~15% beside a
+    # CPU-bound load on 2 cores (seen in CI), against 50-300% for a wall-clock time recorded under other load.
+    assert abs(verdict.improvement) < 0.25 and not verdict.success, verdict
 
 
 @pytest.mark.slow
