@@ -50,6 +50,32 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
+REPLACE_ATTEMPTS = 50  # a folder swapped for a link between our look and our open: look again, this often
+
+
+def _open_part(fd: int, part: str, create: bool, replace: bool) -> int:
+    for attempt in range(REPLACE_ATTEMPTS if replace else 1):
+        st = lstat_at(fd, part)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            if not replace:
+                raise NotAFolder(errno.ENOTDIR, f"{part!r} is not a folder", part)
+            remove_at(fd, part)
+            st = None
+        if st is None:
+            if not create:
+                raise NotAFolder(errno.ENOENT, f"{part!r} does not exist", part)
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass  # made meanwhile: opening it below checks what it is
+        try:
+            return open_dir_at(fd, part)
+        except NotAFolder:
+            if attempt == REPLACE_ATTEMPTS - 1 or not replace:
+                raise
+    raise AssertionError("unreachable")
+
+
 def open_dirs(root_fd: int, parts: list[str], create: bool = False, replace: bool = False) -> int:
     """A new descriptor of root/parts[0]/parts[1]/..., one component at a time. `create` makes missing folders;
     `replace` also removes a file or symlink standing where a folder belongs (never following it)."""
@@ -58,20 +84,7 @@ def open_dirs(root_fd: int, parts: list[str], create: bool = False, replace: boo
         for part in parts:
             if part in ("", ".", "..") or "/" in part:
                 raise NotAFolder(errno.EINVAL, f"bad path component {part!r}", part)
-            st = lstat_at(fd, part)
-            if st is not None and not stat.S_ISDIR(st.st_mode):
-                if not replace:
-                    raise NotAFolder(errno.ENOTDIR, f"{part!r} is not a folder", part)
-                remove_at(fd, part)
-                st = None
-            if st is None:
-                if not create:
-                    raise NotAFolder(errno.ENOENT, f"{part!r} does not exist", part)
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass  # made meanwhile: opening it below checks what it is
-            child = open_dir_at(fd, part)
+            child = _open_part(fd, part, create, replace)
             os.close(fd)
             fd = child
         return fd
