@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.models import Action, RunConfig, Step, Trace, Usage
+from tests.test_runner import finish, start_harness
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,17 +23,6 @@ def mlab_home(tmp_path, monkeypatch):
     home = tmp_path / "mlab-home"
     monkeypatch.setenv("MLAB_HOME", str(home))
     return home
-
-
-def start_harness(run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.fixtures.harness", str(run_dir), *extra], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen) -> str:
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out
-    return out
 
 
 def kill_after_step(run_dir: Path, step: int, *extra: str) -> None:
