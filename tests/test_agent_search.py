@@ -22,6 +22,7 @@ from mlab.core.run.runner import Runner
 from mlab_agent_search.fitness import infer_direction, read_outcome
 from mlab_agent_search.graph import SolutionGraph
 from mlab_agent_search.policies import Proposal, Settings, mcts
+from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"lite/wine": ("label", "class"), "lite/diabetes": ("target", "regression"),
@@ -174,6 +175,62 @@ def test_greedy_drafts_debugs_and_improves_the_best_then_submits_it(tmp_path):
     assert table[0].split() == ["node", "parents", "operator", "status", "fitness", "plan"]
     assert table[6].split()[:6] == ["6", "3", "improve", "ok", "0.93", "*"]
     assert table[2].split()[:4] == ["2", "-", "draft", "buggy"]
+    check_report_shows_the_graph(tmp_path / "run", tmp_path / "report")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=MISSING)
+def test_the_viewer_shows_the_solution_graph_in_chromium(tmp_path):
+    task = "lite/wine"
+    replies = [reply("Draft: 1-NN.", solution(task, 1, 0.80)),
+               reply("Draft: 3-NN, with a bug.", solution(task, 3, 0.99, bug=BROKEN)),
+               reply("Fix: 9 neighbours, no bad column.", solution(task, 9, 0.93))]
+    (tmp_path / "runs").mkdir()
+    run_search(tmp_path / "runs" / "g", task, replies, {"policy": "greedy", "num_drafts": 2, "max_nodes": 3})
+    view = subprocess.Popen([sys.executable, "-m", "mlab.cli.main", "view", str(tmp_path / "runs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = next((line.split()[1] for line in view.stdout if line.startswith("open http://")), None)
+        assert url, view.stderr.read()
+        with Browser(tmp_path / "profile") as browser:
+            browser.open(url + "#run=g")
+            rows = browser.wait_for("var t = document.getElementById('solution-graph');"
+                                    "return t && Array.from(t.querySelectorAll('tbody tr')).map("
+                                    "function (r) { return Array.from(r.cells).map(function (c) {"
+                                    " return c.textContent; }); });")
+    finally:
+        view.kill()
+        view.wait()
+        view.stdout.close()
+        view.stderr.close()
+    assert [r[:6] for r in rows] == [["1", "-", "draft", "ok", "0.80000", ""], ["2", "-", "draft", "buggy", "-", ""],
+                                     ["3", "2", "debug", "ok", "0.93000", "*"]]
+    assert "ValueError" in rows[1][6]
+
+
+def check_report_shows_the_graph(run_dir: Path, out_dir: Path) -> None:
+    """`mlab report` of the run prints the graph as a table and puts it in its JSON: parents, operator, status,
+    fitness per node, the best marked."""
+    mlab = [sys.executable, "-m", "mlab.cli.main"]
+    shown = subprocess.run([*mlab, "report", str(run_dir), "--out", str(out_dir), "--no-plots"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "Solution graph of run" in shown.stdout
+    assert any(line.split("│")[1:6] and [c.strip() for c in line.split("│")[1:7]] ==
+               ["6", "3", "improve", "ok", "0.93", "*"] for line in shown.stdout.splitlines())
+    assert "Solution graph of run" in (out_dir / "index.html").read_text()
+    as_json = subprocess.run([*mlab, "report", str(run_dir), "--out", str(out_dir), "--no-plots", "--no-html",
+                              "--json"], capture_output=True, text=True, timeout=120)
+    assert as_json.returncode == 0, as_json.stderr
+    (run,) = json.loads(as_json.stdout)["runs"]
+    graph = run["solution_graph"]
+    assert graph["direction"] == "higher"
+    assert [(n["node"], n["parents"], n["operator"], n["status"], n["fitness"], n["best"]) for n in graph["nodes"]] \
+        == [(1, "-", "draft", "ok", 0.8, False), (2, "-", "draft", "buggy", None, False),
+            (3, "-", "draft", "ok", 0.9, False), (4, "2", "debug", "buggy", None, False),
+            (5, "4", "debug", "ok", 0.85, False), (6, "3", "improve", "ok", 0.93, True),
+            (7, "6", "improve", "ok", 0.91, False)]
+    assert "ValueError" in graph["nodes"][1]["plan"]
 
 
 def test_mcts_follows_uct_and_debugs_a_failed_draft_on_a_lower_is_better_task(tmp_path):

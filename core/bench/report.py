@@ -27,7 +27,9 @@ from mlab.core.bench.metrics import (
 from mlab.core.bench.report_formats import Column, ReportTable, to_rich
 from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_runs, summarize
 from mlab.core.bench.run_folders import is_bench, runs_in
+from mlab.core.errors import MlabError
 from mlab.core.run.scoring import Verdict
+from mlab.core.run.solution_graph import SolutionGraph, final_graph
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
 
@@ -67,6 +69,7 @@ class ReportData:
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # run key -> its judged final score
     comparisons: list[PairedComparison] = field(default_factory=list)
     profiles: Profiles | None = None
+    graphs: dict[str, SolutionGraph] = field(default_factory=dict)  # run key -> its search agent's final graph
 
     @property
     def unconfined_runs(self) -> list[str]:
@@ -102,7 +105,12 @@ class ReportData:
                 "overall": self.overall, "comparisons": [c.as_dict() for c in self.comparisons],
                 "profiles": self.profiles.as_dict() if self.profiles else None, "legend": LEGEND,
                 "unconfined_runs": self.unconfined_runs, "validated_runs": self.validated_runs,
-                "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r)} for r in self.rows]}
+                "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r), **self._graph(r)}
+                         for r in self.rows]}
+
+    def _graph(self, row: Row) -> dict[str, Any]:
+        graph = self.graphs.get(row["key"])
+        return {} if graph is None else {"solution_graph": graph.payload()}
 
     def _judged(self, row: Row) -> dict[str, Any]:
         verdict = self.verdicts.get(row["key"])
@@ -137,11 +145,10 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     verdicts = {key: j.verdict for key, j in judged.items()}
     data = ReportData(bench_dir=Path(bench_dir), rows=rows, records=records, baselines=baselines,
                       baseline_sources=sources, groups=groups, overall=overall(groups), step_scores=steps,
-                      plugin_versions=versions, verdicts=verdicts, profiles=performance_profiles(groups))
+                      plugin_versions=versions, verdicts=verdicts, profiles=performance_profiles(groups),
+                      graphs=solution_graphs(Path(bench_dir), rows))
     labels = data.labels
     if compare:
-        from mlab.core.errors import MlabError
-
         for label in compare:
             if label not in labels:
                 raise MlabError(f"--compare: no runs of {label!r}; agents in this bench: {', '.join(labels)}")
@@ -149,6 +156,21 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     elif len(labels) == 2:
         data.comparisons = [paired(groups, labels[0], labels[1])]
     return data
+
+
+def solution_graphs(bench_dir: Path, rows: list[Row]) -> dict[str, SolutionGraph]:
+    """The final solution graph of every run whose agent kept one (search agents); runs without a readable trace
+    have none."""
+    graphs = {}
+    for row in rows:
+        run_dir = bench_dir / str(row["run_dir"])
+        try:
+            graph = final_graph(read_trace(run_dir))
+        except (OSError, ValueError, MlabError):
+            continue
+        if graph is not None:
+            graphs[row["key"]] = graph
+    return graphs
 
 
 def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportData:
@@ -269,7 +291,25 @@ def report_tables(data: ReportData) -> list[ReportTable]:
             pair.rows.append([row["task"], row["success_a"], row["success_b"], row["success_diff"], row["p_success"],
                               row["improvement_a"], row["improvement_b"], row["p_improvement"]])
         out.append(pair)
+
+    for run_row in data.rows:
+        if run_row["key"] in data.graphs:
+            out.append(graph_table(run_row, data.graphs[run_row["key"]]))
     return out
+
+
+def graph_table(row: Row, graph: SolutionGraph) -> ReportTable:
+    """A search agent's solution graph: one row per node, how it was made and how its run went."""
+    table = ReportTable(
+        f"graph_{_slug(str(row['key']))}", f"Solution graph of run {row['key']} ({row['agent']} on {row['task']})",
+        [Column("node", "node", "int"), Column("parents", "parents"), Column("operator", "operator"),
+         Column("status", "status"), Column("fitness", "fitness", "num", ".6g"), Column("best", "best"),
+         Column("plan", "plan")],
+        caption=f"fitness: {graph.direction} is better; * marks the best node, whose script the run submitted")
+    for node in graph.rows():
+        table.rows.append([node["node"], node["parents"], node["operator"], node["status"], node["fitness"],
+                           "*" if node["best"] else "", node["plan"][:100]])
+    return table
 
 
 def _slug(label: str) -> str:

@@ -103,6 +103,16 @@
     });
     return h + '</tbody></table>';
   }
+  // A search agent's solution graph (its state's "graph"): a node per row, the best one marked.
+  function graphTable(g) {
+    if (!g || !g.nodes || !g.nodes.length) return '';
+    return '<h3>Solution graph</h3><p class="muted">fitness: ' + esc(g.direction) + ' is better; * marks the best node</p>' +
+      '<table id="solution-graph"><thead><tr><th>node</th><th>parents</th><th>operator</th><th>status</th><th>fitness</th>' +
+      '<th>best</th><th>plan</th></tr></thead><tbody>' + g.nodes.map(function (x) {
+        return '<tr><td>' + esc(x.node) + '</td><td>' + esc(x.parents) + '</td><td>' + esc(x.operator) + '</td><td>' +
+          esc(x.status) + '</td><td>' + num(x.fitness) + '</td><td>' + (x.best ? '*' : '') + '</td><td>' + esc(x.plan) + '</td></tr>';
+      }).join('') + '</tbody></table>';
+  }
   function drawRun() {
     var s = run.summary, n = run.steps.length;
     if (run.follow || run.step > n) run.step = n;
@@ -115,7 +125,7 @@
       ' steps · ' + (s.tokens || 0) + ' tokens · cost <span id="run-cost">' + esc(s.calls ? cost(s) : 'none (no model calls)') + '</span>' +
       (s.calls && s.unpriced_calls >= s.calls ? ' <span class="muted">(no call has a price)</span>' : '') +
       ' · ' + secs(s.time_s) + '</p>';
-    h += '<div id="live-box"></div>' + chart();
+    h += '<div id="live-box"></div>' + chart() + graphTable(run.graph);
     h += '<div id="steps">' + run.steps.map(function (x) {
       return '<button data-step="' + x.index + '" class="' + (x.index === run.step ? 'cur ' : '') + (x.is_error ? 'bad' : '') +
         '" title="' + esc(x.action) + '">' + x.index + '</button>';
@@ -184,9 +194,9 @@
       d.calls.forEach(function (c, i) { c.n = d.calls_from + i; });
       r.calls = r.calls.slice(0, d.calls_from).concat(d.calls);
       r.started = d.summary.started_at === undefined ? null : d.summary.started_at;
-      r.config = d.config; r.warnings = d.warnings; r.errors_log = d.errors_log;
+      r.config = d.config; r.warnings = d.warnings; r.errors_log = d.errors_log; r.graph = d.graph;
       var live = d.summary.live; d.summary.live = null;
-      var key = JSON.stringify([d.summary, r.steps.length, r.calls.length, r.step, r.follow, r.errors_log, d.scores]);
+      var key = JSON.stringify([d.summary, r.steps.length, r.calls.length, r.step, r.follow, r.errors_log, d.scores, d.graph]);
       d.summary.live = live; r.summary = d.summary;
       if (d.scores) r.steps.forEach(function (s) { if (d.scores[s.index] !== undefined) s.score = d.scores[s.index]; });
       if (key !== r.detailJson) { r.detailJson = key; r.liveJson = JSON.stringify(live); drawRun(); }

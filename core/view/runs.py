@@ -20,6 +20,7 @@ from typing import Any
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Step, Trace
+from mlab.core.run.solution_graph import graph_payload
 from mlab.core.run.trace import ERRORS_FILE, LLM_LOG_FILE, TRACE_FILE, read_trace
 from mlab.core.run.trace_log import STEPS_FILE
 from mlab.core.view.diffs import Manifest, clip, file_changes, read_manifest, read_regular
@@ -310,7 +311,7 @@ class Catalog:
             return {"summary": summary, "config": trace.config.model_dump(), "warnings": trace.errors,
                     "plugin_versions": trace.plugin_versions, "steps_from": have_steps, "steps": steps,
                     "calls_from": have_calls, "calls": calls[have_calls:], "errors_log": errors_log(path),
-                    "scores": {str(k): v[0] for k, v in scores.items()}}
+                    "scores": {str(k): v[0] for k, v in scores.items()}, "graph": graph_payload(trace)}
 
     def _step(self, run_dir: Path, trace: Trace, i: int,
               scores: dict[int, tuple[float | None, str | None]]) -> dict[str, Any]:
