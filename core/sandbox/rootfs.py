@@ -122,6 +122,19 @@ class RootView:
         return [target for _, target in (*self.read_only, *self.late_read_only)] + self.writable
 
 
+def protected_paths(spec: ExecSpec) -> list[str]:
+    """The read-only files of spec inside its workspace, each bound read-only over the writable workspace."""
+    workspace = os.path.realpath(spec.cwd)
+    found: list[str] = []
+    for protected in spec.read_only_paths:
+        # A symlink would make the bind follow it, possibly out of the workspace; the harness restores those.
+        if os.path.lexists(protected) and not os.path.islink(protected):
+            real = os.path.realpath(protected)
+            if inside(workspace, real):
+                found.append(real)
+    return found
+
+
 def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootView:
     """The plan of the file system that runs argv per spec; named_too also shows the Python environment at
     the paths it is named by (a container has none of the host's links)."""
@@ -148,12 +161,7 @@ def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootV
     workspace = os.path.realpath(spec.cwd)
     view.writable = [workspace] + [os.path.realpath(p) for p in spec.writable_paths
                                    if os.path.isdir(p) and not os.path.islink(p)]
-    for protected in spec.read_only_paths:
-        # A symlink would make the bind follow it, possibly out of the workspace; the harness restores those.
-        if os.path.lexists(protected) and not os.path.islink(protected):
-            real = os.path.realpath(protected)
-            if inside(workspace, real):
-                view.protected.append(real)
+    view.protected = protected_paths(spec)
     hidden_paths: list[str] = [*map(str, spec.hidden_paths), *plugin_code()]
     for hidden in hidden_paths:  # only where it lies inside something shown
         real = os.path.realpath(hidden)
