@@ -1,0 +1,273 @@
+"""A budgeted LLM proxy on a unix socket: how code run in a sandbox without network (a scorer running an agent's
+tool) reaches a model without ever holding its key.
+
+The proxy is an HTTP server in the harness, listening on a unix socket in a folder the sandbox shows; a unix
+socket is reached through the file system, so it works from a sandbox with a network namespace of its own. It
+speaks the OpenAI chat-completions shape (POST /v1/chat/completions with messages, max_tokens, temperature;
+the model is the proxy's, whatever the request names), forwards each call to an upstream holding the key, and
+counts calls and tokens against a budget: a call beyond it gets HTTP 429 and never reaches the upstream.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socketserver
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The variable that tells a tool (llm_tool.py) where the proxy listens; set only for commands that may use it.
+SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
+SOCKET_NAME = "llm.sock"
+MAX_BODY_BYTES = 4 * 2**20  # a request larger than this is refused unread
+CHARS_PER_TOKEN = 4  # the estimate for an upstream that reports no usage
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the proxy lets through: calls, and tokens (prompt plus completion) over all of them."""
+
+    max_calls: int
+    max_tokens: int
+    max_tokens_per_call: int = 2048  # a call may ask for at most this many completion tokens
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+# An upstream completes (messages, max_tokens, temperature); the proxy knows nothing of keys or endpoints.
+Upstream = Callable[[list[dict[str, str]], int, float], Reply]
+
+
+@dataclass
+class ProxyUsage:
+    """What went through the proxy: the calls answered, their tokens, and the calls refused or failed."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    refused: int = 0  # beyond the budget
+    failed: int = 0  # the upstream failed or the request was malformed
+    log: list[dict[str, Any]] = field(default_factory=list)  # one entry per request
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def summary(self) -> dict[str, int]:
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "refused": self.refused, "failed": self.failed}
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    proxy: LLMProxy  # set on the per-proxy subclass
+
+    def address_string(self) -> str:  # a unix socket's peer has no host
+        return "sandbox"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send(404, {"error": {"message": f"no such endpoint {self.path}; POST /v1/chat/completions"}})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length <= 0 or length > MAX_BODY_BYTES:
+            self.proxy.record(failed=True, note=f"request body of {length} bytes")
+            self._send(413 if length > 0 else 400, {"error": {"message": f"request body of {length} bytes"}})
+            return
+        try:
+            body = json.loads(self.rfile.read(length))
+            messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in body["messages"]]
+            if not messages:
+                raise ValueError("no messages")
+            max_tokens = int(body.get("max_tokens") or 1024)
+            temperature = float(body.get("temperature") or 0.0)
+        except (ValueError, KeyError, TypeError) as exc:
+            self.proxy.record(failed=True, note=f"malformed request: {exc}")
+            self._send(400, {"error": {"message": f"malformed request: {exc}; send {{'messages': [...]}}"}})
+            return
+        status, payload = self.proxy.complete(messages, max_tokens, temperature)
+        self._send(status, payload)
+
+
+class LLMProxy:
+    """The proxy's server, run in a thread while the block runs:
+
+        with LLMProxy(upstream, Budget(20, 40_000), folder) as proxy:
+            ... run a command with {SOCKET_ENV: str(proxy.socket_path)} in its environment ...
+        proxy.usage.summary()
+    """
+
+    def __init__(self, upstream: Upstream, budget: Budget, folder: Path | str | None = None):
+        self.upstream = upstream
+        self.budget = budget
+        self.usage = ProxyUsage()
+        self._lock = threading.Lock()
+        self._own_folder = folder is None
+        # a unix socket's path is limited to about 100 bytes: a short folder of its own by default
+        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="mlab-llm-"))
+        self.socket_path = self.folder / SOCKET_NAME
+        self._server: _UnixHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- accounting ----------------------------------------------------------------------------------
+    def record(self, *, failed: bool = False, refused: bool = False, note: str = "", reply: Reply | None = None,
+               seconds: float = 0.0) -> None:
+        with self._lock:
+            self.usage.failed += failed
+            self.usage.refused += refused
+            entry: dict[str, Any] = {"seconds": round(seconds, 3)}
+            if reply is not None:
+                entry.update(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
+            if note:
+                entry["error"] = note
+            self.usage.log.append(entry)
+
+    def _reserve(self) -> int | None:
+        """The completion tokens this call may use, counting it as made; None when the budget is spent."""
+        with self._lock:
+            left = self.budget.max_tokens - self.usage.tokens
+            if self.usage.calls >= self.budget.max_calls or left <= 0:
+                return None
+            self.usage.calls += 1
+            return min(left, self.budget.max_tokens_per_call)
+
+    def complete(self, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[int, dict]:
+        """(HTTP status, JSON payload) of one call: the upstream's answer, or why there is none."""
+        allowed = self._reserve()
+        if allowed is None:
+            spent = self.usage.summary()
+            message = (f"LLM budget spent: {spent['calls']} of {self.budget.max_calls} calls, "
+                       f"{self.usage.tokens} of {self.budget.max_tokens} tokens")
+            self.record(refused=True, note=message)
+            return 429, {"error": {"type": "budget_exceeded", "message": message}}
+        started = time.monotonic()
+        try:
+            reply = self.upstream(messages, max(1, min(max_tokens, allowed)), temperature)
+        except Exception as exc:  # the upstream's failure is the tool's problem to handle, not the harness's
+            with self._lock:
+                self.usage.calls -= 1  # a failed call spends no budget
+            note = f"upstream failed: {type(exc).__name__}: {exc}"[:500]
+            self.record(failed=True, note=note, seconds=time.monotonic() - started)
+            return 502, {"error": {"type": "upstream_error", "message": note}}
+        with self._lock:
+            self.usage.prompt_tokens += reply.prompt_tokens
+            self.usage.completion_tokens += reply.completion_tokens
+        self.record(reply=reply, seconds=time.monotonic() - started)
+        return 200, {"object": "chat.completion",
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": reply.text}}],
+                     "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                               "total_tokens": reply.prompt_tokens + reply.completion_tokens}}
+
+    # ---- the server ----------------------------------------------------------------------------------
+    def __enter__(self) -> LLMProxy:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists() or self.socket_path.is_symlink():
+            self.socket_path.unlink()
+        handler = type("ProxyHandler", (_Handler,), {"proxy": self})
+        self._server = _UnixHTTPServer(str(self.socket_path), handler)
+        os.chmod(self.socket_path, 0o666)  # sandboxed code may run as another user
+        self._thread = threading.Thread(target=self._server.serve_forever, name="mlab-llm-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            self.socket_path.unlink()
+        except OSError:
+            pass
+        if self._own_folder:
+            try:
+                self.folder.rmdir()
+            except OSError:
+                pass
+
+
+# ---- an upstream over HTTP: the endpoint and key stay in the harness ----------------------------------
+@dataclass(frozen=True)
+class HttpUpstream:
+    """An OpenAI-compatible or Anthropic endpoint; the key is read from a file here, never sent to the tool."""
+
+    provider: str  # "openai" or "anthropic"
+    model: str
+    base_url: str = ""
+    api_key_file: str = ""
+    timeout_s: float = 120.0
+
+    def _key(self) -> str:
+        return Path(self.api_key_file).expanduser().read_text().strip() if self.api_key_file else ""
+
+    def _post(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                         headers={"Content-Type": "application/json", **headers})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                answer: dict[str, Any] = json.loads(response.read())
+                return answer
+        except urllib.error.HTTPError as exc:  # the endpoint's own message, not only its status
+            raise RuntimeError(f"{url}: HTTP {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
+
+    def __call__(self, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> Reply:
+        key = self._key()
+        prompt_chars = sum(len(m["content"]) for m in messages)
+        if self.provider == "anthropic":
+            system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+            payload: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "temperature": temperature,
+                                       "messages": [m for m in messages if m["role"] != "system"]}
+            if system:
+                payload["system"] = system
+            base = (self.base_url or "https://api.anthropic.com/v1").rstrip("/")
+            answer = self._post(f"{base}/messages", payload, {"x-api-key": key, "anthropic-version": "2023-06-01"})
+            text = "".join(block.get("text", "") for block in answer.get("content", []))
+            used = answer.get("usage") or {}
+            prompt, completion = used.get("input_tokens"), used.get("output_tokens")
+        else:
+            base = (self.base_url or "https://api.openai.com/v1").rstrip("/")
+            answer = self._post(f"{base}/chat/completions", {"model": self.model, "messages": messages,
+                                                             "max_tokens": max_tokens, "temperature": temperature},
+                                {"Authorization": f"Bearer {key}"} if key else {})
+            text = answer["choices"][0]["message"]["content"] or ""
+            used = answer.get("usage") or {}
+            prompt, completion = used.get("prompt_tokens"), used.get("completion_tokens")
+        # an endpoint that reports no usage is charged an estimate: the budget holds all the same
+        return Reply(text=text, prompt_tokens=int(prompt) if prompt else estimate_tokens(" " * prompt_chars),
+                     completion_tokens=int(completion) if completion else estimate_tokens(text))
+
+    def describe(self) -> dict[str, str]:
+        return {k: v for k, v in asdict(self).items() if k in ("provider", "model", "base_url") and v}
