@@ -130,6 +130,7 @@ class Trace(BaseModel):
     errors: list[str] = Field(default_factory=list)
     plugin_versions: dict[str, str] = Field(default_factory=dict)
     devices: list[str] = Field(default_factory=list)  # GPU device nodes agent code could use
+    held_out: list[str] = Field(default_factory=list)  # training files the run got without the validation rows
 
 
 class RunStarted(BaseModel):

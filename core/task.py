@@ -50,15 +50,19 @@ class PrepareContext:
 @dataclass(frozen=True)
 class ValidationSplit:
     """Rows of a task's training data that prepare also writes as a validation split: their inputs to the public
-    folder, their answers to the hidden one. `Validate Submission` scores predictions for them with the task's own
-    evaluate: the predictions are put where evaluate reads a submission and the validation answers where it reads
-    the test answers, so a validation score means exactly what a test score means."""
+    folder, their answers to the hidden one, and (held_out) the training files without them. `Validate
+    Submission` scores predictions for them with the task's own evaluate: the predictions are put where evaluate
+    reads a submission and the validation answers where it reads the test answers, so a validation score means
+    exactly what a test score means."""
 
     inputs: str  # public file of the validation inputs (no target), e.g. "data/valid.csv"
     predictions: str  # the default name of the agent's predictions for them, e.g. "valid_submission.csv"
     submission: str  # the workspace file evaluate reads, e.g. "submission.csv"
     answers: dict[str, str]  # hidden validation file -> the hidden file name evaluate reads in its place
     test_inputs: str = ""  # the test inputs file evaluate's messages name, told as `inputs` when validating
+    # Public training file holding the validation rows -> the id column it shares with `inputs`. Prepare also
+    # writes each without those rows (to the hidden folder), and runs with --allow-validate get that version.
+    held_out: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -58,7 +58,7 @@ def staged(tmp_path):
         task = harness.task(name)
         harness.prepare(task)
         folder = tmp_path / f"run{len(made)}"
-        workspace = harness.new_workspace(task, folder / "workspace")
+        workspace = harness.new_workspace(task, folder / "workspace", allow_validate=allow_validate)
         env = harness.environment(task, workspace, store=SnapshotStore(folder / "store"),
                                   sandbox_home=folder / "home", timeout_s=60, allow_validate=allow_validate)
         made.append(env)
@@ -276,7 +276,7 @@ def test_mlagentbench_tables_declare_a_split_scored_apart_from_the_test_set(tmp_
         patients = {p.split("_")[0] for p in valid[id_column]}
         assert patients <= set(pd.read_csv(public / "train_clinical_data.csv", dtype=str)["patient_id"])
 
-    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace")
+    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace", allow_validate=True)
     env = harness.environment(task, workspace, store=SnapshotStore(tmp_path / "run" / "store"),
                               sandbox_home=tmp_path / "run" / "home", timeout_s=60, allow_validate=True)
     try:
@@ -426,7 +426,7 @@ def test_imdb_declares_a_split_of_training_reviews_scored_by_row_number(tmp_path
     train = pd.read_csv(public / "data/train.csv")
     assert valid.columns.tolist() == ["idx", "text"] and len(valid) == len(labels) == 8
     assert (train.set_index("text").loc[valid.text, "label"].to_numpy() == labels).all()  # training reviews
-    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace")
+    workspace = harness.new_workspace(task, tmp_path / "run" / "workspace", allow_validate=True)
     env = harness.environment(task, workspace, store=SnapshotStore(tmp_path / "run" / "store"),
                               sandbox_home=tmp_path / "run" / "home", timeout_s=60, allow_validate=True)
     try:

@@ -37,8 +37,9 @@ files:
 starter: train.py
 read_only: [train.csv, test.csv, valid.csv]
 reference: reference/solve.py      # a better script, which `mlab check-task` runs
-# Training rows the agent may score predictions on in runs with --allow-validate (Validate Submission).
-validation: {{inputs: valid.csv, answers: valid_answers.csv, test_inputs: test.csv}}
+# Training rows the agent may score predictions on in runs with --allow-validate (Validate Submission); those
+# runs get train.csv without them (held_out: training file -> the id column it shares with the inputs).
+validation: {{inputs: valid.csv, answers: valid_answers.csv, test_inputs: test.csv, held_out: {{train.csv: id}}}}
 
 # baseline: {{fixed: 1.0, source: "where the number comes from"}}   # default: the starter's measured score
 # success_margin: 0.10
@@ -59,7 +60,7 @@ from pathlib import Path
 
 SEED = 12345
 N_TRAIN, N_TEST = 300, 150
-N_VALID = 60  # training rows also written as the validation split (they stay in train.csv)
+N_VALID = 60  # training rows also written as the validation split (held out of train.csv with --allow-validate)
 CLASSES = {classes}  # True: y is a class (0 or 1), else a number
 
 

@@ -67,11 +67,22 @@ class Validation(_Strict):
     answers: str
     predictions: str = "valid_submission.csv"  # the agent's default predictions file for the inputs
     test_inputs: str = ""  # the test inputs' file, so scoring messages can name the validation file instead
+    # Training file (CSV) holding the validation rows -> the id column it shares with the inputs: runs with
+    # --allow-validate get it without those rows.
+    held_out: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("inputs", "answers", "predictions")
     @classmethod
     def _inside(cls, value: str) -> str:
         return _relative(value)
+
+    @field_validator("held_out")
+    @classmethod
+    def _training_files(cls, value: dict[str, str]) -> dict[str, str]:
+        for file, id_column in value.items():
+            if not id_column.strip():
+                raise ValueError(f"{file!r} needs an id column: the column it shares with the validation inputs")
+        return {_relative(file): id_column for file, id_column in value.items()}
 
 
 class ResourcesSpec(Resources):
@@ -210,5 +221,8 @@ def _check_meaning(spec: TaskSpec, located: LocatedYaml, folder: Path) -> None:
                                         "script")
     if spec.validation is not None and spec.validation.answers == spec.answers.file:
         raise located.error(("validation", "answers"), "must be another file than the test answers")
+    if spec.validation is not None and spec.validation.inputs in spec.validation.held_out:
+        raise located.error(("validation", "held_out"), f"{spec.validation.inputs!r} is the validation inputs "
+                                                        "themselves; name the training file that holds their rows")
     if spec.baseline is not None and not spec.baseline.fixed > 0:
         raise located.error(("baseline", "fixed"), "must be above 0 (improvement over it is a ratio)")

@@ -50,7 +50,7 @@ class DeclarativeTask(Task):
             self.validation = ValidationSplit(inputs=split.inputs, predictions=split.predictions,
                                               submission=spec.submission_table.file,
                                               answers={split.answers: spec.answers.file},
-                                              test_inputs=split.test_inputs)
+                                              test_inputs=split.test_inputs, held_out=dict(split.held_out))
 
     @classmethod
     def from_folder(cls, folder: Path, pack: str) -> DeclarativeTask:

@@ -22,6 +22,7 @@ class EnvSettings:
     sandbox: Sandbox
     store: SnapshotStore
     pristine_dir: Path | None = None  # where read-only files are restored from if a script changes them
+    pristine_files: dict[str, Path] = field(default_factory=dict)  # read-only files restored from elsewhere
     hidden_paths: list[Path] = field(default_factory=list)
     sandbox_home: Path | None = None
     limits: Limits = field(default_factory=Limits)

@@ -101,16 +101,23 @@ class Harness:
             raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {task.name}")
         self.prepare(task)
 
-    def new_workspace(self, task: Task, workspace: Path) -> Path:
+    def new_workspace(self, task: Task, workspace: Path, allow_validate: bool = False) -> Path:
         """A fresh copy of the task's public files: the starting point of every run, baseline and check. Large
         read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
-        sandbox but unconfined), so runs share the task's data."""
+        sandbox but unconfined), so runs share the task's data. allow_validate: the training files hold no
+        validation row (held_out)."""
+        from mlab.core.run.held_out import put_held_out
         from mlab.core.run.readonly import is_read_only
 
         patterns = list(task.read_only_files)
         enforced = self.sandbox_name != "unconfined"
-        stage_workspace(self.home.public_dir(task), workspace,
-                        share=lambda rel: enforced and is_read_only(rel, patterns))
+
+        def share(rel: str) -> bool:
+            return enforced and is_read_only(rel, patterns)
+
+        stage_workspace(self.home.public_dir(task), workspace, share=share)
+        if allow_validate:
+            put_held_out(task, self.home.hidden_dir(task), workspace, share)
         return workspace
 
     # ---- confinement --------------------------------------------------------------------------------
@@ -123,13 +130,18 @@ class Harness:
                     allow_validate: bool = False) -> Environment:
         """The actions' environment over a workspace, running agent code in this harness's sandbox with the
         task data hidden; allow_validate offers Validate Submission on the task's validation split."""
+        from mlab.core.run.held_out import held_out_files, held_out_path
         from mlab.core.run.validation import Validator
 
         limits = self.limits.model_copy(update={"timeout_s": timeout_s})
-        validator = Validator(task, self.home.hidden_dir(task), self.scorer) if allow_validate else None
+        hidden = self.home.hidden_dir(task)
+        validator = Validator(task, hidden, self.scorer) if allow_validate else None
+        # A changed held-out file is put back as the run got it, never as the full file.
+        pristine_files = {rel: held_out_path(hidden, rel) for rel in held_out_files(task)} if allow_validate else {}
         return Environment(EnvSettings(
             workspace=workspace, read_only_patterns=list(task.read_only_files),
             sandbox=sandbox or self.new_sandbox(), store=store, pristine_dir=self.home.public_dir(task),
+            pristine_files=pristine_files,
             hidden_paths=[self.home.data_root], sandbox_home=sandbox_home, limits=limits, llm=llm,
             interactive=interactive, ask_human=ask_human, network=task.resources.network_at_run_time,
             validator=validator))

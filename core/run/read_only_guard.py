@@ -107,7 +107,7 @@ class ReadOnlyGuard:
             os.close(root)
         try:
             remove_at(folder, leaf)
-            source = pristine / rel
+            source = self.settings.pristine_files.get(rel, pristine / rel)
             if source.is_file() and not source.is_symlink():
                 with open(source, "rb") as src:
                     fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

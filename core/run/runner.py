@@ -29,6 +29,7 @@ from mlab.core.models import (
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
+from mlab.core.run.held_out import held_out_files
 from mlab.core.run.packages import package_versions
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
@@ -167,12 +168,14 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             write_config(self.run_dir, self.config)
-            self.harness.new_workspace(self.task, self.workspace)
+            held_out = self.config.allow_validate
+            self.harness.new_workspace(self.task, self.workspace, allow_validate=held_out)
             self._build()
             self._store.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
-                          devices=gpu_devices())  # every sandbox passes these through
+                          devices=gpu_devices(),  # every sandbox passes these through
+                          held_out=sorted(held_out_files(self.task)) if held_out else [])
             self._record_warnings(trace)
             self.trace_log.begin(trace)
         except BaseException as exc:

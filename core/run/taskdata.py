@@ -97,6 +97,9 @@ class TaskHome:
         started = time.time()
         try:
             task.prepare(ctx)
+            from mlab.core.run.held_out import write_held_out
+
+            write_held_out(task, ctx.public_dir, ctx.hidden_dir)  # the training files without validation rows
             write_atomic(staging / "prepared.json", json.dumps(
                 {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
                  "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())

@@ -1,5 +1,6 @@
 """Harness-held validation: scoring an agent's predictions for a task's validation split (rows of its training
-data, labels kept in the hidden folder) with the task's own evaluate, without the test answers in reach."""
+data, labels kept in the hidden folder, held out of the run's training files: held_out.py) with the task's own
+evaluate, without the test answers in reach."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from mlab.core.actions import OPT_IN_FLAGS, OPT_IN_SPECS, VALIDATE_SUBMISSION, ActionSpec
 from mlab.core.errors import EnvError, InvalidSubmission, MlabError
+from mlab.core.run.held_out import missing_held_out
 from mlab.core.run.readonly import is_read_only
 from mlab.core.task import Task, ValidationSplit
 
@@ -56,14 +58,21 @@ class Validator:
         if missing:  # a home prepared before the task declared its split
             raise MlabError(f"task {task.name!r} was prepared without its validation split ({', '.join(missing)} "
                             f"is missing); prepare it again: mlab prepare {task.name} --force")
+        problem = missing_held_out(task, self.hidden_dir)
+        if problem:  # prepared before the task held its validation rows out of the training data
+            raise MlabError(problem)
 
     def spec(self) -> ActionSpec:
         """The action as this task offers it: the default predictions file named."""
         spec = OPT_IN_SPECS[VALIDATE_SUBMISSION]
+        if self.split.held_out:
+            origin = (f"rows removed from this run's {', '.join(sorted(self.split.held_out))}, so no model trained "
+                      "on them")
+        else:
+            origin = "also rows of the training data: leave them out of training for an honest score"
         return spec.model_copy(update={
-            "description": f"{spec.description} The inputs are {self.split.inputs} (also rows of the training "
-                           "data: leave them out of training for an honest score); the predictions file has the "
-                           "format of the test submission.",
+            "description": f"{spec.description} The inputs are {self.split.inputs} ({origin}); the predictions "
+                           "file has the format of the test submission.",
             "args": {"predictions_file": f"the predictions file, relative to the workspace (default "
                                          f"{self.split.predictions})"}})
 

@@ -17,11 +17,12 @@ ANSWERS_FILE = "answers.csv"
 VALID_ANSWERS_FILE = "valid_answers.csv"
 SUBMISSION_FILE = "submission.csv"
 VALID_SUBMISSION_FILE = "valid_submission.csv"
-VALID_FRACTION = 0.2  # of the training rows; they stay in train.csv, so the task is the same with or without it
+VALID_FRACTION = 0.2  # of the training rows; only runs with --allow-validate get train.csv without them
 
 # Validate Submission scores predictions for data/valid.csv with evaluate, as it scores submission.csv.
 LITE_VALIDATION = ValidationSplit(inputs=VALID_FILE, predictions=VALID_SUBMISSION_FILE, submission=SUBMISSION_FILE,
-                                  answers={VALID_ANSWERS_FILE: ANSWERS_FILE}, test_inputs=TEST_FILE)
+                                  answers={VALID_ANSWERS_FILE: ANSWERS_FILE}, test_inputs=TEST_FILE,
+                                  held_out={TRAIN_FILE: "id"})
 
 
 def split_indices(y, test_fraction: float, seed: int, stratify: bool):

@@ -32,7 +32,7 @@ class Feedback(MLAgentBenchTask):
     metric = Metric(name="mcrmse", higher_is_better=False)
     read_only_files = ["train.csv", "test.csv", VALID_FILE, "data_description.txt", "evaluation_details.txt",
                        "sample_submission.csv"]
-    validation = splits.split(VALID_FILE, "test.csv")
+    validation = splits.split(VALID_FILE, "test.csv", held_out={"train.csv": "text_id"})
     resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=10.0,
                           extras=["kaggle (only to download; not needed with --data-dir)",
                                   "text (optional: transformers for language models)"])

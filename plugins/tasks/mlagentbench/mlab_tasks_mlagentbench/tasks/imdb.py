@@ -81,8 +81,10 @@ class Imdb(MLAgentBenchTask):
     fixed_baseline = 0.5
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
     read_only_files = ["data/*", f"{DISTILBERT}/*"]
+    # Reviews have no id: held out by their text (a duplicate of a validation review goes with it).
     validation = ValidationSplit(inputs=VALID_FILE, predictions=splits.VALID_PREDICTIONS, submission="submission.csv",
-                                 answers={VALID_LABELS: "test_labels.npy"}, test_inputs="data/test.csv")
+                                 answers={VALID_LABELS: "test_labels.npy"}, test_inputs="data/test.csv",
+                                 held_out={"data/train.csv": "text"})
     resources = Resources(gpu="required", ram_gb=8.0, network_for_prepare=True, baseline_seconds=10.0,
                           extras=["torch", "text (transformers, for DistilBERT)"])
     research_problem = (
@@ -108,7 +110,7 @@ class Imdb(MLAgentBenchTask):
         test.rename_axis("idx").reset_index()[["idx", "text"]].to_csv(ctx.public_dir / "data" / "test.csv",
                                                                       index=False)
         np.save(ctx.hidden_dir / "test_labels.npy", test.label.to_numpy(dtype=np.int64))
-        valid = train.iloc[splits.pick(len(train))].reset_index(drop=True)  # reviews train.csv keeps
+        valid = train.iloc[splits.pick(len(train))].reset_index(drop=True)  # reviews of train.csv
         valid.rename_axis("idx").reset_index()[["idx", "text"]].to_csv(ctx.public_dir / VALID_FILE, index=False)
         np.save(ctx.hidden_dir / VALID_LABELS, valid.label.to_numpy(dtype=np.int64))
         ctx.log(f"{self.name}: {len(train)} training reviews, {len(test)} test reviews")

@@ -66,8 +66,10 @@ class Parkinsons(MLAgentBenchTask):
     metric = Metric(name="smape", higher_is_better=False)
     read_only_files = FILES + ["example_test_files/*", "public_timeseries_testing_util.py",
                                "data_description.txt", "evaluation_details.txt", VALID_VISITS, VALID_SAMPLE]
+    # The validation patients' visits, proteins and peptides leave the training files (supplemental has no rows).
     validation = ValidationSplit(inputs=VALID_VISITS, predictions=splits.VALID_PREDICTIONS, submission="submission.csv",
-                                 answers={splits.VALID_ANSWER: "answer.csv"})
+                                 answers={splits.VALID_ANSWER: "answer.csv"},
+                                 held_out={name: "patient_id" for name in FILES if name != SUPPLEMENTAL})
     resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=120.0,
                           extras=["kaggle (only to download; not needed with --data-dir)"])
     research_problem = (
@@ -102,7 +104,7 @@ class Parkinsons(MLAgentBenchTask):
         mock.to_csv(tests / "test.csv", index=False)
         answer.to_csv(ctx.hidden_dir / "answer.csv", index=False)
         answer.assign(rating=0).to_csv(tests / "sample_submission.csv", index=False)
-        # Validation: patients of the training data (which keeps them), asked as the test patients are.
+        # Validation: patients of the training data, asked as the test patients are.
         training = [p for p in clinical["patient_id"].unique().tolist() if p not in test_patients]
         valid_patients = [training[i] for i in splits.pick(len(training))]
         valid_mock, valid_answer = forecast_split(clinical, valid_patients)

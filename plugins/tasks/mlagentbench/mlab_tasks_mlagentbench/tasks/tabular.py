@@ -61,7 +61,6 @@ class KaggleTabularTask(MLAgentBenchTask):
     description_file: str = ""  # the competition's data description, shipped alongside the data
     starter_script = "train.py"
     reference_script = "train.py"
-    validation = splits.split(VALID_FILE, "test.csv")
 
     def prepare_data(self, ctx: PrepareContext) -> None:
         with acquire.Scratch(ctx.public_dir.parent) as scratch:
@@ -107,6 +106,7 @@ class HousePrice(KaggleTabularTask):
     local_check = "train.csv has the Id and SalePrice columns (1,460 rows in the original)"
     aliases = ["house-prices", "house-price", "home-data-for-ml-course"]
     id_column, target = "Id", "SalePrice"
+    validation = splits.split(VALID_FILE, "test.csv", held_out={"train.csv": "Id"})
     description_file = "data_description.txt"
     files = "house-price"
     reference = "house-price"
@@ -152,6 +152,7 @@ class SpaceshipTitanic(KaggleTabularTask):
     local_check = "train.csv has the PassengerId and Transported columns (8,693 rows in the original)"
     aliases = ["spaceship-titanic", "spaceship_titanic"]
     id_column, target = "PassengerId", "Transported"
+    validation = splits.split(VALID_FILE, "test.csv", held_out={"train.csv": "PassengerId"})
     description_file = "task_descriptor.txt"
     files = "spaceship-titanic"
     reference = "spaceship-titanic"

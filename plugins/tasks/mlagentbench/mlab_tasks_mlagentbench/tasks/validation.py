@@ -1,6 +1,7 @@
 """The validation splits of the pack's tasks whose data is a training table: a seeded fifth of the training rows
-(or patients) written again as validation inputs, their answers to the hidden folder. The rows stay in the
-training data, so the task is the original's whether or not a run is allowed to validate."""
+(or patients) written again as validation inputs, their answers to the hidden folder. The public training data
+keeps the rows, so runs without --allow-validate get the original's task; runs with it get the training files
+without them (ValidationSplit.held_out)."""
 from __future__ import annotations
 
 import random
@@ -18,6 +19,6 @@ def pick(n: int, seed: int = VALID_SEED) -> list[int]:
     return sorted(random.Random(seed).sample(range(n), round(n * VALID_FRACTION)))
 
 
-def split(inputs: str, test_inputs: str) -> ValidationSplit:
+def split(inputs: str, test_inputs: str, held_out: dict[str, str]) -> ValidationSplit:
     return ValidationSplit(inputs=inputs, predictions=VALID_PREDICTIONS, submission="submission.csv",
-                           answers={VALID_ANSWER: "answer.csv"}, test_inputs=test_inputs)
+                           answers={VALID_ANSWER: "answer.csv"}, test_inputs=test_inputs, held_out=held_out)
