@@ -1,14 +1,25 @@
-"""The local sandbox's confinement, run as `python -I -S confine.py PLAN -- COMMAND...` (standard library only:
-it runs before anything of mlab is importable, by path). PLAN is a RootView as hex of marshal (the harness runs
-this with its own interpreter; marshal, unlike json, imports nothing: this runs before every command).
+"""The local sandbox's confinement (standard library only: it runs before anything of mlab is importable, by
+path, with the harness's interpreter). Two ways to run it:
 
-It makes new user (unless root), mount, PID, IPC, UTS and network namespaces with direct system calls, builds
-the command's file system from an empty tmpfs as PLAN (a RootView as JSON) says, then runs the command with no
-capabilities and no way to gain any. One process does every mount: no `mount` or `ip` child per step.
+    python -I -S -B confine.py PLAN -- COMMAND...    one command
+    python -I -S -B confine.py --serve FD PLAN       a zygote serving a run's commands over socket FD
 
-Processes: this one waits for the namespace's init and exits as it does; the init (PID 1 inside) builds the
-root, starts the command, reaps orphans, and exits 128+N when the command dies of signal N. When the init ends,
-the kernel kills everything left in the namespace.
+PLAN is a RootView as hex of marshal (marshal, unlike json, imports nothing).
+
+Either way it makes new user (unless root), mount, PID, IPC, UTS and network namespaces with direct system
+calls, builds the file system from an empty tmpfs as PLAN says, and runs commands with no capabilities and no
+way to gain any. One process does every mount: no `mount` or `ip` child.
+
+One command: this process waits for the namespace's init and exits as it does; the init (PID 1 inside) builds
+the root, starts the command, reaps orphans, and exits 128+N when the command dies of signal N. When the init
+ends, the kernel kills everything left in the namespace.
+
+Zygote: the root is built once per run (what costs: the interpreter, ctypes, some fifty mounts) by the
+zygote, PID 1 of the run's namespaces. For each request it forks a child that unshares a mount, PID and IPC
+namespace of the command's own, whose init mounts the command's own /proc, /tmp and /dev/shm and the read-only
+binds inside the workspace, then runs the command as above. So commands cannot see or signal one another, and a
+command gets a fresh /tmp as before. The zygote exits when the harness closes its socket (or dies); being PID 1,
+it takes every command with it.
 """
 from __future__ import annotations
 
@@ -18,6 +29,10 @@ import os
 import signal
 import stat
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported only by the zygote, at run time
+    import socket
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -226,20 +241,32 @@ def init(plan: dict, command: list[str]) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the outer process dies: so does the namespace
     try:
         build_root(plan)
-        if not plan["network"]:
-            loopback_up()
-        name = b"mlab-sandbox"
-        libc.sethostname(name, len(name))
+        enter_namespaces_rest(plan)
         os.chdir(plan["writable"][0])
     except (ConfineError, OSError) as exc:
         fail(str(exc))
+    run_and_reap(command, None)
+
+
+def enter_namespaces_rest(plan: dict) -> None:
+    """What the namespaces need besides the file system: the loopback up and a host name of their own."""
+    if not plan["network"]:
+        loopback_up()
+    name = b"mlab-sandbox"
+    libc.sethostname(name, len(name))
+
+
+def run_and_reap(command: list[str], env: dict | None) -> None:
+    """As PID 1: start the command, reap orphans until it ends, and exit as it did (128+N for signal N)."""
     child = os.fork()
     if child == 0:
         try:
             for sig in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(sig, signal.SIG_DFL)  # Python ignores these; the command should not
             drop_privileges()
-            os.execvp(command[0], command)
+            if env is None:
+                os.execvp(command[0], command)
+            os.execvpe(command[0], command, env)
         except ConfineError as exc:
             fail(str(exc))
         except OSError as exc:
@@ -256,32 +283,194 @@ def init(plan: dict, command: list[str]) -> None:
             os._exit(status_of(wait_status))
 
 
-def main(argv: list[str]) -> None:
-    plan = marshal.loads(bytes.fromhex(argv[1]))
-    command = argv[argv.index("--") + 1:]
+def unshare_run(plan: dict, pid_namespace: bool = True) -> None:
+    """The namespaces of a run (or of one command): user (unless root), mount, PID, IPC, UTS, network."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWPID if pid_namespace else 0)
     if not plan["network"]:
         flags |= CLONE_NEWNET
     if uid != 0:
         flags |= CLONE_NEWUSER
-    try:
-        _call(libc.unshare(flags), "unshare")
-        if uid != 0:  # the caller becomes root of its user namespace, which owns the others
-            write_file("/proc/self/setgroups", "deny")
-            write_file("/proc/self/uid_map", f"0 {uid} 1")
-            write_file("/proc/self/gid_map", f"0 {gid} 1")
-    except (ConfineError, OSError) as exc:
-        fail(str(exc))
-    child = os.fork()
-    if child == 0:
-        init(plan, command)
+    _call(libc.unshare(flags), "unshare")
+    if uid != 0:  # the caller becomes root of its user namespace, which owns the others
+        write_file("/proc/self/setgroups", "deny")
+        write_file("/proc/self/uid_map", f"0 {uid} 1")
+        write_file("/proc/self/gid_map", f"0 {gid} 1")
+
+
+def wait_and_exit(child: int) -> None:
     while True:
         try:
             _pid, wait_status = os.waitpid(child, 0)
         except InterruptedError:
             continue
         os._exit(status_of(wait_status))
+
+
+# ---- the zygote ---------------------------------------------------------------------------------------------
+REQUEST_BYTES = 1 << 20  # one command's request: argv, environment, paths (the harness refuses bigger ones)
+MAX_FDS = 64
+
+
+def below_tmp(plan: dict) -> list[str]:
+    """The outermost shown paths below /tmp: a command's own /tmp must show them again."""
+    shown = {target for _, target in plan["read_only"] + plan["late_read_only"]} | set(plan["writable"])
+    below = sorted(p for p in shown if p.startswith("/tmp/"))
+    return [p for p in below if not any(p.startswith(q + "/") for q in below)]
+
+
+def command_mounts(plan: dict, protected: list[str]) -> None:
+    """In a command's init, in its own mount namespace (a copy of the run's): a /proc of its own PID namespace,
+    an empty /tmp and /dev/shm, and the read-only binds over protected files of the workspace."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    remount_read_only("/proc")
+    mount("mlab-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    # What the run shows below /tmp (a workspace, a venv) is taken along by descriptor onto the fresh /tmp.
+    kept = [(path, os.open(path, os.O_PATH | os.O_NOFOLLOW)) for path in below_tmp(plan)]
+    mount("mlab-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={plan['tmp_bytes']}")
+    for path, fd in kept:
+        make_point(path, f"/proc/self/fd/{fd}")
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)  # a bind keeps the read-only flag
+        os.close(fd)
+    workspace = plan["writable"][0]
+    for path in protected:
+        found = open_below(workspace, path)
+        if found is not None:
+            mount(f"/proc/self/fd/{found}", path, None, MS_BIND)
+            remount_read_only(path, MS_NOSUID | MS_NODEV)
+            os.close(found)
+
+
+def command_init(plan: dict, request: dict, channel: socket.socket, fds: list[int]) -> None:
+    """PID 1 of one command's PID namespace: joins its cgroup, tells the harness it started (the harness reads
+    this process's pid from the message's credentials), builds its mounts and runs the command."""
+    import resource  # imported by the zygote already: no search of the path per command
+
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the watcher (and so the zygote) dies: so does this
+    os.setsid()  # the harness kills and freezes the command by this process group
+    output, given_stdin, cgroups = fds[1], fds[2] if request["stdin"] else None, fds[2 + request["stdin"]:]
+    for fd in cgroups:  # first: every later fork is counted
+        try:
+            os.write(fd, b"0")
+        except OSError:
+            pass
+        os.close(fd)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    os.close(output)
+    try:
+        channel.send(b"started")
+    except OSError:
+        os._exit(SYSTEM_FAILURE)
+    channel.close()
+    for which, soft, hard in request["rlimits"]:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass
+    try:
+        command_mounts(plan, request["protected"])
+        stdin = given_stdin if given_stdin is not None else os.open("/dev/null", os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        os.chdir(request["cwd"])
+    except (ConfineError, OSError) as exc:
+        fail(str(exc))
+    run_and_reap(request["argv"], request["env"])
+
+
+def serve_command(plan: dict, request: dict, fds: list[int]) -> None:
+    """A forked zygote child: makes the command's mount, PID and IPC namespaces, starts its init there, waits
+    for it and sends the harness its wait status."""
+    import socket
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote ignores it; waiting needs it back
+    channel = socket.socket(fileno=fds[0])
+    try:
+        _call(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
+        init_pid = os.fork()
+    except (ConfineError, OSError) as exc:
+        os.write(fds[1], f"mlab sandbox: {exc}\n".encode(errors="replace"))
+        try:
+            channel.send(b"started")
+            channel.send(b"exit %d" % (SYSTEM_FAILURE << 8))
+        finally:
+            os._exit(0)
+    if init_pid == 0:
+        command_init(plan, request, channel, fds)
+    for fd in fds[1:]:
+        os.close(fd)
+    while True:
+        try:
+            _pid, wait_status = os.waitpid(init_pid, 0)
+            break
+        except InterruptedError:
+            continue
+    try:
+        channel.send(b"exit %d" % wait_status)
+    finally:
+        os._exit(0)
+
+
+def serve(control_fd: int, plan: dict) -> None:
+    """The zygote (PID 1 of the run's namespaces): builds the root once, then forks a child per request until
+    the harness closes the socket."""
+    import array
+    import resource  # noqa: F401  (for the commands: imported once here, not after each fork)
+    import socket
+
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the outer process dies: so does the namespace
+    control = socket.socket(fileno=control_fd)
+    try:
+        build_root({**plan, "protected": []})
+        enter_namespaces_rest(plan)
+        os.chdir("/")
+        control.send(b"ready")
+    except (ConfineError, OSError) as exc:
+        fail(str(exc))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the watchers
+    fd_bytes = array.array("i").itemsize
+    while True:
+        try:
+            data, ancillary, _flags, _addr = control.recvmsg(
+                REQUEST_BYTES, socket.CMSG_SPACE(MAX_FDS * fd_bytes), socket.MSG_CMSG_CLOEXEC)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not data:  # the harness closed the socket or died: being PID 1, this ends every command
+            os._exit(0)
+        fds = array.array("i")
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fd_bytes])
+        try:
+            request = marshal.loads(data)
+            child = os.fork() if len(fds) >= 2 else -1
+        except (ValueError, EOFError, TypeError, OSError):
+            child = -1
+        if child == 0:
+            control.close()
+            serve_command(plan, request, list(fds))
+        for fd in fds:
+            os.close(fd)
+
+
+def main(argv: list[str]) -> None:
+    serving = argv[1] == "--serve"
+    plan = marshal.loads(bytes.fromhex(argv[3] if serving else argv[1]))
+    try:
+        unshare_run(plan)
+    except (ConfineError, OSError) as exc:
+        fail(str(exc))
+    child = os.fork()
+    if child == 0:
+        if serving:
+            serve(int(argv[2]), plan)
+        init(plan, argv[argv.index("--") + 1:])
+    if serving:
+        os.close(int(argv[2]))  # the zygote alone holds the harness's socket: its closing ends the zygote
+    wait_and_exit(child)
 
 
 if __name__ == "__main__":

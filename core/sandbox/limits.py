@@ -20,8 +20,8 @@ class Limits(BaseModel):
     min_free_disk_bytes: int | None = 100 * 2**20  # the command is stopped when it leaves less free than this
 
 
-def apply_rlimits(limits: Limits, nproc: int | None) -> None:
-    """In the child before exec: set the rlimits of limits (RLIMIT_NPROC to nproc when given)."""
+def rlimit_values(limits: Limits, nproc: int | None) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for each rlimit limits sets (RLIMIT_NPROC to nproc when given)."""
     pairs = [
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_CPU, limits.cpu_seconds),
@@ -29,14 +29,18 @@ def apply_rlimits(limits: Limits, nproc: int | None) -> None:
         (resource.RLIMIT_NPROC, nproc),
         (resource.RLIMIT_CORE, 0),
     ]
-    for which, value in pairs:
-        if value is not None:
-            # CPU: SIGXCPU at the soft limit tells what happened; at the hard one the kernel sends SIGKILL.
-            hard = value + 1 if which == resource.RLIMIT_CPU else value
-            try:
-                resource.setrlimit(which, (value, hard))
-            except (ValueError, OSError):
-                pass
+    # CPU: SIGXCPU at the soft limit tells what happened; at the hard one the kernel sends SIGKILL.
+    return [(which, value, value + 1 if which == resource.RLIMIT_CPU else value)
+            for which, value in pairs if value is not None]
+
+
+def apply_rlimits(limits: Limits, nproc: int | None) -> None:
+    """In the child before exec: set the rlimits of limits (RLIMIT_NPROC to nproc when given)."""
+    for which, soft, hard in rlimit_values(limits, nproc):
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def nproc_fallback(max_processes: int | None) -> int | None:

@@ -6,13 +6,16 @@ PID, IPC, UTS and network namespaces, on a file system built from nothing as bwr
 (mlab.core.sandbox.rootfs): the workspace and the sandbox home writable, the system folders and the Python
 environment read-only, a private /tmp, /dev and /proc, and nothing else. It has a loopback of its own and no
 capabilities, even as root. confine.py, run by path with the harness's interpreter, does all that with direct
-system calls.
+system calls. A run's commands are forked by a zygote (mlab.core.sandbox.zygote) that has built the namespaces
+and the root once: each gets mount, PID and IPC namespaces of its own with its own /proc, /tmp and /dev/shm.
+Where a zygote cannot be had, each command runs confine.py afresh.
 
 Without namespaces (fallback) the command is only a process group with rlimits; daemonized children are
 found by a token in their environment and killed.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
 import marshal
@@ -22,12 +25,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
-from mlab.core.sandbox.rootfs import BASIC_DEVICES, RootView, root_view
+from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
+from mlab.core.sandbox.zygote import Zygote, ZygoteGone, identity, plan_sources
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
+_VIEWS_KEPT = 8  # file system plans remembered per sandbox (a run needs one or two: its commands, its scorer)
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,13 +42,21 @@ def confine_program() -> str:
     return str(importlib.resources.files(__package__).joinpath("confine.py"))
 
 
-def plan_of(view: RootView) -> str:
-    """The RootView as confine.py reads it."""
-    return marshal.dumps({
+def plan_dict(view: RootView) -> dict:
+    return {
         "links": view.links, "read_only": view.read_only, "late_read_only": view.late_read_only,
         "devices": view.devices, "basic_devices": list(BASIC_DEVICES), "writable": view.writable,
         "protected": view.protected, "masked_dirs": view.masked_dirs, "masked_files": view.masked_files,
-        "network": view.network, "tmp_bytes": view.tmp_bytes}).hex()
+        "network": view.network, "tmp_bytes": view.tmp_bytes}
+
+
+def plan_of(view: RootView) -> str:
+    """The RootView as confine.py reads it."""
+    return plan_of_dict(plan_dict(view))
+
+
+def plan_of_dict(plan: dict) -> str:
+    return marshal.dumps(plan).hex()
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,8 +78,15 @@ class LocalSandbox(Sandbox):
     description = ("namespaces and a file system built from nothing (workspace read-write, system and Python "
                    "read-only, no network), with direct system calls; refuses where the kernel allows none")
 
-    def __init__(self, namespaces: bool = True):
+    def __init__(self, namespaces: bool = True, zygotes: bool = True):
         self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)
+        self.use_zygotes = zygotes  # False runs confine.py afresh for each command (tests, benchmarks)
+        # A zygote per file system plan (the agent's commands, a scorer's), all but the protected files
+        self._zygotes: dict[bytes, Zygote] = {}
+        self._retired: list[Zygote] = []  # replaced, ended once their last command has
+        self._owner = os.getpid()  # a forked copy of the harness must not share the parent's zygotes
+        self._zygote_lock = threading.Lock()
+        self._views: dict[tuple, tuple[RootView, tuple, tuple]] = {}
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -94,7 +115,12 @@ class LocalSandbox(Sandbox):
         env = dict(spec.env)
         prefix = namespace_prefix() if self.use_namespaces else None
         if prefix is not None:
-            command = [*prefix, plan_of(root_view(argv, spec)), "--", *argv]
+            view, shown_identity = self._view(argv, spec)
+            if self.use_zygotes:
+                started = self._through_zygote(prefix, argv, spec, view, shown_identity)
+                if started is not None:
+                    return started
+            command = [*prefix, plan_of(dataclasses.replace(view, protected=protected_paths(spec))), "--", *argv]
             token = None
         else:
             token = secrets.token_hex(16)
@@ -102,6 +128,70 @@ class LocalSandbox(Sandbox):
         proc = self.spawn(command, spec, env=env)
         proc.mlab_token = token  # type: ignore[attr-defined]
         return proc
+
+    def _view(self, argv: list[str], spec: ExecSpec) -> tuple[RootView, tuple]:
+        """The plan for argv per spec without its protected files, and the identity of every host path it shows.
+        Remembered while none of those paths, the workspace and the hidden paths has been replaced (a hidden
+        folder made since is seen too): building it costs a few hundred stat calls."""
+        key = (argv[0] if argv else "", spec.network, str(spec.cwd), tuple(map(str, spec.writable_paths)),
+               tuple(map(str, spec.hidden_paths)), tuple(os.environ.get(var, "") for var in EXTRA_RO_VARS))
+        named = [str(spec.cwd), *key[3], *key[4]]
+        named_identity = _lstat_identity(named)
+        kept = self._views.get(key)
+        if kept is not None and kept[2] == named_identity:
+            shown_identity = identity(plan_sources(plan_dict(kept[0])))
+            if shown_identity == kept[1]:
+                return kept[0], shown_identity
+        view = root_view(argv, spec.model_copy(update={"read_only_paths": []}))
+        shown_identity = identity(plan_sources(plan_dict(view)))
+        if len(self._views) >= _VIEWS_KEPT:
+            self._views.clear()
+        self._views[key] = (view, shown_identity, named_identity)
+        return view, shown_identity
+
+    def _through_zygote(self, prefix: tuple[str, ...], argv: list[str], spec: ExecSpec, view: RootView,
+                        shown_identity: tuple) -> subprocess.Popen | None:
+        """argv started by the zygote of its plan (made, or remade when it died or what it shows was replaced
+        on the host); None when no zygote can start it."""
+        plan = plan_dict(view)
+        key = marshal.dumps(plan)
+        for _attempt in range(2):  # a zygote that died since its last command is replaced once
+            try:
+                zygote = self._zygote_for(prefix, plan, key, shown_identity)
+                return zygote.start(argv, spec, protected_paths(spec))
+            except ZygoteGone:
+                self._retire(key)
+        return None
+
+    def _zygote_for(self, prefix: tuple[str, ...], plan: dict, key: bytes, shown_identity: tuple) -> Zygote:
+        with self._zygote_lock:
+            if self._owner != os.getpid():
+                self._zygotes, self._retired, self._owner = {}, [], os.getpid()
+            for old in [z for z in self._retired if z.live <= 0]:
+                self._retired.remove(old)
+                old.close()
+            zygote = self._zygotes.get(key)
+            if zygote is not None and not zygote.current(shown_identity):
+                self._zygotes.pop(key)
+                self._retired.append(zygote)
+                zygote = None
+            if zygote is None:
+                zygote = self._zygotes[key] = Zygote(prefix, shown_identity, plan_of_dict(plan))
+            return zygote
+
+    def _retire(self, key: bytes) -> None:
+        with self._zygote_lock:
+            zygote = self._zygotes.pop(key, None)
+        if zygote is not None:
+            zygote.close()
+
+    def close(self) -> None:
+        """End the zygotes (and any command still running in them)."""
+        with self._zygote_lock:
+            zygotes = [*self._zygotes.values(), *self._retired] if self._owner == os.getpid() else []
+            self._zygotes, self._retired = {}, []
+        for zygote in zygotes:
+            zygote.close()
 
     @property
     def signal_exit_codes(self) -> bool:  # the namespace's init shell tells a death by signal N as 128+N
@@ -112,6 +202,17 @@ class LocalSandbox(Sandbox):
         token = getattr(proc, "mlab_token", None)
         if token:
             _kill_by_token(token)
+
+
+def _lstat_identity(paths: list[str]) -> tuple:
+    found: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            found.append((st.st_dev, st.st_ino, st.st_mode))
+        except OSError:
+            found.append(None)
+    return tuple(found)
 
 
 def _kill_by_token(token: str) -> None:

@@ -1,0 +1,289 @@
+"""The local sandbox's per-run zygote: commands forked from namespaces and a root built once per run keep every
+guarantee of a root built per command (tests/test_sandbox.py and test_sandbox_view.py run through it too), and
+the zygote itself is replaced when it dies or what it shows is replaced, and never outlives the harness."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
+
+pytestmark = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What a command sees of its namespaces: its pid, the pids in its /proc, its /tmp, the mount points it has.
+PROBE = textwrap.dedent("""
+    import os, sys
+    pids = sorted(int(n) for n in os.listdir('/proc') if n.isdigit())
+    mounts = sorted({line.split()[4] for line in open('/proc/self/mountinfo')})  # a set: the zygote's are under
+    print('pid', os.getpid(), 'pids', pids, 'tmp', sorted(os.listdir('/tmp')), 'shm', os.listdir('/dev/shm'))
+    print('hidden', [os.path.exists(p) for p in sys.argv[1:]])
+    print('mounts', mounts)
+""")
+
+
+def spec_for(tmp_path: Path, **changes) -> ExecSpec:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir(exist_ok=True)
+    home.mkdir(exist_ok=True)
+    fields = {"cwd": ws, "writable_paths": [home], "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+              "limits": Limits(timeout_s=30), **changes}
+    return ExecSpec(**fields)
+
+
+def the_zygote(box: LocalSandbox):
+    assert len(box._zygotes) == 1, box._zygotes
+    return next(iter(box._zygotes.values()))
+
+
+def serving_pid(zygote) -> int:
+    """The zygote's pid (PID 1 of the run's namespaces), the only child of the process the harness started."""
+    with open(f"/proc/{zygote.proc.pid}/task/{zygote.proc.pid}/children") as f:
+        children = f.read().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def probe(box: LocalSandbox, spec: ExecSpec, *hidden: Path) -> str:
+    result = box.run([sys.executable, "-c", PROBE, *map(str, hidden)], spec)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_commands_come_from_one_zygote_and_see_the_same_root_as_a_fresh_one(tmp_path):
+    """The zygote's commands see exactly the mounts, /proc, /tmp and /dev/shm a root built for the command alone
+    shows; the zygote serves every command of the plan."""
+    spec = spec_for(tmp_path)
+    zygoted, fresh = LocalSandbox(), LocalSandbox(zygotes=False)
+    try:
+        outputs = [probe(zygoted, spec), probe(zygoted, spec)]
+        zygote = the_zygote(zygoted)
+        assert the_zygote(zygoted) is zygote and zygote.proc.poll() is None
+        assert outputs[0] == outputs[1] == probe(fresh, spec)
+        assert "pid 2 pids [1, 2] tmp ['" in outputs[0]  # its own init and itself; /tmp holds only the workspace
+        assert not fresh._zygotes
+    finally:
+        zygoted.close()
+    assert zygote.proc.poll() is not None  # closing the sandbox ends its zygote
+
+
+def test_each_command_gets_a_fresh_tmp_and_dev_shm(tmp_path):
+    box = LocalSandbox()
+    try:
+        spec = spec_for(tmp_path)
+        wrote = box.run([sys.executable, "-c", "open('/tmp/left', 'w').write('x'); open('/dev/shm/left', 'w')"],
+                        spec)
+        assert wrote.exit_code == 0, wrote.output
+        assert "tmp ['" in (seen := probe(box, spec)) and "left" not in seen, seen
+    finally:
+        box.close()
+
+
+def test_a_killed_zygote_is_replaced_and_the_next_command_still_confined(tmp_path):
+    """SIGKILL of the zygote ends the command it was running (it is PID 1 of the run's namespaces); the next
+    command gets a new zygote and the same confinement."""
+    hidden = tmp_path / "home" / "answers"
+    spec = spec_for(tmp_path, hidden_paths=[hidden])
+    hidden.mkdir()
+    (hidden / "labels.csv").write_text("secret\n")
+    box = LocalSandbox()
+    try:
+        before = probe(box, spec, hidden / "labels.csv")
+        running = box.popen([sys.executable, "-c", "import time; time.sleep(60)"], spec)
+        old = the_zygote(box)
+        os.kill(serving_pid(old), signal.SIGKILL)
+        assert running.wait(timeout=20) == -signal.SIGKILL
+        box.release(running)
+        after = probe(box, spec, hidden / "labels.csv")
+        new = the_zygote(box)
+        assert new is not old and new.proc.poll() is None and old.proc.poll() is not None
+        assert after == before and "hidden [False]" in after, after
+    finally:
+        box.close()
+
+
+def test_two_commands_at_once_cannot_see_or_signal_each_other(tmp_path):
+    """A command sees only its own init and processes in /proc, cannot signal another command's processes, and
+    does not see its /tmp, though both run at the same time from one zygote."""
+    spec = spec_for(tmp_path)
+    ws = spec.cwd
+    box = LocalSandbox()
+    other_mark = f"OTHER-{uuid.uuid4().hex}"
+    other_code = textwrap.dedent(f"""
+        import os, time
+        # {other_mark}
+        open('/tmp/other-was-here', 'w').write('x')
+        open('other-started', 'w').write(str(os.getpid()))
+        deadline = time.monotonic() + 30
+        while not os.path.exists('prober-done') and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print('other survived', os.path.exists('prober-done'))
+    """)
+    prober_code = textwrap.dedent(f"""
+        import os, signal, time
+        deadline = time.monotonic() + 30
+        while not os.path.exists('other-started') and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen, killed = [], []
+        for name in os.listdir('/proc'):
+            if name.isdigit():
+                with open(f'/proc/{{name}}/cmdline', 'rb') as f:
+                    seen.append(f.read())
+                if int(name) not in (1, os.getpid()):
+                    try:
+                        os.kill(int(name), signal.SIGKILL)
+                        killed.append(name)
+                    except OSError:
+                        pass
+        for pid in range(2, 400):  # pids of the other namespace, should they be reachable by number
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except OSError:
+                    pass
+        needle = {other_mark[::-1]!r}[::-1].encode()  # not in this command's own command line
+        print('processes seen', len(seen), 'marked', any(needle in c for c in seen))
+        print('killed', killed, 'sees its tmp', os.path.exists('/tmp/other-was-here'))
+        open('prober-done', 'w').write('1')
+    """)
+    try:
+        other = box.popen([sys.executable, "-c", other_code], spec)
+        prober = box.run([sys.executable, "-c", prober_code], spec)
+        assert prober.exit_code == 0, prober.output
+        assert "processes seen 2 marked False" in prober.output, prober.output
+        assert "killed [] sees its tmp False" in prober.output, prober.output
+        assert other.wait(timeout=30) == 0
+        assert (ws / "other-started").exists()
+        assert b"other survived True" in other.stdout.read()
+        assert len(box._zygotes) == 1  # both came from the run's zygote
+        box.release(other)
+    finally:
+        box.close()
+
+
+def test_a_replaced_workspace_or_hidden_folder_rebuilds_the_zygote(tmp_path):
+    """The root pins what it shows by inode: after the host replaces the workspace, commands write into the
+    new one; after a hidden folder inside a shown one is swapped for another, the new one is covered too."""
+    hidden = tmp_path / "home" / "answers"
+    spec = spec_for(tmp_path, hidden_paths=[hidden])
+    hidden.mkdir()
+    (hidden / "labels.csv").write_text("first secret\n")
+    box = LocalSandbox()
+    read = [sys.executable, "-c", f"import os; print('sees', os.path.exists({str(hidden / 'labels.csv')!r}))"]
+    try:
+        assert "sees False" in box.run(read, spec).output
+        first = the_zygote(box)
+        hidden.rename(tmp_path / "answers-moved")
+        hidden.mkdir()
+        (hidden / "labels.csv").write_text("second secret\n")
+        assert "sees False" in box.run(read, spec).output
+        second = the_zygote(box)
+        assert second is not first
+        spec.cwd.rename(tmp_path / "ws-old")
+        spec.cwd.mkdir()
+        wrote = box.run([sys.executable, "-c", "open('made.txt', 'w').write('x')"], spec)
+        assert wrote.exit_code == 0, wrote.output
+        assert (spec.cwd / "made.txt").exists() and not (tmp_path / "ws-old" / "made.txt").exists()
+    finally:
+        box.close()
+
+
+def test_a_command_whose_init_cannot_be_set_up_exits_120_with_the_sandbox_message(tmp_path):
+    """A failure in the command's own set-up (here a directory its root does not show) is told as exit code
+    120 with the sandbox's message, as with a root built per command."""
+    box = LocalSandbox()
+    try:
+        spec = spec_for(tmp_path)
+        assert box.run(["true"], spec).exit_code == 0
+        elsewhere = tmp_path / "not-shown"
+        elsewhere.mkdir()
+        proc = the_zygote(box).start(["true"], spec.model_copy(update={"cwd": elsewhere}), [])
+        assert proc.wait(timeout=20) == 120
+        assert proc.stdout.read().decode().startswith("mlab sandbox: ")
+        box.release(proc)
+    finally:
+        box.close()
+
+
+HARNESS = """
+import os, sys, time
+from pathlib import Path
+from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.local import LocalSandbox
+ws = Path({ws!r})
+box = LocalSandbox()
+spec = ExecSpec(cwd=ws, env={{"PATH": "/usr/bin:/bin", "MLAB_TEST_MARK": {mark!r}}})
+procs = [box.popen([sys.executable, "-c", "import time; open('started-%d' % i, 'w'); time.sleep(120)"], spec)
+         for i in range(2)]
+if {frozen!r}:
+    box.freeze(procs[0])
+zygote = next(iter(box._zygotes.values()))
+children = open(f"/proc/{{zygote.proc.pid}}/task/{{zygote.proc.pid}}/children").read().split()
+(ws / "zygote.txt").write_text(" ".join(map(str, [zygote.proc.pid, *children])))
+time.sleep(120)
+"""
+
+
+def marked(mark: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if f"MLAB_TEST_MARK={mark}".encode() in f.read() and alive(int(name)):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("frozen", [False, True])
+def test_no_zygote_or_command_outlives_a_killed_harness(tmp_path, frozen):
+    """kill -9 of the harness: its zygotes and every command they run (frozen ones too) are gone."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mark = uuid.uuid4().hex
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS.format(ws=str(ws), mark=mark, frozen=frozen)],
+                               cwd=REPO)
+    try:
+        assert wait_until(lambda: (ws / "zygote.txt").exists() or harness.poll() is not None, 30)
+        assert harness.poll() is None
+        assert wait_until(lambda: len(marked(mark)) == 2, 10), marked(mark)
+        zygote_pids = [int(p) for p in (ws / "zygote.txt").read_text().split()]
+        assert len(zygote_pids) == 2 and all(alive(p) for p in zygote_pids)
+    finally:
+        harness.kill()
+        harness.wait()
+    assert wait_until(lambda: not marked(mark) and not any(alive(p) for p in zygote_pids), 10), \
+        (marked(mark), [p for p in zygote_pids if alive(p)])
