@@ -2,18 +2,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from mlab.core.models import (
-    BaselineMeasured,
-    LLMCallFinished,
-    RunFinished,
-    RunStarted,
-    StepFinished,
-    SubmissionScored,
-    TaskPrepared,
-)
+if TYPE_CHECKING:  # annotations only: plugins import hookimpl from here without mlab's pydantic models
+    from mlab.core.models import (
+        BaselineMeasured,
+        LLMCallFinished,
+        RunFinished,
+        RunStarted,
+        StepFinished,
+        SubmissionScored,
+        TaskPrepared,
+    )
 
 PROJECT = "mlab"
 hookspec = pluggy.HookspecMarker(PROJECT)

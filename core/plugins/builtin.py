@@ -9,10 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mlab.core.hookspecs import hookimpl
-from mlab.core.sandbox.local import LocalSandbox, UnconfinedSandbox
+from mlab.core.plugins.lazy import Lazy
 
 
 @hookimpl
 def register_sandboxes(register: Callable[[Any], None]) -> None:
-    register(LocalSandbox)
-    register(UnconfinedSandbox)
+    register(Lazy("local", "mlab.core.sandbox.local:LocalSandbox",
+                  "namespaces and a file system built from nothing (workspace read-write, system and Python "
+                  "read-only, no network), with direct system calls; refuses where the kernel allows none"))
+    register(Lazy("unconfined", "mlab.core.sandbox.local:UnconfinedSandbox",
+                  "no confinement (a process group with rlimits): agent code can read the hidden answers"))

@@ -4,18 +4,16 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
-from mlab.core.agent import Agent
 from mlab.core.errors import MlabError
-from mlab.core.llm.backend import LLM
+from mlab.core.plugins.lazy import Lazy
 from mlab.core.plugins.manager import PluginInfo, build_plugin_manager
-from mlab.core.sandbox.contract import Sandbox
-from mlab.core.task import Task
 
 KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}
 
@@ -38,43 +36,194 @@ def task_name_problem(name: str, plugin: str) -> str | None:
     return None
 
 
-def _validate_task(obj: Any, plugin: str) -> str | None:
-    if not isinstance(obj, Task):
-        return f"register_tasks got {type(obj).__name__}, not a Task instance"
-    for attr in ("name", "description", "research_problem"):
-        if not isinstance(getattr(obj, attr, None), str) or not getattr(obj, attr).strip():
-            return f"task {getattr(obj, 'name', '?')!r} has no {attr}"
-    return task_name_problem(obj.name, plugin)
+HOOKS = {"tasks": "register_tasks", "agents": "register_agents", "llms": "register_llms",
+         "sandboxes": "register_sandboxes"}
 
 
-def _validate_class(base: type, hook: str) -> Callable[[Any, str], str | None]:
-    def check(obj: Any, _plugin: str) -> str | None:
-        if not (isinstance(obj, type) and issubclass(obj, base)):
-            return f"{hook} got {obj!r}, not a {base.__name__} subclass"
-        name = getattr(obj, "name", None)
-        if not isinstance(name, str) or not name.strip():
-            return f"{obj.__name__} has no name"
-        return None
-    return check
+def _base_class(kind: str) -> type:
+    """The class a kind's objects derive from, imported only when an object is checked: listing plugins that
+    register by name (Lazy) imports none of them."""
+    if kind == "tasks":
+        from mlab.core.task import Task
+        return Task
+    if kind == "agents":
+        from mlab.core.agent import Agent
+        return Agent
+    if kind == "llms":
+        from mlab.core.llm.backend import LLM
+        return LLM
+    from mlab.core.sandbox.contract import Sandbox
+    return Sandbox
 
 
-_VALIDATORS = {
-    "tasks": ("register_tasks", _validate_task),
-    "agents": ("register_agents", _validate_class(Agent, "register_agents")),
-    "llms": ("register_llms", _validate_class(LLM, "register_llms")),
-    "sandboxes": ("register_sandboxes", _validate_class(Sandbox, "register_sandboxes")),
-}
+def _object_problem(kind: str, obj: Any, plugin: str) -> str | None:
+    """Why a registered object (not a Lazy) is refused, or None."""
+    base = _base_class(kind)
+    if kind == "tasks":
+        if not isinstance(obj, base):
+            return f"register_tasks got {type(obj).__name__}, not a Task instance"
+        for attr in ("name", "description", "research_problem"):
+            if not isinstance(getattr(obj, attr, None), str) or not getattr(obj, attr).strip():
+                return f"task {getattr(obj, 'name', '?')!r} has no {attr}"
+        return task_name_problem(getattr(obj, "name", ""), plugin)
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        return f"{HOOKS[kind]} got {obj!r}, not a {base.__name__} subclass"
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        return f"{obj.__name__} has no name"
+    return None
+
+
+def _registration_problem(kind: str, obj: Any, plugin: str) -> str | None:
+    """Why a registration is refused when the hook makes it: a Lazy is checked without importing anything."""
+    if not isinstance(obj, Lazy):
+        return _object_problem(kind, obj, plugin)
+    return obj.problem() or (task_name_problem(obj.name, plugin) if kind == "tasks" else None)
+
+
+class LoadError(MlabError):
+    """A Lazy registration whose object could not be imported, or is not what it was declared to be."""
+
+
+def _load(kind: str, lazy: Lazy, plugin: str) -> Any:
+    """The object behind a Lazy registration, checked as an eagerly registered one would be."""
+    try:
+        obj = lazy.load()
+        if kind == "tasks" and isinstance(obj, type) and issubclass(obj, _base_class("tasks")):
+            obj = obj()  # a pack registers each task once, as one instance
+    except (Exception, SystemExit) as exc:  # a plugin's import may raise anything
+        raise LoadError(f"importing {lazy.target} failed: {type(exc).__name__}: {exc}") from exc
+    problem = _object_problem(kind, obj, plugin)
+    if problem is None and obj.name != lazy.name:
+        problem = f"registered as {lazy.name!r}, but {lazy.target} is named {obj.name!r}"
+    if problem:
+        raise LoadError(problem)
+    return obj
+
+
+class Items(MutableMapping[str, Any]):
+    """One kind's registered objects by name. A Lazy registration is imported on first access to its value and
+    replaced by its object; names, `in` and `len` never import anything.
+
+    An object that fails to load is dropped and becomes its plugin's error: reading it raises LoadError (one
+    line), and iterating values() or items() leaves it out, so one broken registration hides nothing else."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._objects: dict[str, Any] = {}
+        self._owners: dict[str, str] = {}  # name -> plugin that registered it, for the checks at load time
+        self._failed: dict[str, str] = {}  # name -> why it could not be loaded
+        self._lock = threading.RLock()  # bench threads may ask for the same task at once: it loads once
+        self.on_failure: Callable[[str, str], None] = lambda plugin, message: None
+
+    def register(self, name: str, obj: Any, plugin: str) -> None:
+        self[name] = obj
+        self._owners[name] = plugin
+
+    def is_loaded(self, name: str) -> bool:
+        return not isinstance(self._objects[name], Lazy)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._failed:
+            raise LoadError(self._failed[name])
+        value = self._objects[name]
+        return self._resolve(name, value) if isinstance(value, Lazy) else value
+
+    def _resolve(self, name: str, lazy: Lazy) -> Any:
+        with self._lock:
+            if self._objects.get(name) is not lazy:  # another thread loaded it (or it failed) meanwhile
+                return self[name]
+            plugin = self._owners.get(name, "?")
+            try:
+                obj = _load(self.kind, lazy, plugin)
+            except LoadError as exc:
+                message = f"{KINDS[self.kind]} {name!r} of plugin {plugin} cannot be loaded: " + " ".join(
+                    str(exc).split())
+                del self._objects[name]
+                self._failed[name] = message
+                self.on_failure(plugin, message)
+                raise LoadError(message) from exc.__cause__
+            self._objects[name] = obj
+            return obj
+
+    def __setitem__(self, name: str, obj: Any) -> None:
+        self._failed.pop(name, None)
+        self._owners.pop(name, None)
+        self._objects[name] = obj
+
+    def __delitem__(self, name: str) -> None:
+        if name in self._failed:
+            del self._failed[name]
+            return
+        del self._objects[name]
+        self._owners.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._objects
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._objects))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def values(self) -> ValuesView[Any]:
+        return _LoadedValues(self)
+
+    def items(self) -> ItemsView[str, Any]:
+        return _LoadedItems(self)
+
+    def _loaded(self) -> Iterator[tuple[str, Any]]:
+        for name in list(self._objects):
+            try:
+                yield name, self[name]
+            except (LoadError, KeyError):  # failed (its plugin's error says why) or removed meanwhile
+                continue
+
+    def __repr__(self) -> str:
+        shown = {name: f"<not loaded: {v.target}>" if isinstance(v, Lazy) else v for name, v in self._objects.items()}
+        return f"Items({self.kind!r}, {shown!r})"
+
+
+class _LoadedValues(ValuesView[Any]):
+    _mapping: Items
+
+    def __iter__(self) -> Iterator[Any]:
+        return (value for _name, value in self._mapping._loaded())
+
+
+class _LoadedItems(ItemsView[str, Any]):
+    _mapping: Items
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        return self._mapping._loaded()
 
 
 @dataclass
 class Registry:
     plugins: list[PluginInfo]
-    items: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    items: dict[str, Items] = field(default_factory=lambda: {k: Items(k) for k in KINDS})
     providers: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     conflicts: list[str] = field(default_factory=list)
     contested: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
     pm: Any = None
     load_filter: str | None = None  # MLAB_LOAD_PLUGINS when it was set: it may explain a missing name
+
+    def __post_init__(self) -> None:
+        for items in self.items.values():
+            items.on_failure = self._load_failed
+
+    def _load_failed(self, plugin: str, message: str) -> None:
+        for info in self.plugins:
+            if info.name == plugin:
+                info.error = "; ".join(filter(None, [info.error, message]))
+
+    def load_all(self) -> None:
+        """Import every object registered by name now (a process that forks runs does it once, before forking);
+        those that fail become their plugins' errors."""
+        for items in self.items.values():
+            for _name, _obj in items.items():
+                pass
 
     def get(self, kind: str, name: str) -> Any:
         """Find by exact name, or by the part after 'pack/' when only one item has it."""
@@ -117,8 +266,7 @@ class Registry:
 
 def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str, obj: Any, plugin_name: str,
              dist: str) -> None:
-    hook, validate = _VALIDATORS[kind]
-    problem = validate(obj, plugin_name)
+    problem = _registration_problem(kind, obj, plugin_name)
     info = info_by_name.get(plugin_name)
     if problem:
         if info is not None:
@@ -134,7 +282,7 @@ def _collect(registry: Registry, info_by_name: dict[str, PluginInfo], kind: str,
             if name in getattr(other, kind) or other.name == plugin_name:
                 other.error = "; ".join(filter(None, [other.error, message]))
         return
-    registry.items[kind][name] = obj
+    registry.items[kind].register(name, obj, plugin_name)
     registry.providers[kind][name] = dist
     if info is not None:
         getattr(info, kind).append(name)
@@ -155,7 +303,7 @@ def load_registry() -> Registry:
     pm, infos = build_plugin_manager()
     registry = Registry(plugins=infos, pm=pm, load_filter=os.environ.get("MLAB_LOAD_PLUGINS"))
     info_by_name = {info.name: info for info in infos}
-    for kind, (hook, _validate) in _VALIDATORS.items():
+    for kind, hook in HOOKS.items():
         implementers = plugins_in_call_order(pm, hook)
         for plugin_name in implementers:
             info = info_by_name.get(plugin_name)

@@ -1,21 +1,16 @@
-"""The trivial policy the original benchmark measures baselines with: run the starter, then submit."""
+"""The baseline agent (`--agent baseline`): runs the task's starter, then submits.
+
+This module only registers it, by name: `mlab list-plugins` imports it, and agent.py (with the base classes
+and models it needs) is imported when the agent is used.
+"""
 from __future__ import annotations
 
-from mlab.core import Action, Agent, RunState, hookimpl
+from mlab.core import Lazy, hookimpl
 
-
-class BaselineAgent(Agent):
-    name = "baseline"
-    description = "Runs the task's starter script once, then submits (no model needed)."
-    needs_llm = False
-
-    def step(self, state: RunState) -> Action:
-        ran = any(s.action.name == "Execute Script" for s in state.history)
-        if not ran:
-            return Action(name="Execute Script", args={"script_name": self.ctx.starter_script})
-        return Action(name="Final Answer", args={"final_answer": "Ran the starter script unchanged."})
+AGENT = Lazy("baseline", "mlab_agent_baseline.agent:BaselineAgent",
+             "Runs the task's starter script once, then submits (no model needed).")
 
 
 @hookimpl
 def register_agents(register):
-    register(BaselineAgent)
+    register(AGENT)

@@ -1,13 +1,23 @@
 """mlab's search agent (`--agent search`, option policy: greedy, mcts or evolutionary) and its alias `aide`
-(policy greedy). See README.md next to this package."""
+(policy greedy). See README.md next to this package.
+
+This module only registers them, by name: `mlab list-plugins` imports it, and agent.py is imported when one of
+them is used.
+"""
 from __future__ import annotations
 
-from mlab.core import hookimpl
+from mlab.core import Lazy, hookimpl
 
-from .agent import AideAgent, SearchAgent
+AGENTS = (
+    Lazy("search", "mlab_agent_search.agent:SearchAgent",
+         "Search over whole solution scripts (draft, improve, debug, crossover) with a greedy (AIDE-like), MCTS or "
+         "evolutionary policy; submits the best node."),
+    Lazy("aide", "mlab_agent_search.agent:AideAgent",
+         "AIDE-like greedy tree search over whole solution scripts: the search agent with policy greedy."),
+)
 
 
 @hookimpl
 def register_agents(register):
-    register(SearchAgent)
-    register(AideAgent)
+    for agent in AGENTS:
+        register(agent)

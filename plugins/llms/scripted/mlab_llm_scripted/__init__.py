@@ -1,69 +1,27 @@
-"""A backend that answers with given completions, in order: `--llm scripted:FILE`.
+"""A backend that answers with given completions, in order (`--llm scripted:FILE`).
 
-FILE is JSON lines, each either a string or an object with "completion" (and optionally "prompt_tokens",
-"completion_tokens", "cost_usd"); or a JSON list of those. Token counts default to a words-based estimate.
+This module only registers it, by name: `mlab list-plugins` imports it, and backend.py (with the base classes
+and models it needs) is imported when the backend is used.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import importlib
 from typing import Any
 
-from mlab.core import LLM, Completion, LLMError, Message, hookimpl
+from mlab.core import Lazy, hookimpl
 
-
-def load_script(path: Path) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        items = json.loads(text)
-    else:
-        items = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [{"completion": item} if isinstance(item, str) else dict(item) for item in items]
-
-
-def estimate_tokens(text: str) -> int:
-    return max(1, round(len(text.split()) * 4 / 3)) if text else 0
-
-
-class ScriptedLLM(LLM):
-    name = "scripted"
-    description = "Returns completions from a JSONL/JSON script in order; fails when they run out."
-
-    def __init__(self, model: str = "", completions: list[Any] | None = None, **options: Any):
-        super().__init__(model, **options)
-        if completions is not None:
-            self.script: list[dict[str, Any]] = [{"completion": c} if isinstance(c, str) else dict(c)
-                                                 for c in completions]
-        else:
-            path = Path(model)
-            if not model or not path.is_file():
-                raise ValueError(f"scripted backend needs a script file: scripted:PATH (got {model!r})")
-            try:
-                self.script = load_script(path)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{path} is not a JSON/JSONL script: {exc}") from exc
-        self.position = 0
-
-    def complete(self, messages: list[Message], **params: Any) -> Completion:
-        if self.position >= len(self.script):
-            raise LLMError(f"scripted backend ran out of completions after {len(self.script)}")
-        item = self.script[self.position]
-        self.position += 1
-        text = str(item.get("completion", ""))
-        prompt = "\n".join(m.content for m in messages)
-        return Completion(text=text, model=f"scripted:{self.model}",
-                          prompt_tokens=int(item.get("prompt_tokens", estimate_tokens(prompt))),
-                          completion_tokens=int(item.get("completion_tokens", estimate_tokens(text))),
-                          cost_usd=item.get("cost_usd"))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.position = int(state.get("position", 0))
+BACKEND = Lazy("scripted", "mlab_llm_scripted.backend:ScriptedLLM",
+               "Returns completions from a JSONL/JSON script in order; fails when they run out.")
+# Names of backend.py that users import from the package; backend.py is imported when one is first read.
+FORWARDED = ("ScriptedLLM",)
 
 
 @hookimpl
 def register_llms(register):
-    register(ScriptedLLM)
+    register(BACKEND)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in FORWARDED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.backend"), name)

@@ -1,0 +1,48 @@
+"""A registration by name: what a plugin registers, declared without importing it.
+
+`mlab list-plugins` imports every plugin's registration module. A module that registers its classes themselves
+imports its whole body (and mlab's models and base classes with it) just to be listed; one that registers
+`Lazy("pack/name", "package.module:Attribute", "one line")` costs nothing until the object is used.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# module.path:Attribute (the attribute may be dotted: Outer.Inner)
+TARGET = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A task, agent, LLM backend or sandbox registered by name, imported from `target` on first use.
+
+    `target` is "module:attribute". For an agent, backend or sandbox it names the class; for a task, the Task
+    subclass (made with no arguments, once) or a Task instance. `name` and `description` are what listings show
+    without importing it, so they must equal the loaded object's: a different name makes the object fail to load,
+    a different description is for the pack's tests to catch (mlab's own: tests/test_cli_startup.py).
+    """
+
+    name: str
+    target: str
+    description: str
+
+    def problem(self) -> str | None:
+        """What is wrong with the declaration itself, before anything is imported; None when nothing."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            return f"Lazy registration of {self.target!r} has no name"
+        if not isinstance(self.target, str) or not TARGET.fullmatch(self.target):
+            return f"Lazy registration {self.name!r}: target {self.target!r} is not 'module:attribute'"
+        if not isinstance(self.description, str) or not self.description.strip() or "\n" in self.description:
+            return f"Lazy registration {self.name!r}: the description must be one non-empty line"
+        return None
+
+    def load(self) -> Any:
+        """The object `target` names (importing its module); exceptions of the import propagate."""
+        module_name, _, attribute = self.target.partition(":")
+        obj: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+        return obj

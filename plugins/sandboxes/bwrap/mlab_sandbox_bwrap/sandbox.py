@@ -1,0 +1,87 @@
+"""`--sandbox bwrap`: agent code in a bubblewrap container (Debian package `bubblewrap`).
+
+The command sees a file system built from nothing: the workspace and the sandbox home read-write, the Python
+environment that runs it and the system libraries read-only, a private /tmp, /dev and /proc. Everything else
+(the task's hidden answers above all, the run's trace and snapshots, the user's home) is simply not there. It
+has no network, its own PID, IPC and UTS namespaces, no capabilities even as root, and everything it starts
+dies with it. Processes and memory of the whole tree are bounded by the core's per-command cgroup.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+from mlab.core import ExecSpec, Sandbox, root_view
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> tuple[bool, str]:
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    command = [exe, *_namespace_options(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        probe = subprocess.run(command, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap does not run: {exc}"
+    if probe.returncode != 0:
+        detail = probe.stderr.decode(errors="replace").strip().splitlines()
+        return False, f"bwrap cannot create namespaces here: {detail[-1] if detail else probe.returncode}"
+    return True, ""
+
+
+def _namespace_options(network: bool = False) -> list[str]:
+    options = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+               "--new-session"]
+    if not network:  # a task that declares it needs the network at run time keeps the host's
+        options.append("--unshare-net")
+    if os.geteuid() == 0:  # unprivileged bwrap drops every capability by itself
+        options += ["--cap-drop", "ALL"]
+    return options
+
+
+def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list[str]:
+    """The bwrap command line that runs argv confined per spec: the core's RootView, as bwrap options."""
+    view = root_view(argv, spec)
+    cmd = [exe or shutil.which("bwrap") or "bwrap", *_namespace_options(spec.network), "--hostname", "mlab-sandbox"]
+    for path, target in view.links:
+        cmd += ["--symlink", target, path]
+    for source, target in view.read_only:
+        cmd += ["--ro-bind", source, target]
+    # /proc read-only: the command may run as uid 0 (without capabilities), which still owns /proc/sys and
+    # /proc/sysrq-trigger of the host kernel.
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--size", str(view.tmp_bytes),
+            "--tmpfs", "/tmp"]
+    for source, target in view.late_read_only:  # after the private /tmp: a Python environment below /tmp
+        cmd += ["--ro-bind", source, target]
+    for device in view.devices:
+        cmd += ["--dev-bind-try", device, device]
+    for path in view.writable:
+        cmd += ["--bind", path, path]
+    for path in view.protected:
+        cmd += ["--ro-bind", path, path]
+    for path in view.masked_dirs:
+        cmd += ["--tmpfs", path, "--remount-ro", path]
+    for path in view.masked_files:
+        cmd += ["--ro-bind", "/dev/null", path]
+    # The root bwrap builds the rest on is a tmpfs: read-only, so nothing can be stored (or stashed) outside
+    # the workspace, the home and /tmp.
+    cmd += ["--remount-ro", "/", "--chdir", view.writable[0], "--"]
+    return cmd + list(argv)
+
+
+class BwrapSandbox(Sandbox):
+    name = "bwrap"
+    description = ("bubblewrap: only the workspace (read-write), the Python environment and system libraries "
+                   "(read-only); no network; own PID namespace")
+    confined = True  # the command sees only what is bound into its container
+    signal_exit_codes = True  # bwrap's init exits with 128+N when the command dies of signal N
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        return _probe()
+
+    def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
+        return self.spawn(command_for(argv, spec), spec)
