@@ -317,13 +317,24 @@ def test_a_bad_held_out_field_is_one_error_with_file_and_line(tmp_path, held_out
 
 @pytest.mark.parametrize("held_out, says", [
     ("  held_out: {train.csv: idx}", "the validation inputs valid.csv have no column 'idx'"),
-    ("  held_out: {train.py: id}", "validation.held_out: train.py has no column 'id'"),
-    ("  held_out: {nothing.csv: id}", "prepare wrote no nothing.csv"),
-    ("  held_out: {test.csv: id}", "none of the validation rows are in test.csv"),
+    ("  held_out: {train.py: id}", "train.py has no column 'id'"),
+    ("  held_out: {nothing.csv: id}", "prepare wrote no nothing.csv to the workspace"),
 ])
-def test_a_held_out_file_prepare_cannot_make_fails_prepare_in_one_line(harness, tmp_path, held_out, says):
-    task = DeclarativeTask.from_folder(declarative(tmp_path, held_out), FOLDER_PACK)
+def test_a_held_out_file_prepare_did_not_make_fails_prepare_at_the_fields_line(harness, tmp_path, held_out, says):
+    folder = declarative(tmp_path, held_out)
+    task = DeclarativeTask.from_folder(folder, FOLDER_PACK)
+    line = next(i for i, text in enumerate((folder / "task.yaml").read_text().splitlines(), 1) if "held_out" in text)
+    with pytest.raises(TaskFileError) as raised:
+        harness.prepare(task)
+    message = str(raised.value)
+    assert message == f"{folder / 'task.yaml'}:{line}: field 'validation.held_out': {says}"
+    assert not harness.home.is_prepared(task)
+
+
+def test_a_held_out_file_without_a_validation_row_fails_prepare_in_one_line(harness, tmp_path):
+    task = DeclarativeTask.from_folder(declarative(tmp_path, "  held_out: {test.csv: id}"), FOLDER_PACK)
     with pytest.raises(MlabError) as raised:
         harness.prepare(task)
-    assert says in str(raised.value) and "\n" not in str(raised.value), str(raised.value)
+    assert str(raised.value) == ("folder/holdout: validation.held_out: none of the validation rows are in test.csv "
+                                 "(no id of valid.csv is in its id column)")
     assert not harness.home.is_prepared(task)

@@ -17,6 +17,7 @@ from mlab.core.declarative.metrics import METRICS
 from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.run.held_out import held_out_problem
 from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit, scoring_context
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
@@ -83,6 +84,9 @@ class DeclarativeTask(Task):
                                       and (ctx.hidden_dir / split.answers).is_file()):
             raise MlabError(f"{self.name}: prepare wrote no validation split ({split.inputs} in the workspace and "
                             f"{split.answers} in the hidden folder, as validation: in {self.located.path} says)")
+        problem = held_out_problem(self, ctx.public_dir)
+        if problem:
+            raise self.located.error(("validation", "held_out"), problem)
         ctx.log(f"{self.name}: prepared from {self.folder}")
 
     def _run_prepare(self, ctx: PrepareContext) -> None:

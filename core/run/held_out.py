@@ -9,13 +9,12 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from mlab.core.errors import MlabError
 from mlab.core.task import Task
 
 HELD_OUT_DIR = "without_validation"  # below the hidden folder: the held-out copies, at their workspace paths
-# Text as written, undecodable bytes included, so every kept record is copied byte for byte.
-_TEXT = {"encoding": "utf-8", "errors": "surrogateescape", "newline": ""}
 
 
 def held_out_files(task: Task) -> dict[str, str]:
@@ -27,9 +26,33 @@ def held_out_path(hidden_dir: Path, rel: str) -> Path:
     return Path(hidden_dir) / HELD_OUT_DIR / rel
 
 
+def held_out_problem(task: Task, public_dir: Path) -> str | None:
+    """What keeps prepare's public files from the task's held_out declaration (a file or an id column missing),
+    or None."""
+    files = held_out_files(task)
+    if not files:
+        return None
+    assert task.validation is not None
+    inputs = task.validation.inputs
+    if not (Path(public_dir) / inputs).is_file():
+        return f"prepare wrote no validation inputs {inputs}"
+    input_columns = _columns(task, Path(public_dir) / inputs, inputs)
+    for rel, key in sorted(files.items()):
+        if not (Path(public_dir) / rel).is_file():
+            return f"prepare wrote no {rel} to the workspace"
+        if key not in input_columns:
+            return f"the validation inputs {inputs} have no column {key!r}"
+        if key not in _columns(task, Path(public_dir) / rel, rel):
+            return f"{rel} has no column {key!r}"
+    return None
+
+
 def write_held_out(task: Task, public_dir: Path, hidden_dir: Path) -> None:
     """At prepare, after the task's own prepare: each held-out file, the public file minus every record whose id
     is one of the validation inputs'. A declaration prepare's files cannot satisfy is the task's bug: MlabError."""
+    problem = held_out_problem(task, public_dir)
+    if problem:
+        raise MlabError(f"{task.name}: validation.held_out: {problem}")
     files = held_out_files(task)
     if not files:
         return
@@ -37,14 +60,9 @@ def write_held_out(task: Task, public_dir: Path, hidden_dir: Path) -> None:
     inputs = task.validation.inputs
     ids = {key: _ids(task, Path(public_dir) / inputs, inputs, key) for key in sorted(set(files.values()))}
     for rel, key in sorted(files.items()):
-        source = Path(public_dir) / rel
-        if not source.is_file():
-            raise MlabError(f"{task.name}: validation.held_out names {rel}, but prepare wrote no {rel} to the "
-                            "workspace")
         target = held_out_path(hidden_dir, rel)
         target.parent.mkdir(parents=True, exist_ok=True)
-        dropped = _copy_without(task, source, target, rel, key, ids[key])
-        if not dropped:
+        if not _copy_without(task, Path(public_dir) / rel, target, rel, key, ids[key]):
             raise MlabError(f"{task.name}: validation.held_out: none of the validation rows are in {rel} (no "
                             f"{key} of {inputs} is in its {key} column)")
 
@@ -87,16 +105,20 @@ def put_held_out(task: Task, hidden_dir: Path, workspace: Path, share: Callable[
     return replaced
 
 
-def _ids(task: Task, path: Path, rel: str, key: str) -> set[str]:
-    if not path.is_file():
-        raise MlabError(f"{task.name}: prepare wrote no validation inputs {rel}")
-    with open(path, **_TEXT) as f:  # type: ignore[call-overload]
-        reader = csv.reader(f)
-        header = _header(next(reader, None))
-        if key not in header:
-            raise MlabError(f"{task.name}: validation.held_out: the validation inputs {rel} have no column {key!r}")
-        at = header.index(key)
+def _columns(task: Task, path: Path, rel: str) -> list[str]:
+    with _text(path) as f:
         try:
+            return _header(next(csv.reader(f), None))
+        except csv.Error as exc:
+            raise MlabError(f"{task.name}: {rel} is not a readable CSV file: {exc}") from None
+
+
+def _ids(task: Task, path: Path, rel: str, key: str) -> set[str]:
+    """The values of the `key` column of a CSV file whose header has it."""
+    with _text(path) as f:
+        reader = csv.reader(f)
+        try:
+            at = _header(next(reader, None)).index(key)
             return {row[at] for row in reader if len(row) > at}
         except csv.Error as exc:
             raise MlabError(f"{task.name}: {rel} is not a readable CSV file: {exc}") from None
@@ -105,7 +127,7 @@ def _ids(task: Task, path: Path, rel: str, key: str) -> set[str]:
 def _copy_without(task: Task, source: Path, target: Path, rel: str, key: str, ids: set[str]) -> int:
     """Copy source to target record by record, leaving out those whose `key` is in ids; returns how many."""
     dropped = 0
-    with open(source, **_TEXT) as f, open(target, "w", **_TEXT) as out:  # type: ignore[call-overload]
+    with _text(source) as f, _text(target, "w") as out:
         raw: list[str] = []  # the lines of the record being read (a quoted field may span lines)
 
         def lines() -> Iterator[str]:
@@ -115,10 +137,7 @@ def _copy_without(task: Task, source: Path, target: Path, rel: str, key: str, id
 
         reader = csv.reader(lines())
         try:
-            header = _header(next(reader, None))
-            if key not in header:
-                raise MlabError(f"{task.name}: validation.held_out: {rel} has no column {key!r}")
-            at = header.index(key)
+            at = _header(next(reader, None)).index(key)  # held_out_problem saw the column
             out.write("".join(raw))
             raw.clear()
             for row in reader:
@@ -130,6 +149,11 @@ def _copy_without(task: Task, source: Path, target: Path, rel: str, key: str, id
         except csv.Error as exc:
             raise MlabError(f"{task.name}: {rel} is not a readable CSV file: {exc}") from None
     return dropped
+
+
+def _text(path: Path, mode: str = "r") -> IO[str]:
+    """A CSV file as text as written, undecodable bytes included, so a kept record is copied byte for byte."""
+    return open(path, mode, encoding="utf-8", errors="surrogateescape", newline="")
 
 
 def _header(row: list[str] | None) -> list[str]:
