@@ -244,6 +244,9 @@ box = LocalSandbox()
 spec = ExecSpec(cwd=ws, env={{"PATH": "/usr/bin:/bin", "MLAB_TEST_MARK": {mark!r}}})
 procs = [box.popen([sys.executable, "-c", "import time; open('started-%d' % i, 'w'); time.sleep(120)"], spec)
          for i in range(2)]
+deadline = time.monotonic() + 30
+while not all((ws / f"started-{{i}}").exists() for i in range(2)) and time.monotonic() < deadline:
+    time.sleep(0.01)  # both commands have started (a process frozen before its exec would carry no mark)
 if {frozen!r}:
     box.freeze(procs[0])
 zygote = next(iter(box._zygotes.values()))
