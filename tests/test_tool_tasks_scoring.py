@@ -172,6 +172,9 @@ def test_proxy_counts_calls_and_tokens_and_refuses_beyond_the_budget(tmp_path):
         ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 500}
         answers = [_post(proxy.socket_path, ask) for _ in range(4)]
         malformed = _post(proxy.socket_path, {"prompt": "no messages"})
+    with LLMProxy(upstream, Budget(max_calls=3, max_tokens=100), tmp_path) as small:
+        huge = _post(small.socket_path, {"messages": [{"role": "user", "content": "word " * 200}]})
+    assert huge[0] == 429 and small.usage.refused == 1 and len(seen) == 3  # never sent upstream
     # a call goes through while tokens are left (80 of 100 after two), then the budget is spent
     assert [status for status, _a in answers] == [200, 200, 200, 429]
     assert answers[0][1]["choices"][0]["message"]["content"] == "fine"
@@ -273,26 +276,58 @@ import sys, llm_tool
 from pathlib import Path
 paragraph = Path(sys.argv[1]).read_text()
 Path(sys.argv[2] + ".tex").write_text(paragraph)  # what it produced before looping
-while True:
+refused = 0
+while %s:
     try:
         llm_tool.complete("again")
     except llm_tool.LLMBudgetExhausted:
-        pass
+        refused += 1
 '''
 
 
-def test_a_tool_that_loops_on_calls_is_cut_off_and_scored_on_what_it_wrote(model, tmp_path, monkeypatch):
+def test_a_tool_that_loops_on_calls_is_cut_off_by_the_budget_and_scored_on_what_it_wrote(model, tmp_path,
+                                                                                          monkeypatch):
     from mlab_tasks_mlagentbench.tasks import tools
 
     monkeypatch.setattr(tools, "SCORING_BUDGET", Budget(max_calls=4, max_tokens=10_000))
-    monkeypatch.setattr(tools, "SECONDS_PER_INPUT", 8.0)
     task = get_task("bibtex-generation")
     workspace = prepared_workspace(task, tmp_path)
-    (workspace / "bibtex_generation.py").write_text(LOOPING_TOOL)
+    (workspace / "bibtex_generation.py").write_text(LOOPING_TOOL % "refused < 50")
     assert task.evaluate(workspace, taskdata.hidden_dir(task)) == pytest.approx(0.1)  # the paragraph it kept
     assert sum(prompt == "again" for _a, prompt in ScriptedModel.calls) == 4 * 5  # the budget, per input
     record = usage_records(task)[-1]
-    assert record["calls"] == 20 and all(entry["refused"] > 0 for entry in record["per_input"])
+    assert record["calls"] == 20 and [entry["refused"] for entry in record["per_input"]] == [50] * 5
+
+
+@pytest.mark.slow
+def test_a_tool_that_never_stops_is_cut_off_by_the_time_limit_and_scored_on_what_it_wrote(model, tmp_path,
+                                                                                          monkeypatch):
+    from mlab_tasks_mlagentbench.tasks import tools
+
+    monkeypatch.setattr(tools, "SCORING_BUDGET", Budget(max_calls=4, max_tokens=10_000))
+    monkeypatch.setattr(tools, "SECONDS_PER_INPUT", 6.0)
+    task = get_task("bibtex-generation")
+    workspace = prepared_workspace(task, tmp_path)
+    (workspace / "bibtex_generation.py").write_text(LOOPING_TOOL % "True")
+    assert task.evaluate(workspace, taskdata.hidden_dir(task)) == pytest.approx(0.1)
+    assert sum(prompt == "again" for _a, prompt in ScriptedModel.calls) == 4 * 5
+    assert all(entry["refused"] > 0 for entry in usage_records(task)[-1]["per_input"])
+
+
+def test_the_harness_scorer_runs_the_tool_in_bwrap_through_the_proxy(model, tmp_path):
+    from mlab_tasks_mlagentbench.base import REFERENCE_DIR
+    from tests.fixtures.harnesses import harness
+
+    if not load_registry().items["sandboxes"]["bwrap"].available()[0]:
+        pytest.skip("bubblewrap cannot run here")
+    task = get_task("bibtex-generation")
+    workspace = prepared_workspace(task, tmp_path)
+    for name in ("llm_tool.py", "paper_search.py", "paper_corpus.json", "llm_config.json"):
+        (workspace / name).unlink()  # a submission holds no read-only files: the scorer links them in
+    shutil.copytree(REFERENCE_DIR / task.short, workspace, dirs_exist_ok=True)
+    score, error = harness(sandbox="bwrap").scorer.score_path(task, workspace)
+    assert error is None and score == pytest.approx(1.0)
+    assert all(auth == f"Bearer {SECRET}" for auth, _p in ScriptedModel.calls) and ScriptedModel.calls
 
 
 def test_scoring_needs_no_network_and_says_so(model):

@@ -152,22 +152,25 @@ class LLMProxy:
                 entry["error"] = note
             self.usage.log.append(entry)
 
-    def _reserve(self) -> int | None:
-        """The completion tokens this call may use, counting it as made; None when the budget is spent."""
+    def _reserve(self, prompt_tokens: int) -> int | None:
+        """The completion tokens this call may use, counting it as made; None when the budget is spent or the
+        prompt alone would overspend it (it is never sent: the upstream would charge for it)."""
         with self._lock:
             left = self.budget.max_tokens - self.usage.tokens
-            if self.usage.calls >= self.budget.max_calls or left <= 0:
+            if self.usage.calls >= self.budget.max_calls or left <= 0 or prompt_tokens > left:
                 return None
             self.usage.calls += 1
             return min(left, self.budget.max_tokens_per_call)
 
     def complete(self, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[int, dict]:
         """(HTTP status, JSON payload) of one call: the upstream's answer, or why there is none."""
-        allowed = self._reserve()
+        prompt_tokens = estimate_tokens("".join(m["content"] for m in messages))
+        allowed = self._reserve(prompt_tokens)
         if allowed is None:
             spent = self.usage.summary()
             message = (f"LLM budget spent: {spent['calls']} of {self.budget.max_calls} calls, "
-                       f"{self.usage.tokens} of {self.budget.max_tokens} tokens")
+                       f"{self.usage.tokens} of {self.budget.max_tokens} tokens (this prompt: about "
+                       f"{prompt_tokens})")
             self.record(refused=True, note=message)
             return 429, {"error": {"type": "budget_exceeded", "message": message}}
         started = time.monotonic()
@@ -266,7 +269,7 @@ class HttpUpstream:
             used = answer.get("usage") or {}
             prompt, completion = used.get("prompt_tokens"), used.get("completion_tokens")
         # an endpoint that reports no usage is charged an estimate: the budget holds all the same
-        return Reply(text=text, prompt_tokens=int(prompt) if prompt else estimate_tokens(" " * prompt_chars),
+        return Reply(text=text, prompt_tokens=int(prompt) if prompt else max(1, prompt_chars // CHARS_PER_TOKEN),
                      completion_tokens=int(completion) if completion else estimate_tokens(text))
 
     def describe(self) -> dict[str, str]:

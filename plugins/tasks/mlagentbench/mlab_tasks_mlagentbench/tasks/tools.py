@@ -154,7 +154,7 @@ class ToolTask(MLAgentBenchTask):
                                      timeout_s=SECONDS_PER_INPUT)
                 usages.append(proxy.usage)
                 if result.exit_code != 0:
-                    log.info("%s: the tool exited with %s on hidden input %d: %s", self.name, result.exit_code, n,
+                    log.warning("%s: the tool exited with %s on hidden input %d: %s", self.name, result.exit_code, n,
                              " | ".join(result.output.strip().splitlines()[-3:])[-300:])
                 scores.append(self.check_output(item, outputs, n, corpus))
         self.record_usage(hidden_dir, upstream, usages)
