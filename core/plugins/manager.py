@@ -10,12 +10,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, entry_points, version
 
 import pluggy
 
 from mlab.core import hookspecs
 from mlab.core.errors import MlabError
+from mlab.core.plugins.discovery import distribution_version, entry_points
 
 ENTRY_POINT_GROUP = "mlab"
 # Plugins inside mlab itself (name -> module), loaded before installed ones and named in MLAB_LOAD_PLUGINS alike.
@@ -46,10 +46,7 @@ def allowed_names() -> set[str] | None:
 
 
 def _mlab_version() -> str:
-    try:
-        return version(BUILTIN_DISTRIBUTION)
-    except PackageNotFoundError:
-        return "?"
+    return distribution_version(BUILTIN_DISTRIBUTION) or "?"
 
 
 def build_plugin_manager() -> tuple[pluggy.PluginManager, list[PluginInfo]]:
@@ -75,9 +72,7 @@ def build_plugin_manager() -> tuple[pluggy.PluginManager, list[PluginInfo]]:
     for ep in installed:
         if allowed is not None and ep.name not in allowed:
             continue
-        dist = ep.dist
-        info = PluginInfo(name=ep.name, distribution=dist.metadata["Name"] if dist else "?",
-                          version=dist.version if dist else "?", module=ep.value)
+        info = PluginInfo(name=ep.name, distribution=ep.distribution, version=ep.version, module=ep.value)
         infos.append(info)
         _load(pm, info, ep.load)
     return pm, infos

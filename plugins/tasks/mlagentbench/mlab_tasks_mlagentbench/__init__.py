@@ -39,7 +39,8 @@ TASKS = (
          "Build an LLM tool that writes a literature review; the scorer runs it on hidden queries, higher is better; "
          "needs an LLM endpoint at run time"),
     Lazy("mlagentbench/llama-inference", "mlab_tasks_mlagentbench.tasks.llama:LlamaInference",
-         "Speed up LLaMA-7B token generation with accelerate; seconds per step, lower is better"),
+         "Speed up LLaMA-7B token generation with accelerate; generation time relative to the starter's, lower is "
+         "better"),
     Lazy("mlagentbench/ogbn-arxiv", "mlab_tasks_mlagentbench.tasks.ogbn_arxiv:OgbnArxiv",
          "Improve a weak MLP on OGB ogbn-arxiv node classification; test accuracy, higher is better"),
     Lazy("mlagentbench/parkinsons", "mlab_tasks_mlagentbench.tasks.parkinsons:Parkinsons",
