@@ -227,6 +227,34 @@ def test_hand_written_outputs_earn_nothing_beyond_the_placeholder(model, tmp_pat
     assert ScriptedModel.calls == []  # the placeholders call no model
 
 
+DUMPING_TOOLS = {  # no LLM: cite every paper of the corpus everywhere / review the whole corpus
+    "bibtex-generation": '''
+import sys, paper_search
+from pathlib import Path
+papers = paper_search.papers()
+every = " \\\\cite{" + ",".join(paper_search.cite_key(p) for p in papers) + "}"
+text = Path(sys.argv[1]).read_text()
+Path(sys.argv[2] + ".tex").write_text(" ".join(word + every for word in text.split()))
+Path(sys.argv[2] + ".bib").write_text("\\n".join(paper_search.bibtex(p) for p in papers))
+''',
+    "literature-review-tool": '''
+import sys, paper_search
+from pathlib import Path
+parts = ["# Review"] + [f"## {p['title']} (arXiv:{p['arxiv_id']})\\n\\n{p['abstract']}" for p in paper_search.papers()]
+parts.append("## Conclusion\\n\\n" + "Many papers were reviewed here and they cover a wide range of subjects. " * 4)
+Path(sys.argv[2]).write_text("\\n\\n".join(parts))
+''',
+}
+
+
+def test_a_tool_citing_the_whole_corpus_earns_little(model, tmp_path):
+    for short, tool in DUMPING_TOOLS.items():
+        task = get_task(short)
+        workspace = prepared_workspace(task, tmp_path)
+        (workspace / task.tool_script).write_text(tool)
+        assert 0.1 < task.evaluate(workspace, taskdata.hidden_dir(task)) < 0.4, short  # the reference: ~1
+
+
 def test_reference_tools_score_high_through_the_proxy_and_the_key_stays_out(model, tmp_path):
     from mlab_tasks_mlagentbench.base import REFERENCE_DIR
 

@@ -33,6 +33,9 @@ TEXT_KEPT = 0.9  # share of the paragraph's words the .tex must keep
 SUMMARY_WORDS, SHARED_WORDS = 25, 4  # a summary: this many words, sharing this many with the paper's abstract
 CONCLUSION_WORDS = 30
 ENOUGH_PAPERS = 3  # relevant papers a review must cite for full marks on coverage
+# Below this share of cited papers that belong (mentioned / on topic), the other citation checks shrink in
+# proportion: a few stray citations cost only their own check, citing the whole corpus earns next to nothing.
+PRECISION_FLOOR = 0.5
 
 BIBTEX_WEIGHTS = {"paragraph kept": 0.10, "entries name corpus papers": 0.15, "cites only mentioned papers": 0.15,
                   "mentioned papers cited": 0.35, "citations placed at their mention": 0.25}
@@ -50,6 +53,10 @@ def content_words(text: str) -> set[str]:
 
 def weighted(checks: dict[str, float], weights: dict[str, float]) -> float:
     return sum(weights[name] * value for name, value in checks.items())
+
+
+def precision_factor(precision: float) -> float:
+    return min(1.0, precision / PRECISION_FLOOR)
 
 
 class Corpus:
@@ -134,9 +141,12 @@ def check_bibtex(paragraph: str, cites: list[tuple[str, str]], tex: str | None, 
         return checks
     cited_papers = {paper_of.get(k) for k in cited_keys}
     wanted = {arxiv_id for _phrase, arxiv_id in cites}
-    checks["entries name corpus papers"] = sum(paper_of.get(k) is not None for k in cited_keys) / len(cited_keys)
-    checks["cites only mentioned papers"] = sum(paper_of.get(k) in wanted for k in cited_keys) / len(cited_keys)
-    checks["mentioned papers cited"] = len(wanted & cited_papers) / len(wanted)
+    precision = sum(paper_of.get(k) in wanted for k in cited_keys) / len(cited_keys)
+    factor = precision_factor(precision)
+    checks["entries name corpus papers"] = factor * sum(paper_of.get(k) is not None for k in cited_keys) / len(
+        cited_keys)
+    checks["cites only mentioned papers"] = precision
+    checks["mentioned papers cited"] = factor * len(wanted & cited_papers) / len(wanted)
     lowered = tex.lower()
     placed = 0
     for phrase, arxiv_id in cites:
@@ -145,7 +155,7 @@ def check_bibtex(paragraph: str, cites: list[tuple[str, str]], tex: str | None, 
             paper_of.get(k) == arxiv_id and (0 <= start - end_phrase <= PLACED_AFTER_CHARS
                                               or 0 <= start_phrase - end <= PLACED_BEFORE_CHARS)
             for start_phrase, end_phrase in spans for start, end, keys in citations for k in keys)
-    checks["citations placed at their mention"] = placed / len(cites)
+    checks["citations placed at their mention"] = factor * placed / len(cites)
     return checks
 
 
@@ -169,9 +179,11 @@ def check_review(relevant: list[str], report: str | None, corpus: Corpus) -> dic
     checks["report written"] = 1.0
     cited = arxiv_ids(report)
     on_topic = cited & set(relevant)
+    factor = 0.0
     if cited:
-        checks["relevant corpus papers cited"] = min(1.0, len(on_topic) / ENOUGH_PAPERS)
         checks["cites only relevant papers"] = len(on_topic) / len(cited)
+        factor = precision_factor(checks["cites only relevant papers"])
+        checks["relevant corpus papers cited"] = factor * min(1.0, len(on_topic) / ENOUGH_PAPERS)
     sections = _sections(report)
     summarized = 0
     for arxiv_id in on_topic:
@@ -181,7 +193,7 @@ def check_review(relevant: list[str], report: str | None, corpus: Corpus) -> dic
                           and len(content_words(body) & about) >= SHARED_WORDS
                           for head, body in sections if "conclusion" not in head.lower())
     if on_topic:
-        checks["each relevant paper summarized"] = summarized / max(len(on_topic), ENOUGH_PAPERS)
+        checks["each relevant paper summarized"] = factor * summarized / max(len(on_topic), ENOUGH_PAPERS)
     conclusions = [body for head, body in sections if "conclusion" in head.lower()]
     checks["has a conclusion"] = float(bool(conclusions) and len(words(conclusions[-1])) >= CONCLUSION_WORDS)
     return checks
