@@ -4,6 +4,7 @@ the zygote itself is replaced when it dies or what it shows is replaced, and nev
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
-from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
+from mlab.core.sandbox.local import LocalSandbox, confine_program, namespace_prefix, plan_of
+from mlab.core.sandbox.rootfs import root_view
 
 pytestmark = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
 
@@ -234,6 +236,32 @@ def test_a_command_whose_init_cannot_be_set_up_exits_120_with_the_sandbox_messag
         box.close()
 
 
+def test_an_idle_zygote_ends_but_not_while_a_command_runs_and_the_next_command_gets_another(tmp_path):
+    spec = spec_for(tmp_path)
+    box = LocalSandbox(zygote_idle_s=0.3)
+    try:
+        running = box.popen([sys.executable, "-c", "import time; time.sleep(1.5); print('done')"], spec)
+        zygote = the_zygote(box)
+        assert running.wait(timeout=20) == 0 and running.stdout.read() == b"done\n"  # outlived several idle spans
+        box.release(running)
+        assert wait_until(lambda: zygote.proc.poll() is not None, 20)  # then idle, and gone
+        assert box.run(["true"], spec).exit_code == 0
+        assert the_zygote(box) is not zygote
+    finally:
+        box.close()
+
+
+def test_a_dropped_sandbox_leaves_no_zygote(tmp_path):
+    """A sandbox used once and dropped without close() (as a task's scorer does) ends its zygote."""
+    box = LocalSandbox()
+    assert box.run(["true"], spec_for(tmp_path)).exit_code == 0
+    zygote = the_zygote(box)
+    outer = zygote.proc
+    serving = serving_pid(zygote)
+    del box, zygote
+    assert wait_until(lambda: not alive(serving) and outer.poll() is not None, 10)
+
+
 HARNESS = """
 import os, sys, time
 from pathlib import Path
@@ -242,7 +270,7 @@ from mlab.core.sandbox.local import LocalSandbox
 ws = Path({ws!r})
 box = LocalSandbox()
 spec = ExecSpec(cwd=ws, env={{"PATH": "/usr/bin:/bin", "MLAB_TEST_MARK": {mark!r}}})
-procs = [box.popen([sys.executable, "-c", "import time; open('started-%d' % i, 'w'); time.sleep(120)"], spec)
+procs = [box.popen([sys.executable, "-c", f"import time; open('started-{{i}}', 'w'); time.sleep(120)"], spec)
          for i in range(2)]
 deadline = time.monotonic() + 30
 while not all((ws / f"started-{{i}}").exists() for i in range(2)) and time.monotonic() < deadline:
@@ -290,3 +318,72 @@ def test_no_zygote_or_command_outlives_a_killed_harness(tmp_path, frozen):
         harness.wait()
     assert wait_until(lambda: not marked(mark) and not any(alive(p) for p in zygote_pids), 10), \
         (marked(mark), [p for p in zygote_pids if alive(p)])
+
+
+# A harness speaking the zygote's protocol with the standard library alone, for a user that cannot import mlab.
+UNPRIVILEGED_HARNESS = """
+import array, marshal, os, socket, struct, subprocess, sys
+confine, plan, ws, code = sys.argv[1:5]
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+outer = subprocess.Popen([sys.executable, "-I", "-S", "-B", confine, "--serve", str(theirs.fileno()), "30", plan],
+                         pass_fds=[theirs.fileno()])
+theirs.close()
+print("ready", ours.recv(16) == b"ready")
+for _ in range(2):
+    mine, sent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    out, out_w = os.pipe()
+    request = marshal.dumps({"argv": [sys.executable, "-c", code], "env": {"PATH": "/usr/bin:/bin"}, "cwd": ws,
+                             "protected": [], "stdin": False, "rlimits": []})
+    ours.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sent.fileno(), out_w]))])
+    sent.close()
+    os.close(out_w)
+    started, ancillary, _, _ = mine.recvmsg(16, socket.CMSG_SPACE(12))
+    pid = struct.unpack("3i", ancillary[0][2][:12])[0]
+    with open(f"/proc/{pid}/status") as f:  # the pid here, then in the run's and in the command's namespace
+        nspid = [line.split()[1:] for line in f if line.startswith("NSpid:")][0]
+    open(os.path.join(ws, "checked"), "w").close()  # the command waits for this, so that its init lives
+    print("started", started == b"started", "init's pids", nspid[0] == str(pid), nspid[1:][-1:], len(nspid))
+    print("status", mine.recv(64).decode(), "output", os.read(out, 65536).decode().strip())
+    os.remove(os.path.join(ws, "checked"))
+ours.close()
+print("zygote exit", outer.wait())
+"""
+
+
+def test_the_zygote_confines_for_a_harness_that_is_not_root(tmp_path):
+    """Run by an unprivileged user, the zygote makes a user namespace of its own once, and each command it
+    forks gets its own PID namespace and /proc and the same file system: root only inside, no host home."""
+    system_python, setpriv = shutil.which("python3", path="/usr/bin:/bin"), shutil.which("setpriv")
+    if os.geteuid() != 0 or not system_python or not setpriv:
+        pytest.skip("needs root (to become another user), setpriv and a system python3")
+    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
+                            "--map-root-user", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("this kernel allows no unprivileged user namespaces")
+    base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path.home()
+    folder = base / f"mlab-zygote-{uuid.uuid4().hex[:10]}"  # pytest's own tmp_path is open to root alone
+    ws = folder / "ws"
+    ws.mkdir(parents=True)
+    try:
+        shutil.copy(confine_program(), folder / "confine.py")
+        (folder / "harness.py").write_text(UNPRIVILEGED_HARNESS)
+        for path in (folder, ws):
+            os.chmod(path, 0o777)
+        view = root_view([system_python], ExecSpec(cwd=ws))
+        view.late_read_only = []  # only what an unprivileged harness could itself read: the system's Python
+        code = ("import os, time; open('made.txt', 'a').write('x'); deadline = time.monotonic() + 30\n"
+                "while not os.path.exists('checked') and time.monotonic() < deadline: time.sleep(0.01)\n"
+                "print(os.getuid(), os.getpid(), sorted(int(n) for n in os.listdir('/proc') if n.isdigit()), "
+                f"os.path.exists({str(Path.home())!r}), os.path.exists({str(REPO)!r}))")
+        result = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-I",
+             str(folder / "harness.py"), str(folder / "confine.py"), plan_of(view), str(ws), code],
+            cwd=ws, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        command = "status exit 0 output 0 2 [1, 2] False False"
+        started = "started True init's pids True ['1'] 3"  # host, run, command namespaces
+        assert result.stdout.splitlines() == ["ready True", *[started, command] * 2, "zygote exit 0"], result.stdout
+        assert (ws / "made.txt").read_text() == "xx" and (ws / "made.txt").stat().st_uid == 65534
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -2,7 +2,8 @@
 path, with the harness's interpreter). Two ways to run it:
 
     python -I -S -B confine.py PLAN -- COMMAND...    one command
-    python -I -S -B confine.py --serve FD PLAN       a zygote serving a run's commands over socket FD
+    python -I -S -B confine.py --serve FD IDLE PLAN  a zygote serving a run's commands over socket FD, ending
+                                                     when idle for IDLE seconds with no command running
 
 PLAN is a RootView as hex of marshal (marshal, unlike json, imports nothing).
 
@@ -312,6 +313,15 @@ REQUEST_BYTES = 1 << 20  # one command's request: argv, environment, paths (the 
 MAX_FDS = 64
 
 
+def commands_running() -> bool:
+    """Whether the zygote (PID 1 here, its /proc that of the run's namespace) has a command's watcher left."""
+    try:
+        with open("/proc/1/task/1/children") as f:
+            return bool(f.read().split())
+    except OSError:
+        return True
+
+
 def below_tmp(plan: dict) -> list[str]:
     """The outermost shown paths below /tmp: a command's own /tmp must show them again."""
     shown = {target for _, target in plan["read_only"] + plan["late_read_only"]} | set(plan["writable"])
@@ -412,11 +422,12 @@ def serve_command(plan: dict, request: dict, fds: list[int]) -> None:
         os._exit(0)
 
 
-def serve(control_fd: int, plan: dict) -> None:
+def serve(control_fd: int, idle_s: float, plan: dict) -> None:
     """The zygote (PID 1 of the run's namespaces): builds the root once, then forks a child per request until
     the harness closes the socket."""
     import array
     import resource  # noqa: F401  (for the commands: imported once here, not after each fork)
+    import select
     import socket
 
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the outer process dies: so does the namespace
@@ -430,7 +441,13 @@ def serve(control_fd: int, plan: dict) -> None:
         fail(str(exc))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the watchers
     fd_bytes = array.array("i").itemsize
+    waiting = select.poll()
+    waiting.register(control.fileno(), select.POLLIN)
     while True:
+        if not waiting.poll(int(idle_s * 1000)):
+            if commands_running():
+                continue
+            os._exit(0)
         try:
             data, ancillary, _flags, _addr = control.recvmsg(
                 REQUEST_BYTES, socket.CMSG_SPACE(MAX_FDS * fd_bytes), socket.MSG_CMSG_CLOEXEC)
@@ -458,7 +475,7 @@ def serve(control_fd: int, plan: dict) -> None:
 
 def main(argv: list[str]) -> None:
     serving = argv[1] == "--serve"
-    plan = marshal.loads(bytes.fromhex(argv[3] if serving else argv[1]))
+    plan = marshal.loads(bytes.fromhex(argv[4] if serving else argv[1]))
     try:
         unshare_run(plan)
     except (ConfineError, OSError) as exc:
@@ -466,7 +483,7 @@ def main(argv: list[str]) -> None:
     child = os.fork()
     if child == 0:
         if serving:
-            serve(int(argv[2]), plan)
+            serve(int(argv[2]), float(argv[3]), plan)
         init(plan, argv[argv.index("--") + 1:])
     if serving:
         os.close(int(argv[2]))  # the zygote alone holds the harness's socket: its closing ends the zygote

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
-from mlab.core.sandbox.zygote import Zygote, ZygoteGone, identity, plan_sources
+from mlab.core.sandbox.zygote import IDLE_S, NotForZygote, Zygote, ZygoteGone, identity, plan_sources
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 _VIEWS_KEPT = 8  # file system plans remembered per sandbox (a run needs one or two: its commands, its scorer)
@@ -78,9 +78,10 @@ class LocalSandbox(Sandbox):
     description = ("namespaces and a file system built from nothing (workspace read-write, system and Python "
                    "read-only, no network), with direct system calls; refuses where the kernel allows none")
 
-    def __init__(self, namespaces: bool = True, zygotes: bool = True):
+    def __init__(self, namespaces: bool = True, zygotes: bool = True, zygote_idle_s: float = IDLE_S):
         self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)
         self.use_zygotes = zygotes  # False runs confine.py afresh for each command (tests, benchmarks)
+        self.zygote_idle_s = zygote_idle_s
         # A zygote per file system plan (the agent's commands, a scorer's), all but the protected files
         self._zygotes: dict[bytes, Zygote] = {}
         self._retired: list[Zygote] = []  # replaced, ended once their last command has
@@ -159,6 +160,8 @@ class LocalSandbox(Sandbox):
             try:
                 zygote = self._zygote_for(prefix, plan, key, shown_identity)
                 return zygote.start(argv, spec, protected_paths(spec))
+            except NotForZygote:
+                return None
             except ZygoteGone:
                 self._retire(key)
         return None
@@ -176,7 +179,7 @@ class LocalSandbox(Sandbox):
                 self._retired.append(zygote)
                 zygote = None
             if zygote is None:
-                zygote = self._zygotes[key] = Zygote(prefix, shown_identity, plan_of_dict(plan))
+                zygote = self._zygotes[key] = Zygote(prefix, shown_identity, plan_of_dict(plan), self.zygote_idle_s)
             return zygote
 
     def _retire(self, key: bytes) -> None:

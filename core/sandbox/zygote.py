@@ -6,7 +6,9 @@ The harness talks to it over a socket pair: a request carries the command (argv,
 rlimits, the protected files) and, as descriptors, the command's output pipe, its stdin, its cgroup and a
 socket of its own, on which the command's init says it started (the kernel adds its pid as the harness sees
 it) and its watcher later sends the wait status. Closing the socket (or the harness dying) ends the zygote,
-and with it, as PID 1 of the run's namespaces, every command.
+and with it, as PID 1 of the run's namespaces, every command. A zygote idle for IDLE_S with no command
+running ends by itself (a sandbox dropped but not yet collected keeps no process); the next command starts
+another.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import socket
 import struct
 import subprocess
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import IO
 
@@ -28,12 +31,17 @@ from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.disk import disk_usage
 from mlab.core.sandbox.limits import nproc_fallback, rlimit_values
 
+IDLE_S = 300.0  # longer than an agent's usual thinking between two commands; a rebuild costs one start-up
 READY_TIMEOUT_S = 20.0  # building a root takes tens of milliseconds; this is for a machine under heavy load
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class ZygoteGone(Exception):
     """The zygote did not take the request (it died, or never got ready): start another."""
+
+
+class NotForZygote(Exception):
+    """A request the zygote cannot take (too big): the command runs with a root of its own instead."""
 
 
 def plan_sources(plan: dict) -> list[str]:
@@ -113,19 +121,21 @@ class ConfinedCommand(subprocess.Popen):
 class Zygote:
     """One run's zygote for one file system plan."""
 
-    def __init__(self, prefix: Sequence[str], shown_identity: tuple, plan_hex: str):
+    def __init__(self, prefix: Sequence[str], shown_identity: tuple, plan_hex: str, idle_s: float = IDLE_S):
         self.identity = shown_identity  # taken before the build: a change during it is seen next time
         self.live = 0  # commands started and not yet ended
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [*prefix, "--serve", str(theirs.fileno()), plan_hex], pass_fds=[theirs.fileno()], cwd="/",
+                [*prefix, "--serve", str(theirs.fileno()), repr(idle_s), plan_hex], pass_fds=[theirs.fileno()], cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True)  # the terminal's Ctrl-C reaches the harness, which ends it
         finally:
             theirs.close()
         self.control = ours
+        # Dropped without close() (its sandbox collected): the zygote still sees its socket close.
+        weakref.finalize(self, ours.close)
         ours.settimeout(READY_TIMEOUT_S)
         try:
             ready = ours.recv(16)
@@ -152,16 +162,19 @@ class Zygote:
         request = marshal.dumps({
             "argv": list(argv), "env": dict(spec.env), "cwd": os.path.realpath(spec.cwd),
             "protected": protected, "stdin": spec.stdin_pipe, "rlimits": rlimit_values(spec.limits, nproc)})
+        if len(request) > REQUEST_BYTES or len(cgroup.fds if cgroup is not None else []) > MAX_FDS - 3:
+            if cgroup is not None:
+                cgroup.close_fds()
+                cgroup.remove()
+            raise NotForZygote("the request is too big for the zygote")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel adds the sender's pid
         out_read, out_write = os.pipe()
         in_read, in_write = os.pipe() if spec.stdin_pipe else (-1, -1)
-        sent = [theirs.fileno(), out_write] + ([in_read] if spec.stdin_pipe else [])
+        sent = [theirs.detach(), out_write] + ([in_read] if spec.stdin_pipe else [])
         sent += cgroup.fds if cgroup is not None else []
         started = False
         try:
-            if len(request) > REQUEST_BYTES or len(sent) > MAX_FDS:
-                raise ZygoteGone("the request is too big for the zygote")
             with self._lock:
                 try:
                     self.control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", sent))])
