@@ -196,6 +196,51 @@ def test_proxy_reports_an_upstream_failure_without_spending_budget(tmp_path):
     assert proxy.usage.calls == 0 and proxy.usage.failed == 1
 
 
+class EndpointRecorder(http.server.BaseHTTPRequestHandler):
+    """Anthropic's messages API (with usage) and an OpenAI-compatible server that reports no usage."""
+
+    seen: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        EndpointRecorder.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        if self.path.endswith("/messages"):
+            reply = {"content": [{"type": "text", "text": "from claude"}],
+                     "usage": {"input_tokens": 11, "output_tokens": 3}}
+        else:
+            reply = {"choices": [{"message": {"content": "from a local server"}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_http_upstream_speaks_both_providers_with_the_key_from_the_harness(tmp_path):
+    from mlab.core.llm.proxy import HttpUpstream
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndpointRecorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = tmp_path / "key"
+    key.write_text("k-42\n")
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x" * 400}]
+    try:
+        claude = HttpUpstream("anthropic", "claude-x", base, str(key))(messages, 50, 0.0)
+        local = HttpUpstream("openai", "local-x", base)(messages, 50, 0.0)
+    finally:
+        server.shutdown()
+    (path_a, headers_a, body_a), (path_o, headers_o, body_o) = EndpointRecorder.seen[-2:]
+    assert path_a == "/v1/messages" and headers_a["x-api-key"] == "k-42" and body_a["system"] == "be brief"
+    assert [m["role"] for m in body_a["messages"]] == ["user"] and body_a["model"] == "claude-x"
+    assert (claude.text, claude.prompt_tokens, claude.completion_tokens) == ("from claude", 11, 3)
+    assert path_o == "/v1/chat/completions" and "authorization" not in headers_o and body_o["max_tokens"] == 50
+    assert local.text == "from a local server" and local.prompt_tokens == 102  # no usage reported: estimated
+
+
 # ---- scoring the tool ----------------------------------------------------------------------------------
 HAND_WRITTEN_TEX = ("We use the method proposed in PromptTuning \\cite{x} to adapt a frozen Transformer language "
                     "model to new tasks, and we compare it with fine-tuning BERT on the GLUE benchmark.")
