@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.bench.driver import PROGRESS_DIR
+from mlab.core.errors import MlabError
+from mlab.core.run.trace_log import read_log
 from tests.fixtures.bench_cli import REGISTRY, mlab, start
 from tests.fixtures.bench_plugins import SCENARIOS
 
@@ -38,11 +39,12 @@ def wait_for(condition, what: str, proc: subprocess.Popen, timeout: float = 120,
 
 
 def steps_done(bench_dir: Path, run_dir: str) -> int:
-    """The step a running run last reported (its progress file, written atomically by the worker)."""
+    """The steps a running run has committed (the lines of its step log)."""
     try:
-        return json.loads((bench_dir / PROGRESS_DIR / f"{Path(run_dir).name}.json").read_text())["step"]
-    except (OSError, ValueError, KeyError):
+        log = read_log(bench_dir / run_dir)
+    except MlabError:
         return 0
+    return len(log.steps) if log is not None else 0
 
 
 def bench(bench_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

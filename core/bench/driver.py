@@ -1,18 +1,19 @@
 """Benches: every (task, agent, model, seed) run in its own run directory, many at once, results in SQLite.
 
 The driver (this process) plans the runs, hands each to an engine (core/bench/engines.py), and is the only writer
-of the database. `local` forks one worker process per run from a pre-loaded helper process; `ray` submits each run
-as a Ray task. Workers report progress through small files in BENCH/.progress and return a summary of their
-run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries failed
-ones only when asked.
+of the database: what it learns in one tick (runs started, runs ended) is written in one transaction. `local`
+forks one worker process per run from a pre-loaded helper process; `ray` submits each run as a Ray task.
+Workers report each step's progress to the engine, which the driver reads in memory, and return a summary of
+their run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries
+failed ones only when asked.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,18 +27,19 @@ from mlab.core.models import RunConfig
 from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.taskdata import TaskHome
-from mlab.core.view.live import read_live
+from mlab.core.view.live import LiveState, read_live
 
 if TYPE_CHECKING:
     from mlab.core.bench.engines import JobSpec, LocalEngine, WorkerSettings
     from mlab.core.bench.ray_engine import RayEngine
 
 RUNS_DIR = "runs"
-PROGRESS_DIR = ".progress"
-JOBS_DIR = ".jobs"
+PROGRESS_DIR = ".progress"  # the Ray engine's copy of its runs' progress, for observers
+JOBS_DIR = ".jobs"  # workers' results, consumed into results.db
 LOGS_DIR = "logs"
 ATTEMPTS_DIR = "attempts"
 NO_LLM = "-"
+LIVE_READS_PER_TICK = 32  # run folders whose step in progress the driver reads per tick, in turn
 
 
 @dataclass
@@ -216,8 +218,6 @@ class Bench:
     def _job_dict(self, job: Job) -> JobSpec:
         return {**self._settings(), "key": job.key, "mode": job.mode, "config": job.config.model_dump(),
                 "run_dir": str(self.dir / RUNS_DIR / job.name),
-                "progress": str(self.dir / PROGRESS_DIR / f"{job.name}.json"),
-                "job_file": str(self.dir / JOBS_DIR / f"{job.name}.json"),
                 "result": str(self.dir / JOBS_DIR / f"{job.name}.result.json"),
                 "log": str(self.dir / LOGS_DIR / f"{job.name}.log"),
                 "intermediate": self.spec.intermediate}
@@ -251,6 +251,8 @@ class Bench:
 
     # running
     def run(self, on_update: Callable[[BenchStatus], None] | None = None, tick_s: float = 0.2) -> BenchStatus:
+        for scratch in (PROGRESS_DIR, JOBS_DIR):  # an earlier bench's leftovers (its results are in the database)
+            shutil.rmtree(self.dir / scratch, ignore_errors=True)
         for sub in (RUNS_DIR, PROGRESS_DIR, JOBS_DIR, LOGS_DIR):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         db = self._open_results()
@@ -274,28 +276,40 @@ class Bench:
 
     def _drive(self, engine: LocalEngine | RayEngine, db: ResultsDB, jobs: list[Job], status: BenchStatus,
                on_update: Callable[[BenchStatus], None] | None, tick_s: float) -> None:
-        queue = list(jobs)
+        queue = deque(jobs)
         running: dict[str, Job] = {}
         by_key = {job.key: job for job in jobs}
+        live = _LiveReader(self.dir / RUNS_DIR)
         try:
             while queue or running:
-                while queue and engine.capacity() > 0:
-                    job = queue.pop(0)
-                    self._started(db, job)
+                starting: list[Job] = []
+                while queue and engine.capacity() - len(starting) > 0:
+                    starting.append(queue.popleft())
+                with db.transaction():  # marked running before any of them can end
+                    for job in starting:
+                        self._started(db, job)
+                for job in starting:
                     running[job.key] = job
                     engine.submit(self._job_dict(job))
-                for job_dict, result in engine.poll():
-                    self._ended(db, by_key[job_dict["key"]], result, status)
-                    running.pop(job_dict["key"], None)
+                ended = engine.poll()
+                with db.transaction():
+                    for job_dict, result in ended:
+                        self._ended(db, by_key[job_dict["key"]], result, status)
+                        running.pop(job_dict["key"], None)
                 status.pending = len(queue)
-                status.running = [self._progress(running[k]) for k in running]
                 if on_update:
+                    shown = list(running.values())
+                    status.running = [self._progress(job, engine.progress) for job in shown]
+                    live.refresh(list(zip(shown, status.running, strict=True)))
                     on_update(status)
                 time.sleep(tick_s)
+            status.running = []
         except KeyboardInterrupt:
             status.interrupted = True
-            for job_dict, result in engine.interrupt():
-                self._ended(db, by_key[job_dict["key"]], result, status)
+            stopped = engine.interrupt()
+            with db.transaction():
+                for job_dict, result in stopped:
+                    self._ended(db, by_key[job_dict["key"]], result, status)
             status.running = []
             if on_update:
                 on_update(status)
@@ -303,8 +317,6 @@ class Bench:
 
     def _started(self, db: ResultsDB, job: Job) -> None:
         row = db.run(job.key)
-        for path in (self.dir / JOBS_DIR / f"{job.name}.result.json", self.dir / PROGRESS_DIR / f"{job.name}.json"):
-            path.unlink(missing_ok=True)
         db.upsert_run(job.key, task=job.task, agent=job.agent, llm=job.llm, seed=job.seed,
                       run_dir=f"{RUNS_DIR}/{job.name}", status="running",
                       attempts=(row["attempts"] if row else 0) + (job.mode == "start"),
@@ -332,21 +344,44 @@ class Bench:
         status.last.append(f"{job.key}: {result['status']} ({result.get('end_reason')}); score "
                            f"{'none' if score is None else f'{score:.6g}'}")
 
-    def _progress(self, job: Job) -> RunProgress:
-        progress = RunProgress(key=job.key, max_steps=job.config.max_steps)
-        path = self.dir / PROGRESS_DIR / f"{job.name}.json"
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        progress.step, progress.tokens = data.get("step", 0), data.get("tokens", 0)
-        progress.cost_usd, progress.action = data.get("cost_usd", 0.0), data.get("action", "")
-        progress.started = data.get("started", 0.0)
-        live = read_live(self.dir / RUNS_DIR / job.name)  # the step in progress, not the last one done
-        if live is not None:
+    def _progress(self, job: Job, reported: dict[str, dict[str, Any]]) -> RunProgress:
+        """The run's last step as its worker reported it (the step in progress is added by _LiveReader)."""
+        data = reported.get(job.name) or {}
+        return RunProgress(key=job.key, max_steps=job.config.max_steps, step=data.get("step", 0),
+                           tokens=data.get("tokens", 0), cost_usd=data.get("cost_usd", 0.0),
+                           action=data.get("action", ""), started=data.get("started", 0.0))
+
+
+class _LiveReader:
+    """The step each run is in the middle of (its live.json), for the view: a few run folders read per tick, in
+    turn, so a tick's cost does not grow with the number of runs; each run keeps what was last read of it until
+    its own turn comes again or its next step is reported."""
+
+    def __init__(self, runs_dir: Path):
+        self.runs_dir = runs_dir
+        self.seen: dict[str, LiveState] = {}  # run key -> its live state as last read
+        self.turn = 0
+
+    def refresh(self, running: list[tuple[Job, RunProgress]]) -> None:
+        if running:
+            count = min(LIVE_READS_PER_TICK, len(running))
+            start = self.turn % len(running)
+            for job, _ in (running + running)[start:start + count]:
+                found = read_live(self.runs_dir / job.name)  # the step in progress, not the last one done
+                if found is None:
+                    self.seen.pop(job.key, None)
+                else:
+                    self.seen[job.key] = found
+            self.turn = start + count
+        keys = {job.key for job, _ in running}
+        for key in [k for k in self.seen if k not in keys]:
+            del self.seen[key]
+        for job, progress in running:
+            live = self.seen.get(job.key)
+            if live is None or live["step"] <= progress.step:
+                continue  # nothing read yet, or a step that has since been reported done
             progress.step, progress.action, progress.step_started = live["step"], live["action"] or "", live["started"]
             progress.started = progress.started or live["started"]
-        return progress
 
 
 _RESULT_FIELDS = ("status", "end_reason", "failure", "incidents", "started_at", "time_s", "steps", "prompt_tokens",

@@ -3,10 +3,15 @@
 
 The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
 every run is then a process forked from it, in its own session, so a run costs no interpreter start-up and no
-plugin imports, a crash or leak stays in its run, and a Ctrl-C on the terminal reaches only the driver.
+plugin imports, a crash or leak stays in its run, and a Ctrl-C on the terminal reaches only the driver. What
+every run would otherwise repeat at its start (probing the sandbox, asking the Python for its packages) the
+zygote does once, before forking, and every run inherits. Jobs go to the zygote as JSON lines on its stdin;
+workers report each step as a JSON line on the zygote's stdout pipe, which the driver reads: no file is written
+per step for progress, and 256 runs do not contend for one folder.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -45,8 +50,6 @@ class JobSpec(WorkerSettings):
     mode: str  # start | resume | collect
     config: dict[str, Any]  # a RunConfig's fields
     run_dir: str
-    progress: str
-    job_file: str
     result: str
     log: str
     intermediate: bool
@@ -60,21 +63,18 @@ Result = Row | None
 # ---- the work of one run -----------------------------------------------------------------------------
 def execute_job(job: JobSpec, registry: Registry | None = None,
                 report: Callable[[dict[str, Any]], None] | None = None) -> Row:
-    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task. Progress
-    goes to the job's progress file and, when given, to `report` (a Ray worker's line to the driver)."""
+    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task. After each
+    step, `report` (when given) gets the run's progress: the worker's line to the driver."""
     for key, value in job.get("env", {}).items():
         os.environ[key] = value
     registry = registry or registry_from(job.get("registry_factory"), job.get("sys_path"))
     run_dir = Path(job["run_dir"])
-    progress = Path(job["progress"])
     started = time.time()
 
     def on_step(step: Step) -> None:
-        line = {"step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
-                "action": step.action.name, "started": started}
-        write_atomic(progress, json.dumps(line).encode())
         if report is not None:
-            report(line)
+            report({"step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
+                    "action": step.action.name[:MAX_ACTION_CHARS], "started": started})
 
     from mlab.core.run.runner import Runner
     from mlab.core.run.trace import append_error, read_trace
@@ -128,14 +128,44 @@ def _die_with_parent(sig: int) -> None:
         pass
 
 
+def run_name(job: JobSpec) -> str:
+    """The run's folder name: what its progress is known by."""
+    return Path(job["run_dir"]).name
+
+
 # ---- the zygote: forks one worker per run -------------------------------------------------------------
-def _run_child(job_path: str, registry: Registry) -> int:
+MAX_ACTION_CHARS = 200  # of the action name in a progress line: a line must fit in one atomic pipe write
+
+
+def _progress_pipe(fd: int) -> int:
+    """A non-blocking descriptor of the pipe `fd` writes to, its own (not shared with the zygote): a driver that
+    stops reading (suspended, busy) costs the run a progress line, never a blocked step."""
+    try:
+        return os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # no /proc: the shared descriptor, blocking
+        return os.dup(fd)
+
+
+def _pipe_reporter(fd: int, name: str) -> Callable[[dict[str, Any]], None]:
+    def report(progress: dict[str, Any]) -> None:
+        line = (json.dumps({"progress": name, **progress}) + "\n").encode()
+        if len(line) > select.PIPE_BUF:
+            return  # a longer write could interleave with another worker's line
+        try:
+            os.write(fd, line)  # all or nothing: at most PIPE_BUF bytes
+        except OSError:
+            pass  # the pipe is full or gone: progress is best effort, the run goes on
+
+    return report
+
+
+def _run_child(job: JobSpec, registry: Registry) -> int:
     """In the forked worker: the run's own session and log; SIGINT (from the driver, or when the zygote dies)
     stops the run at once, leaving it resumable."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_parent(signal.SIGINT)
-    job: JobSpec = json.loads(Path(job_path).read_text())
+    progress = _progress_pipe(1)
     log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -144,16 +174,38 @@ def _run_child(job_path: str, registry: Registry) -> int:
     os.close(log)
     os.close(null)
     try:
-        result = execute_job(job, registry)
+        result = execute_job(job, registry, report=_pipe_reporter(progress, run_name(job)))
     except KeyboardInterrupt:
         return 130  # the trace still says "running"
     write_atomic(Path(job["result"]), json.dumps(result).encode())
     return 0
 
 
+class _StartUp:
+    """What every run would find the same at its start, found once in the zygote before it forks."""
+
+    def __init__(self, registry: Registry):
+        self.registry = registry
+        self.sandboxes: set[str] = set()
+
+    def warm(self, job: JobSpec) -> None:
+        from mlab.core.run.packages import package_versions
+        from mlab.core.sandbox.resolve import resolve_sandbox
+
+        choice = str(job["config"].get("sandbox", "auto"))
+        if choice not in self.sandboxes:
+            self.sandboxes.add(choice)
+            try:
+                resolve_sandbox(self.registry, choice)  # sandboxes cache their probe
+            except Exception:
+                pass  # the run says what is wrong, in its own log and result
+        package_versions()
+
+
 def zygote_main() -> None:
-    """`python -c '...zygote_main()' SETTINGS`: reads job file paths on stdin, one per line; writes JSON lines
-    {"ready"}, {"started", "pid"} and {"exited", "pid", "code"} on stdout."""
+    """`python -c '...zygote_main()' SETTINGS`: reads jobs on stdin, one JSON line each; writes JSON lines
+    {"ready"}, {"started" (the job's key), "pid"}, {"exited", "pid", "code"} on stdout, and its workers write
+    {"progress" (the run's name), "step", ...} there after each step."""
     settings = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides what stops
     _die_with_parent(signal.SIGTERM)
@@ -162,6 +214,10 @@ def zygote_main() -> None:
     registry = registry_from(settings.get("registry_factory"), settings.get("sys_path"))
     from mlab.core.run import runner  # noqa: F401 (imported once here, not in every worker)
 
+    start_up = _StartUp(registry)
+    # What is loaded by now is never collected: a worker's collector does not write to (and so copy) the pages
+    # it shares with the zygote.
+    gc.freeze()
     out = sys.stdout
 
     def say(**message: object) -> None:
@@ -181,11 +237,13 @@ def zygote_main() -> None:
             time.sleep(0.02)
         *lines, pending = pending.split(b"\n")
         for line in filter(None, (raw.decode().strip() for raw in lines)):
+            job: JobSpec = json.loads(line)
+            start_up.warm(job)
             pid = os.fork()
             if pid == 0:
                 code = 1
                 try:
-                    code = _run_child(line, registry)
+                    code = _run_child(job, registry)
                 except BaseException:
                     traceback.print_exc()
                 finally:
@@ -193,7 +251,7 @@ def zygote_main() -> None:
                     sys.stderr.flush()
                     os._exit(code)
             children.add(pid)
-            say(started=line, pid=pid)
+            say(started=job["key"], pid=pid)
         while children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -213,9 +271,10 @@ class LocalEngine:
 
     def __init__(self, workers: int, settings: WorkerSettings, log_path: Path):
         self.workers = workers
-        self.running: dict[str, JobSpec] = {}  # job file -> job
-        self.pids: dict[str, int] = {}  # job file -> pid
+        self.running: dict[str, JobSpec] = {}  # job key -> job
+        self.pids: dict[str, int] = {}  # job key -> pid
         self.by_pid: dict[int, str] = {}
+        self.progress: dict[str, dict[str, Any]] = {}  # run name -> its last step's progress
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()  # None: the zygote is gone
         code = "from mlab.core.bench.engines import zygote_main; zygote_main()"
         with open(log_path, "ab") as log:
@@ -234,9 +293,13 @@ class LocalEngine:
     def _read(self) -> None:
         for line in self.from_zygote:
             try:
-                self.messages.put(json.loads(line))
+                message = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(message, dict) and "progress" in message:
+                self.progress[str(message.pop("progress"))] = message  # only the latest matters
+            else:
+                self.messages.put(message)
         self.messages.put(None)  # the zygote is gone
 
     def _next(self, timeout: float) -> dict[str, Any] | None:
@@ -249,10 +312,9 @@ class LocalEngine:
         return self.workers - len(self.running)
 
     def submit(self, job: JobSpec) -> None:
-        write_atomic(Path(job["job_file"]), json.dumps(job).encode())
-        self.running[job["job_file"]] = job
+        self.running[job["key"]] = job
         try:
-            self.to_zygote.write(job["job_file"] + "\n")
+            self.to_zygote.write(json.dumps(job) + "\n")
             self.to_zygote.flush()
         except (BrokenPipeError, OSError):
             pass  # noticed in poll(): the zygote has died
@@ -267,10 +329,11 @@ class LocalEngine:
             self.pids[message["started"]] = message["pid"]
             self.by_pid[message["pid"]] = message["started"]
         elif "exited" in message:
-            job_file = self.by_pid.pop(message["exited"], None)
-            if job_file is not None and job_file in self.running:
-                self.pids.pop(job_file, None)
-                job = self.running.pop(job_file)
+            key = self.by_pid.pop(message["exited"], None)
+            if key is not None and key in self.running:
+                self.pids.pop(key, None)
+                job = self.running.pop(key)
+                self.progress.pop(run_name(job), None)
                 done.append((job, read_result(job, message["code"], interrupted)))
 
     def poll(self) -> list[tuple[JobSpec, Result]]:

@@ -287,9 +287,7 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
     with tempfile.TemporaryDirectory(prefix="mlab-ray-run-") as space_name:
         space = Path(space_name)
         run_dir, log, archive = space / RUN_MEMBER, space / LOG_MEMBER, space / "run.tar"
-        local: JobSpec = {**job, "run_dir": str(run_dir), "progress": str(space / "progress.json"),
-                          "job_file": str(space / "job.json"), "result": str(space / "result.json"),
-                          "log": str(log)}
+        local: JobSpec = {**job, "run_dir": str(run_dir), "result": str(space / "result.json"), "log": str(log)}
         result: Result = None
         ran = False
         home: TaskHome | None = None
@@ -456,7 +454,8 @@ class RayEngine:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.board = ray.remote(num_cpus=0, scheduling_strategy=here)(ProgressBoard).remote()
         self.tasks: dict[str, dict[str, Any]] = {}  # task name -> shipment (its archive's chunks in the store)
-        self.trips: dict[str, _Trip] = {}  # job file -> the run under way
+        self.trips: dict[str, _Trip] = {}  # job key -> the run under way
+        self.progress: dict[str, dict[str, Any]] = {}  # run name -> its last step's progress
 
     def capacity(self) -> int:
         return self.workers - len(self.trips)
@@ -482,7 +481,7 @@ class RayEngine:
             outgoing.unlink()
         archive = self.shipping / "incoming" / f"{run_dir.name}.tar"
         stream = self.remote.remote(sent, self._task(job["config"]["task"]), run_refs, self.board)
-        self.trips[job["job_file"]] = _Trip(job, stream, archive, open(archive, "wb"), run_refs)
+        self.trips[job["key"]] = _Trip(job, stream, archive, open(archive, "wb"), run_refs)
 
     def poll(self) -> list[tuple[JobSpec, Result]]:
         if not self.trips:
@@ -493,6 +492,7 @@ class RayEngine:
             ended, result = self._receive(trip)
             if ended:
                 del self.trips[key]
+                self.progress.pop(Path(trip.job["run_dir"]).name, None)
                 done.append((trip.job, result))
         return done
 
@@ -501,7 +501,8 @@ class RayEngine:
             latest = self.ray.get(self.board.drain.remote(), timeout=30)
         except self.ray.exceptions.RayError:
             return
-        for name, progress in latest.items():
+        self.progress.update(latest)
+        for name, progress in latest.items():  # for whoever looks from outside (the runs are on other nodes)
             write_atomic(self.dir / ".progress" / f"{name}.json", json.dumps(progress).encode())
 
     def _receive(self, trip: _Trip) -> tuple[bool, Result]:

@@ -5,6 +5,8 @@ import json
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -137,6 +139,21 @@ class ResultsDB:
         self.close()
 
     # writing
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Writes made inside commit together (one commit, not one per statement), or not at all; a
+        transaction opened inside another is part of it. A reader sees all of them or none."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
     def set_meta(self, key: str, value: object) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
@@ -145,7 +162,7 @@ class ResultsDB:
         if unknown:
             raise ValueError(f"unknown run fields {sorted(unknown)}")
         fields["updated_at"] = time.time()
-        with self.conn:
+        with self.transaction():
             exists = self.conn.execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
             if exists:
                 sets = ", ".join(f"{name} = ?" for name in fields)
@@ -156,13 +173,13 @@ class ResultsDB:
                 self.conn.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", (key, *fields.values()))
 
     def set_step_scores(self, key: str, scores: list[tuple[int, str, float | None, str | None]]) -> None:
-        with self.conn:
+        with self.transaction():
             self.conn.execute("DELETE FROM step_scores WHERE run_key = ?", (key,))
             self.conn.executemany("INSERT INTO step_scores VALUES (?, ?, ?, ?, ?)",
                                   [(key, step, snap, score, error) for step, snap, score, error in scores])
 
     def set_plugin_versions(self, key: str, versions: dict[str, str]) -> None:
-        with self.conn:
+        with self.transaction():
             self.conn.execute("DELETE FROM plugin_versions WHERE run_key = ?", (key,))
             self.conn.executemany("INSERT INTO plugin_versions VALUES (?, ?, ?)",
                                   [(key, dist, version) for dist, version in sorted(versions.items())])
@@ -192,7 +209,7 @@ class ResultsDB:
 
     def store_verdicts(self, verdicts: dict[str, Judged]) -> None:
         """Replace every run's stored judgement (after scores or baselines changed)."""
-        with self.conn:
+        with self.transaction():
             self.conn.execute("DELETE FROM verdicts")
             self.conn.executemany("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)", [
                 (key, j.baseline, j.baseline_source, int(j.verdict.valid), j.verdict.improvement,

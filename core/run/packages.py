@@ -2,6 +2,7 @@
 (pandas 3 is not the pandas most models learned)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -28,7 +29,13 @@ print(json.dumps(found))
 
 def package_versions(python: str = sys.executable) -> dict[str, str]:
     """{"python": "3.12.3", "numpy": "2.2.1", ...} of the interpreter `python`; those not installed are left out.
-    Empty when another interpreter cannot be asked (the agent is then told nothing rather than something wrong)."""
+    Empty when another interpreter cannot be asked (the agent is then told nothing rather than something wrong).
+    Asked once per process (a bench's zygote asks before forking its runs)."""
+    return dict(_asked(os.path.abspath(python)))
+
+
+@functools.lru_cache(maxsize=8)
+def _asked(python: str) -> dict[str, str]:
     if os.path.abspath(python) == os.path.abspath(sys.executable):  # a venv's python differs by path, not file
         found = {"python": platform.python_version()}
         for name in KEY_PACKAGES:

@@ -360,7 +360,9 @@ class Runner:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
         manifest = (self.run_dir / "snapshots" / f"{last}.json").read_bytes()
         write_atomic(self.run_dir / "snapshots" / "final.json", manifest)
-        final = trace.model_copy(deep=True)  # the trace in memory changes only once it is on disk
+        # the trace in memory changes only once it is on disk; only top-level fields change, so the steps are
+        # shared, not copied (a deep copy cost more than the rest of a run's ending)
+        final = trace.model_copy()
         final.final_snapshot = "final"
         final.final_score, final.final_score_error = self.harness.score_snapshot(self.task, self.run_dir, "final")
         final.status, final.end_reason, final.total_time_s = status, reason, total

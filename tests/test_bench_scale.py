@@ -1,0 +1,157 @@
+"""What lets many runs share a machine: progress over a pipe instead of files, start-up work done once in the
+zygote, the driver's database writes batched per tick, and a driver killed -9 losing nothing."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from mlab.core.bench.driver import PROGRESS_DIR, Bench, BenchSpec, BenchStatus
+from mlab.core.bench.engines import _pipe_reporter, _progress_pipe
+from mlab.core.bench.evaluate import evaluate_runs
+from mlab.core.bench.results import ResultsDB
+from mlab.core.run.trace_log import load_trace, read_log
+from mlab.core.view.live import run_in_progress
+from tests.fixtures.bench_cli import REGISTRY, mlab, start
+from tests.fixtures.bench_plugins import PROBE_LOG_ENV, bench_registry
+
+TASK = "fixture/counter"
+
+
+def rows_of(bench: Path) -> list[dict]:
+    conn = sqlite3.connect(bench / "results.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY seed")]
+    finally:
+        conn.close()
+
+
+# ---- progress over the pipe ---------------------------------------------------------------------------
+def test_a_full_progress_pipe_drops_lines_whole_and_never_blocks_the_run():
+    read_end, write_end = os.pipe()
+    try:
+        fd = _progress_pipe(write_end)
+        report = _pipe_reporter(fd, "run-a")
+        for step in range(20_000):  # far more than a pipe holds: nobody reads while the run goes on
+            report({"step": step, "tokens": 7 * step, "action": "Append File"})
+        os.close(fd)
+        os.close(write_end)
+        data = b""
+        while chunk := os.read(read_end, 1 << 16):
+            data += chunk
+    finally:
+        os.close(read_end)
+    lines = [json.loads(line) for line in data.decode().splitlines()]  # every line whole: none cut by a full pipe
+    assert 0 < len(lines) < 20_000
+    assert [line["step"] for line in lines] == list(range(len(lines)))  # the first ones kept, in order
+    assert all(line["progress"] == "run-a" and line["tokens"] == 7 * line["step"] for line in lines)
+
+
+def test_a_progress_line_longer_than_an_atomic_pipe_write_is_left_out():
+    read_end, write_end = os.pipe()
+    try:
+        report = _pipe_reporter(_progress_pipe(write_end), "run-b")
+        report({"step": 1, "action": "x" * 5000})
+        report({"step": 2, "action": "Final Answer"})
+        os.close(write_end)
+        received = os.read(read_end, 1 << 16).decode().splitlines()
+    finally:
+        os.close(read_end)
+    assert [json.loads(line)["step"] for line in received] == [2]
+
+
+@pytest.mark.slow
+def test_driver_sees_each_runs_steps_through_the_pipe_and_no_progress_file_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
+    spec = BenchSpec(tasks=[TASK], agents=["fixture-llm-stepper"], llms=["fixture-sleepy:0.3"], runs=3, max_steps=9,
+                     agent_options={"steps": 5})
+    seen: dict[str, set[int]] = {}
+    tokens: dict[str, int] = {}
+
+    def on_update(status: BenchStatus) -> None:
+        for run in status.running:
+            seen.setdefault(run.key, set()).add(run.step)
+            tokens[run.key] = max(tokens.get(run.key, 0), run.tokens)
+
+    bench = Bench(tmp_path / "bench", spec, workers=3, registry_factory=REGISTRY)
+    status = bench.run(on_update=on_update, tick_s=0.05)
+    assert status.done == 3 and not status.running
+    assert len(seen) == 3
+    for key, steps in seen.items():
+        assert len(steps - {0}) >= 3, (key, steps)  # the driver followed the run step by step
+        assert tokens[key] >= 3 * 120  # 120 tokens a call: reported with the steps
+    assert not list((tmp_path / "bench" / PROGRESS_DIR).iterdir())
+
+
+# ---- start-up done once ---------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_sandbox_is_probed_once_per_bench_not_once_per_run(tmp_path):
+    probes = tmp_path / "probes.log"
+    result = mlab("bench", "--tasks", TASK, "--agents", "fixture-appender", "--runs", "4", "--workers", "4",
+                  "--agent-option", "steps=2", "--sandbox", "fixture-probed", "--bench-dir", tmp_path / "bench",
+                  "--registry", REGISTRY, extra_env={PROBE_LOG_ENV: str(probes)})
+    assert result.returncode == 0, result.stderr
+    rows = rows_of(tmp_path / "bench")
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    assert all(json.loads(r["config"])["sandbox"] == "fixture-probed" for r in rows)
+    assert len(probes.read_text().splitlines()) == 1  # by the zygote; its forks inherit what it found
+
+
+# ---- the driver's database writes --------------------------------------------------------------------
+def test_writes_in_a_transaction_are_seen_together_or_not_at_all(tmp_path):
+    path = tmp_path / "results.db"
+    with ResultsDB(path) as db, ResultsDB(path) as reader:
+        with db.transaction():
+            db.upsert_run("a", task="t", agent="x", seed=0, run_dir="runs/a", status="running")
+            with db.transaction():  # inside another: part of it
+                db.upsert_run("b", task="t", agent="x", seed=1, run_dir="runs/b", status="running")
+                db.set_plugin_versions("b", {"mlab": "1"})
+            assert reader.runs() == []  # nothing committed yet
+        assert [r["key"] for r in reader.runs()] == ["a", "b"] and reader.plugin_versions() == {"b": {"mlab": "1"}}
+        with pytest.raises(RuntimeError), db.transaction():
+            db.upsert_run("a", status="finished", steps=3)
+            db.upsert_run("c", task="t", agent="x", seed=2, run_dir="runs/c", status="running")
+            raise RuntimeError("the driver stopped part-way")
+        assert [(r["key"], r["status"]) for r in reader.runs()] == [("a", "running"), ("b", "running")]
+
+
+@pytest.mark.slow
+def test_a_driver_killed_9_loses_nothing_and_a_rerun_agrees_with_the_traces(tmp_path):
+    out = tmp_path / "bench"
+    args = ("--tasks", TASK, "--agents", "fixture-stepper", "--runs", "4", "--workers", "4", "--agent-option",
+            "steps=6", "--agent-option", "sleep=0.5", "--bench-dir", out, "--registry", REGISTRY)
+    proc = start("bench", *args)
+    deadline = time.monotonic() + 120
+    while True:  # every run has committed a step, none has ended: the kill lands mid-run
+        done = [len(read_log(d).steps) if (d / "steps.jsonl").exists() else 0 for d in (out / "runs").glob("*")]
+        if len(done) == 4 and min(done) >= 1:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "the bench did not get under way"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while any(run_in_progress(d) for d in (out / "runs").iterdir()):  # a worker holds its run's lock
+        assert time.monotonic() < deadline, "workers outlived their killed driver"
+        time.sleep(0.1)
+    assert {r["status"] for r in rows_of(out)} == {"running"}  # what the killed driver had committed
+
+    resumed = mlab("bench", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = rows_of(out)
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    for row in rows:
+        trace = load_trace(out / row["run_dir"])
+        assert [s.index for s in trace.steps] == list(range(1, 7))
+        assert (row["steps"], row["final_score"], row["attempts"]) == (6, trace.final_score, 1)
+        executed = sum(s.action.name == "Execute Script" for s in trace.steps)
+        log = (out / row["run_dir"] / "workspace" / "log.txt").read_text().splitlines()
+        assert log == [f"run {i}" for i in range(executed)]  # every step's effect exactly once
+    rescored = evaluate_runs([out / r["run_dir"] for r in rows], registry=bench_registry())  # what `mlab eval` does
+    assert [got["final"] for got in rescored] == [(r["final_score"], None) for r in rows]
