@@ -1,4 +1,4 @@
-"""Harness overhead per step: snapshot + trace write, for each kind of step.
+"""Harness overhead per step: snapshot + trace write (the run's append-only trace log), for each kind of step.
 
 Workspace: 1,000 files of 10 KB plus 200 MB of read-only data. Kinds of step, as the run loop tells the snapshot
 store what changed:
@@ -19,7 +19,7 @@ from pathlib import Path
 from mlab.core.models import Action, RunConfig, Step, Trace
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.run.trace import write_trace
+from mlab.core.run.trace_log import TraceLog
 
 FILES = 1000
 FILE_BYTES = 10_000
@@ -53,7 +53,8 @@ def main() -> None:
 
         store.record(workspace, "step_0000", skip=skip, changes=store.changes)
         trace = Trace(run_id="bench", config=RunConfig(task="bench", agent="bench"), started_at=time.time())
-        write_trace(run_dir, trace)
+        trace_log = TraceLog(run_dir)  # as the run loop writes it: one appended, fdatasynced line a step
+        trace_log.begin(trace)
         objects_before = {p for p in (run_dir / "objects").rglob("*") if p.is_file()}
         wall: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
         cpu: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
@@ -78,7 +79,7 @@ def main() -> None:
                 snapshot_cpu[kind].append(time.process_time() - started_cpu)
                 trace.steps.append(Step(index=index, action=Action(name="Write File", args={"file_name": "x"}),
                                         observation="ok", started_at=time.time(), duration_s=0.0, snapshot=name))
-                write_trace(run_dir, trace)
+                trace_log.append(trace)
                 wall[kind].append(time.perf_counter() - started)
                 cpu[kind].append(time.process_time() - started_cpu)
         new_objects = [p for p in (run_dir / "objects").rglob("*") if p.is_file() and p not in objects_before]
@@ -95,6 +96,7 @@ def main() -> None:
               f"{FILE_BYTES} bytes = {(growth - listings) / (changed * FILE_BYTES):.2f}x the changed bytes, plus "
               f"{listings // changed} bytes of folder listings a changed file (src/ lists {FILES} files); "
               f"root listings: {tree_bytes(run_dir / 'snapshots') // index} bytes a step")
+        trace_log.close()
 
 
 if __name__ == "__main__":
