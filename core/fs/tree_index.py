@@ -1,10 +1,13 @@
 """A tree as last recorded, folder by folder, so recording it again costs what changed.
 
 Each folder keeps its recorded files and links with the (inode, size, mtime_ns, ctime_ns) they had when they were
-read, its subfolders, the skip verdict of each name met in it, and the digest of its listing once stored. A new
-scan lstats every entry through folder descriptors (never following a link) and asks the caller to read only
-entries whose stat differs; a folder none of whose entries changed keeps its digest, so storing the tree again
-touches only the folders on changed paths. Skip verdicts are asked once per name and folder, never per prefix.
+read, its subfolders, the skip verdict of each other name met in it, and the digest of its listing once stored.
+A new scan lists each folder through its descriptor (never following a link), lstats only the entries it recorded
+before (the file type the listing gives says which names are folders, and a new file's stat comes from the
+descriptor it is read through) and asks the caller to read only entries whose stat differs. A folder none of
+whose entries changed keeps its digest, and a changed folder re-encodes only its changed entries, so storing the
+tree again touches only the folders and names on changed paths. Skip verdicts are asked once per name and folder,
+never per prefix.
 """
 from __future__ import annotations
 
@@ -15,19 +18,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlab.core.fs.dirfd import NotAFolder, WalkLimits, list_dir, lstat_at, open_dir_at
+from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at
 
 Entry = dict[str, Any]
 StatKey = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
-# Reads one entry of a folder: (what to record, the stat key it was read at), or None to leave it out.
-Recorder = Callable[[int, str, os.stat_result], "tuple[Entry, StatKey] | None"]
+# Reads the file (is_link False) or link (True) `name` of a folder: (what to record, the stat key it was read
+# at), or None to leave it out (gone, or not of that kind any more).
+Recorder = Callable[[int, str, bool], "tuple[Entry, StatKey] | None"]
 
-
-_KIND = 0o170000  # the file-type bits of st_mode
+_FILE_KEYS = frozenset(("mode", "sha256", "size"))
 
 
 def stat_key(st: os.stat_result) -> StatKey:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def fragment(name: str, entry: Entry) -> str:
+    """`"name":{entry}` exactly as json.dumps(sort_keys=True, separators=(",", ":")) writes it; a regular
+    file's entry (the common case) is formatted directly, at a fraction of json's cost."""
+    if entry.keys() == _FILE_KEYS:
+        mode, digest, size = entry["mode"], entry["sha256"], entry["size"]
+        if type(mode) is int and type(size) is int and type(digest) is str and digest.isalnum():
+            return f'{json.dumps(name)}:{{"mode":{mode},"sha256":"{digest}","size":{size}}}'
+    return f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}"
 
 
 class LimitReached(Exception):
@@ -39,30 +52,56 @@ class Folder:
     # name -> (stat key when read, or None when that stat cannot vouch for the content; entry)
     files: dict[str, tuple[StatKey | None, Entry]] = field(default_factory=dict)
     folders: dict[str, Folder] = field(default_factory=dict)
-    verdicts: dict[str, bool] = field(default_factory=dict)  # skip(rel) of each name met here
+    verdicts: dict[str, bool] = field(default_factory=dict)  # skip(rel) of each name met here and not recorded
     digest: str | None = None  # the stored listing; None when nothing is recorded below
     dirty: bool = True  # changed since its listing was stored
-    _fragments: dict[str, tuple[Entry, str]] = field(default_factory=dict, repr=False)
+    # Names whose listing text may be out of date; None: all of them (nothing encoded yet)
+    stale: set[str] | None = field(default=None, repr=False)
+    _texts: dict[str, str] = field(default_factory=dict, repr=False)  # name -> its text in the listing
+    _order: list[str] = field(default_factory=list, repr=False)  # _texts' names, sorted
+
+    def touched(self, name: str) -> None:
+        """The entry `name` (file, link or subfolder) changed, appeared or went."""
+        self.dirty = True
+        if self.stale is not None:
+            self.stale.add(name)
+
+    def invalidate(self) -> None:
+        """Forget every listing text below (after a walk cut short left some folders half updated)."""
+        pending = [self]
+        while pending:
+            folder = pending.pop()
+            folder.dirty, folder.stale = True, None
+            pending.extend(folder.folders.values())
 
     def encode(self, seal: Callable[[Folder], str | None]) -> bytes:
         """The listing: each file and link by name, each subfolder holding anything as {"tree": digest}; as
-        compact JSON with sorted keys (json.dumps' very bytes), each unchanged entry's text
-        kept from the last time: a step re-encodes only what changed in a folder of thousands of files."""
-        parts: list[tuple[str, str]] = []
-        fragments: dict[str, tuple[Entry, str]] = {}
-        for name, (_key, entry) in self.files.items():
-            cached = self._fragments.get(name)
-            if cached is None or cached[0] is not entry:
-                cached = (entry, f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}")
-            fragments[name] = cached
-            parts.append((name, cached[1]))
-        for name, sub in self.folders.items():
-            digest = seal(sub)
-            if digest is not None:
-                parts.append((name, f'{json.dumps(name)}:{{"tree":"{digest}"}}'))
-        self._fragments = fragments
-        parts.sort()
-        return ("{" + ",".join(text for _name, text in parts) + "}").encode()
+        compact JSON with sorted keys (json.dumps' very bytes). Only the entries named stale are encoded
+        again, so a step re-encodes what changed in a folder of thousands of files, not the folder."""
+        texts = self._texts
+        reorder = self.stale is None
+        if self.stale is None:
+            texts.clear()
+            names: set[str] | list[str] = [*self.files, *self.folders]
+        else:
+            names = self.stale
+        for name in names:
+            had = name in texts
+            recorded = self.files.get(name)
+            sub = self.folders.get(name) if recorded is None else None
+            digest = seal(sub) if sub is not None else None
+            if recorded is not None:
+                texts[name] = fragment(name, recorded[1])
+            elif digest is not None:
+                texts[name] = f'{json.dumps(name)}:{{"tree":"{digest}"}}'
+            elif had:
+                del texts[name]
+            if had != (name in texts):
+                reorder = True
+        self.stale = set()
+        if reorder:
+            self._order = sorted(texts)
+        return ("{" + ",".join(map(texts.__getitem__, self._order)) + "}").encode()
 
 
 class Scanner:
@@ -78,31 +117,45 @@ class Scanner:
         return key if key[3] < self.horizon_ns else None
 
     def scan(self, fd: int, prefix: str, folder: Folder, depth: int) -> bool:
-        """Update `folder` (at `depth` levels below the root) from fd; returns whether anything changed. On an
-        exception the folder may be half updated: the caller must drop the whole tree."""
-        changed = False
-        files: dict[str, tuple[StatKey | None, Entry]] = {}
-        folders: dict[str, Folder] = {}
-        verdicts: dict[str, bool] = {}
+        """Update `folder` (at `depth` levels below the root) from fd; returns whether it changed. On an
+        exception the folder may be half updated: the caller must drop the whole tree, or invalidate() it."""
+        try:
+            with os.scandir(fd) as listing:
+                entries = list(listing)  # read at once: the folder's descriptor is the only one held below
+        except OSError:
+            entries = []
         limits = self.limits
-        known_verdicts, known_files = folder.verdicts, folder.files  # the hot loop: one lookup each
-        for name, st in list_dir(fd):
-            verdict = known_verdicts.get(name)
-            if verdict is None:
-                verdict = self.skip(prefix + name)
-            verdicts[name] = verdict
-            if verdict:
-                continue
-            limits.entries += 1
-            if limits.entries > limits.max_entries:
-                limits.too_many = True
-                raise LimitReached
-            if st is None:
-                st = lstat_at(fd, name)
-                if st is None:
+        skip, record, horizon = self.skip, self.record, self.horizon_ns
+        files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
+        new_verdicts: dict[str, bool] = {}
+        kept = 0  # names listed here and recorded after this scan
+        count = limits.entries
+        for entry in entries:
+            name = entry.name
+            before = files.get(name)
+            if before is None and name not in folders:
+                verdict = verdicts.get(name)
+                if verdict is None:
+                    verdict = skip(prefix + name)
+                new_verdicts[name] = verdict
+                if verdict:
                     continue
-            kind = st.st_mode & _KIND
-            if kind == stat.S_IFDIR:
+            count += 1
+            if count > limits.max_entries:
+                limits.entries, limits.too_many = count, True
+                raise LimitReached
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_link = not is_dir and entry.is_symlink()
+                if not (is_dir or is_link or entry.is_file(follow_symlinks=False)):
+                    _forget(folder, name)  # FIFOs, sockets, devices are not recorded
+                    continue
+            except OSError:  # the listing did not say, and the entry went before it could be looked at
+                _forget(folder, name)
+                continue
+            if is_dir:
+                if before is not None:  # a file or link became a folder
+                    _forget(folder, name)
                 if depth + 1 >= limits.max_depth:
                     if len(limits.too_deep) < 5:
                         limits.too_deep.append(prefix + name)
@@ -110,36 +163,51 @@ class Scanner:
                 try:
                     child = open_dir_at(fd, name)
                 except (NotAFolder, PermissionError):
+                    _forget(folder, name)
                     continue
-                sub = folder.folders.get(name)
+                sub = folders.get(name)
                 if sub is None:
-                    sub, changed = Folder(), True
+                    sub = folders[name] = Folder()
+                limits.entries = count
                 try:
                     if self.scan(child, f"{prefix}{name}/", sub, depth + 1):
-                        changed = True
+                        folder.touched(name)
                 finally:
                     os.close(child)
-                folders[name] = sub
+                count = limits.entries
+                kept += 1
                 continue
-            if kind != stat.S_IFREG and kind != stat.S_IFLNK:
-                continue  # FIFOs, sockets, devices are not recorded
-            before = known_files.get(name)
-            if before is not None and before[0] == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
-                files[name] = before  # (a key of None, one that cannot vouch, never equals a stat)
-                continue
-            recorded = self.record(fd, name, st)
+            if before is not None:
+                key = before[0]
+                if key is not None:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        _forget(folder, name)  # gone since the listing
+                        continue
+                    if (key[0] == st.st_ino and key[1] == st.st_size and key[2] == st.st_mtime_ns
+                            and key[3] == st.st_ctime_ns):
+                        kept += 1
+                        continue
+            elif name in folders:  # a folder became a file or link
+                _forget(folder, name)
+            recorded = record(fd, name, is_link)
             if recorded is None:
+                _forget(folder, name)
                 continue
-            entry, key = recorded
-            files[name] = (self.trusted(key), entry)
-            if before is None or before[1] != entry:
-                changed = True
-        if files.keys() != folder.files.keys() or folders.keys() != folder.folders.keys():
-            changed = True
-        folder.files, folder.folders, folder.verdicts = files, folders, verdicts
-        if changed:
-            folder.dirty = True
-        return changed
+            entry_now, key_now = recorded
+            files[name] = (key_now if key_now[3] < horizon else None, entry_now)
+            kept += 1
+            if before is None or before[1] != entry_now:
+                folder.touched(name)
+        limits.entries = count
+        folder.verdicts = new_verdicts
+        if kept != len(files) + len(folders):  # some recorded names were not listed: they went
+            listed = {entry.name for entry in entries}
+            for name in [*files, *folders]:
+                if name not in listed:
+                    _forget(folder, name)
+        return folder.dirty
 
     def update_path(self, root_fd: int, root: Folder, rel: str) -> bool:
         """Bring one path (a file the harness itself wrote) up to date, creating the folders on its way;
@@ -152,11 +220,12 @@ class Scanner:
         prefix = ""
         for depth, part in enumerate([*parts, leaf]):
             folder = chain[-1]
-            verdict = folder.verdicts.get(part)
-            if verdict is None:
-                verdict = folder.verdicts[part] = self.skip(prefix + part)
-            if verdict:
-                return True  # not recorded, whatever it is
+            if part not in folder.files and part not in folder.folders:
+                verdict = folder.verdicts.get(part)
+                if verdict is None:
+                    verdict = folder.verdicts[part] = self.skip(prefix + part)
+                if verdict:
+                    return True  # not recorded, whatever it is
             prefix += part + "/"
             if depth < len(parts):
                 if part in folder.files:
@@ -180,23 +249,30 @@ class Scanner:
                     return False
                 if before is None:
                     return True
-                del folder.files[leaf]
+                _forget(folder, leaf)
             else:
                 if before is not None and before[0] is not None and before[0] == stat_key(st):
                     return True
-                recorded = self.record(fd, leaf, st)
+                recorded = self.record(fd, leaf, stat.S_ISLNK(st.st_mode))
                 if recorded is None:
-                    folder.files.pop(leaf, None)
+                    _forget(folder, leaf)
                 else:
                     entry, key = recorded
                     folder.files[leaf] = (self.trusted(key), entry)
                     if before is not None and before[1] == entry:
                         return True
+                    folder.touched(leaf)
         finally:
             os.close(fd)
-        for folder in chain:
-            folder.dirty = True
+        for parent, part in zip(chain[:-1], parts, strict=True):
+            parent.touched(part)
         return True
+
+
+def _forget(folder: Folder, name: str) -> None:
+    """Drop the recorded file, link or subfolder `name`, if there is one."""
+    if folder.files.pop(name, None) is not None or folder.folders.pop(name, None) is not None:
+        folder.touched(name)
 
 
 def _open_path(root_fd: int, parts: list[str]) -> int:

@@ -144,7 +144,7 @@ class SnapshotStore:
                 try:
                     scanner.scan(root, "", tree, 0)
                 except LimitReached:
-                    tree.dirty = True  # what the walk reached is kept; the rest is left out
+                    tree.invalidate()  # what the walk reached is kept, the rest left out: encode it all again
                 self.left_out = scanner.limits.note()
             listing = tree.encode(self._seal)
             tree.dirty = False
@@ -202,15 +202,21 @@ class SnapshotStore:
             folder.dirty = False
         return folder.digest
 
-    def _record(self, dir_fd: int, name: str, st: os.stat_result) -> tuple[Entry, StatKey] | None:
-        """Store the file or link `name` of dir_fd; its entry and the stat key it was read at."""
-        if stat.S_ISLNK(st.st_mode):
-            try:
-                target = os.readlink(name, dir_fd=dir_fd)
-            except OSError:  # gone since the listing
-                return None
-            data = os.fsencode(target)
-            return {"link": target, "sha256": self._put(data), "size": len(data), "mode": 0o777}, stat_key(st)
+    def _record(self, dir_fd: int, name: str, is_link: bool) -> tuple[Entry, StatKey] | None:
+        """Store the file or link `name` of dir_fd (as the listing said it was); its entry and the stat key it
+        was read at, or None when it is neither any more."""
+        if is_link:
+            st = lstat_at(dir_fd, name)
+            if st is None or not (stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                return None  # gone, or replaced by something not recorded
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(name, dir_fd=dir_fd)
+                except OSError:  # gone since the lstat
+                    return None
+                data = os.fsencode(target)
+                return {"link": target, "sha256": self._put(data), "size": len(data), "mode": 0o777}, stat_key(st)
+            # replaced by a regular file since the listing: stored as one
         stored = self._store(dir_fd, name)
         if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
             return None
