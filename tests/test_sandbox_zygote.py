@@ -262,6 +262,30 @@ def test_a_dropped_sandbox_leaves_no_zygote(tmp_path):
     assert wait_until(lambda: not alive(serving) and outer.poll() is not None, 10)
 
 
+def test_a_root_that_cannot_be_built_gives_exit_code_120_and_the_reason_for_every_command(tmp_path, monkeypatch):
+    """When the zygote cannot build the root, each command runs confine.py afresh, which fails the same way and
+    says why (exit code 120 and the sandbox's message), and no zygote is tried again for that plan."""
+    from mlab.core.sandbox import local
+
+    missing = str(tmp_path / "gone")
+
+    def broken_view(argv, spec):
+        view = root_view(argv, spec)
+        view.writable.append(missing)  # a bind of a folder that is not there
+        return view
+
+    monkeypatch.setattr(local, "root_view", broken_view)
+    box = LocalSandbox()
+    try:
+        for _ in range(2):
+            result = box.run(["true"], spec_for(tmp_path))
+            assert result.exit_code == 120 and result.output.startswith("mlab sandbox: "), result
+            assert missing in result.output
+        assert not box._zygotes and len(box._unbuildable) == 1
+    finally:
+        box.close()
+
+
 HARNESS = """
 import os, sys, time
 from pathlib import Path

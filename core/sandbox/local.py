@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
-from mlab.core.sandbox.zygote import IDLE_S, NotForZygote, Zygote, ZygoteGone, identity, plan_sources
+from mlab.core.sandbox.zygote import IDLE_S, NotForZygote, RootNotBuilt, Zygote, ZygoteGone, identity, plan_sources
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 _VIEWS_KEPT = 8  # file system plans remembered per sandbox (a run needs one or two: its commands, its scorer)
@@ -88,6 +88,7 @@ class LocalSandbox(Sandbox):
         self._owner = os.getpid()  # a forked copy of the harness must not share the parent's zygotes
         self._zygote_lock = threading.Lock()
         self._views: dict[tuple, tuple[RootView, tuple, tuple]] = {}
+        self._unbuildable: set[bytes] = set()  # plans whose zygote could not build its root: run afresh
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -157,6 +158,8 @@ class LocalSandbox(Sandbox):
         plan = plan_dict(view)
         key = marshal.dumps(plan)
         for _attempt in range(2):  # a zygote that died since its last command is replaced once
+            if key in self._unbuildable:
+                return None
             try:
                 zygote = self._zygote_for(prefix, plan, key, shown_identity)
                 return zygote.start(argv, spec, protected_paths(spec))
@@ -179,12 +182,22 @@ class LocalSandbox(Sandbox):
                 self._retired.append(zygote)
                 zygote = None
             if zygote is None:
-                zygote = self._zygotes[key] = Zygote(prefix, shown_identity, plan_of_dict(plan), self.zygote_idle_s)
+                try:
+                    zygote = Zygote(prefix, shown_identity, plan_of_dict(plan), self.zygote_idle_s)
+                except RootNotBuilt:
+                    # confine.py run afresh tells why (exit code 120 and its message), command by command
+                    self._unbuildable.add(key)
+                    raise
+                self._zygotes[key] = zygote
             return zygote
 
     def _retire(self, key: bytes) -> None:
+        """Stop using the zygote of key; one still running commands (a frozen REPL) ends after them."""
         with self._zygote_lock:
             zygote = self._zygotes.pop(key, None)
+            if zygote is not None and zygote.live > 0 and zygote.proc.poll() is None:
+                self._retired.append(zygote)
+                zygote = None
         if zygote is not None:
             zygote.close()
 

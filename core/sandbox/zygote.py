@@ -40,6 +40,10 @@ class ZygoteGone(Exception):
     """The zygote did not take the request (it died, or never got ready): start another."""
 
 
+class RootNotBuilt(ZygoteGone):
+    """The zygote ended before it was ready: it cannot build this plan's root here."""
+
+
 class NotForZygote(Exception):
     """A request the zygote cannot take (too big): the command runs with a root of its own instead."""
 
@@ -137,14 +141,17 @@ class Zygote:
         # Dropped without close() (its sandbox collected): the zygote still sees its socket close.
         weakref.finalize(self, ours.close)
         ours.settimeout(READY_TIMEOUT_S)
+        slow = False
         try:
             ready = ours.recv(16)
+        except TimeoutError:  # still building: a machine under very heavy load, not a root that cannot be built
+            ready, slow = b"", True
         except OSError:
             ready = b""
         ours.settimeout(None)
         if ready != b"ready":
             self.close()
-            raise ZygoteGone("the sandbox's zygote could not build the root")
+            raise (ZygoteGone if slow else RootNotBuilt)("the sandbox's zygote could not build the root")
 
     def current(self, shown_identity: tuple) -> bool:
         """Alive, and every host path it shows (as identity() of plan_sources() now) still the one it built
