@@ -418,3 +418,22 @@ def test_check_task_passes_for_both_tool_tasks(model):
         assert report.status == "passed", report
         assert report.starter == pytest.approx(0.1) and report.baseline_source.startswith("measured")
         assert report.reference >= 0.8
+
+
+def test_an_endpoint_that_fails_every_call_gives_no_score_rather_than_a_low_one(monkeypatch, tmp_path):
+    import socket
+
+    from mlab_tasks_mlagentbench.base import REFERENCE_DIR
+    from tests.fixtures.harnesses import harness
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MLAB_TOOL_LLM", "openai:gone")
+    monkeypatch.setenv("MLAB_TOOL_LLM_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    task = get_task("bibtex-generation")
+    workspace = prepared_workspace(task, tmp_path)
+    shutil.copytree(REFERENCE_DIR / task.short, workspace, dirs_exist_ok=True)
+    score, error = harness().scorer.score_path(task, workspace)
+    assert score is None and "the LLM endpoint failed on every call while scoring" in error
+    assert "Connection refused" in error or "URLError" in error

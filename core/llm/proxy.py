@@ -60,6 +60,7 @@ class ProxyUsage:
     refused: int = 0  # beyond the budget
     failed: int = 0  # the upstream failed or the request was malformed
     log: list[dict[str, Any]] = field(default_factory=list)  # one entry per request
+    upstream_errors: list[str] = field(default_factory=list)  # what the upstream said when it failed
 
     @property
     def tokens(self) -> int:
@@ -177,9 +178,10 @@ class LLMProxy:
         try:
             reply = self.upstream(messages, max(1, min(max_tokens, allowed)), temperature)
         except Exception as exc:  # the upstream's failure is the tool's problem to handle, not the harness's
+            note = f"upstream failed: {type(exc).__name__}: {exc}"[:500]
             with self._lock:
                 self.usage.calls -= 1  # a failed call spends no budget
-            note = f"upstream failed: {type(exc).__name__}: {exc}"[:500]
+                self.usage.upstream_errors.append(note)
             self.record(failed=True, note=note, seconds=time.monotonic() - started)
             return 502, {"error": {"type": "upstream_error", "message": note}}
         with self._lock:

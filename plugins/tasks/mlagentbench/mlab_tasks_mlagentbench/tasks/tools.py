@@ -132,6 +132,9 @@ class ToolTask(MLAgentBenchTask):
             raise MlabError(f"{self.name} was prepared without hidden inputs ({exc}): prepare it again with "
                             "--force") from None
         upstream = upstream_of(config)
+        if upstream.api_key_file and not os.access(upstream.api_key_file, os.R_OK):
+            raise MlabError(f"{self.name}: the LLM key file {upstream.api_key_file} is gone; scoring runs the tool "
+                            "with the model the task was prepared with")
         corpus = Corpus.load(CORPUS_FILE)
         ctx = scoring_context()
         if upstream.api_key_file:  # even a key folder shown through MLAB_SANDBOX_RO is covered while scoring
@@ -158,6 +161,10 @@ class ToolTask(MLAgentBenchTask):
                              " | ".join(result.output.strip().splitlines()[-3:])[-300:])
                 scores.append(self.check_output(item, outputs, n, corpus))
         self.record_usage(hidden_dir, upstream, usages)
+        errors = [error for usage in usages for error in usage.upstream_errors]
+        if errors and not any(usage.calls for usage in usages):
+            # the endpoint, not the tool, failed: no score rather than a low one
+            raise MlabError(f"{self.name}: the LLM endpoint failed on every call while scoring: {errors[0]}")
         return sum(scores) / len(scores)
 
     def record_usage(self, hidden_dir: Path, upstream: HttpUpstream, usages: list[ProxyUsage]) -> None:
