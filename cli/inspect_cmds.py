@@ -1,7 +1,6 @@
 """Commands that show what is installed: list-plugins, tasks, agents."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import click
@@ -20,6 +19,8 @@ def list_plugins(as_json: bool) -> None:
     """Every installed plugin: distribution, version, what it registers, load errors."""
     registry = load_registry()
     if as_json:
+        import json  # here: the table, the command's usual output, does without it
+
         click.echo(json.dumps({"plugins": [asdict(p) for p in registry.plugins],
                                "conflicts": registry.conflicts}, indent=2))
         return
@@ -41,6 +42,8 @@ def list_plugins(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def tasks(as_json: bool) -> None:
     """Available tasks: metric, direction, whether they prepare offline, and what they need of the machine."""
+    import json
+
     from mlab.core.run import taskdata
     from mlab.core.run.baseline import measured_costs
 
@@ -90,6 +93,8 @@ def _report_problems(registry: Registry) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def agents(as_json: bool) -> None:
     """Available agents."""
+    import json
+
     registry = load_registry()
     from mlab.core.agent import option_rows
 

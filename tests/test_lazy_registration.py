@@ -122,8 +122,8 @@ def test_an_object_registered_by_name_runs(venv, tmp_path):
 # ---- the entry-point scan -------------------------------------------------------------------------------------
 SCAN = ("import json\nfrom importlib.metadata import version\n"
         "from mlab.core.plugins.discovery import distribution_version, entry_points, metadata_entry_points\n"
-        "print(json.dumps({'scan': [list(vars(e).values()) for e in entry_points('mlab')],\n"
-        "                  'metadata': [list(vars(e).values()) for e in metadata_entry_points('mlab')],\n"
+        "print(json.dumps({'scan': [list(e) for e in entry_points('mlab')],\n"
+        "                  'metadata': [list(e) for e in metadata_entry_points('mlab')],\n"
         "                  'versions': [distribution_version('mlab'), version('mlab'),\n"
         "                               distribution_version('mlab-lazykit'), version('mlab-lazykit'),\n"
         "                               distribution_version('no-such-distribution')]}))")
@@ -161,3 +161,14 @@ def test_a_zip_on_sys_path_is_left_to_importlib_metadata(tmp_path, monkeypatch):
     assert discovery.EntryPoint("zipped", "mlab_zipped", "mlab-zipped", "1.2") in found
     assert found == discovery.metadata_entry_points("mlab")
     assert discovery.distribution_version("mlab-zipped") == "1.2"
+
+
+def test_load_all_imports_every_registered_object_once_and_drops_the_broken(venv):
+    # What a process that forks runs (the bench's zygote) does first, so that no run imports a plugin body itself.
+    probe = ("from mlab.core.plugins.registry import load_registry\nr = load_registry()\nr.load_all()\n"
+             "print(sorted(k + ':' + n for k in r.items for n in r.items[k] if not r.items[k].is_loaded(n)))\n"
+             "print(sorted(n for n in r.items['tasks'] if n.startswith('lazykit/')))\n"
+             "print(r.items['tasks']['lazykit/good'] is r.get('tasks', 'good'))")
+    result = venv.run("-c", probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "['lazykit/good']", "True"]

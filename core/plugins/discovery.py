@@ -15,24 +15,22 @@ import importlib.machinery
 import os
 import re
 import sys
-from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
 # How importlib.metadata reads an entry point's value: "module", "module:attr.attr", extras ignored.
-_ENTRY_POINT_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+_ENTRY_POINT_VALUE = r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$"
 _METADATA_SUFFIXES = (".dist-info", ".egg-info")
 
 
-@dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):
     name: str
     value: str  # "module" or "module:attribute"
     distribution: str  # the Name in the distribution's metadata
     version: str
 
     def load(self) -> Any:
-        match = _ENTRY_POINT_VALUE.match(self.value)
+        match = re.match(_ENTRY_POINT_VALUE, self.value)
         if match is None:
             raise ValueError(f"entry point {self.name} = {self.value!r} is not 'module' or 'module:attribute'")
         module = importlib.import_module(match.group("module"))
@@ -81,7 +79,12 @@ def metadata_entry_points(group: str) -> list[EntryPoint]:
 
 
 def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+    """PEP 503's normalization with underscores, as importlib.metadata compares names (no regex: it runs for
+    every installed distribution)."""
+    name = name.lower().replace("-", "_").replace(".", "_")
+    while "__" in name:
+        name = name.replace("__", "_")
+    return name
 
 
 def _distribution_folders() -> list[tuple[str, str]]:

@@ -7,16 +7,14 @@ imports its whole body (and mlab's models and base classes with it) just to be l
 from __future__ import annotations
 
 import importlib
-import re
-from dataclasses import dataclass
-from typing import Any
-
-# module.path:Attribute (the attribute may be dotted: Outer.Inner)
-TARGET = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Lazy:
+def _dotted(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+class Lazy(NamedTuple):  # a NamedTuple, not a dataclass: every plugin listing imports this module
     """A task, agent, LLM backend or sandbox registered by name, imported from `target` on first use.
 
     `target` is "module:attribute". For an agent, backend or sandbox it names the class; for a task, the Task
@@ -33,7 +31,8 @@ class Lazy:
         """What is wrong with the declaration itself, before anything is imported; None when nothing."""
         if not isinstance(self.name, str) or not self.name.strip():
             return f"Lazy registration of {self.target!r} has no name"
-        if not isinstance(self.target, str) or not TARGET.fullmatch(self.target):
+        module, colon, attribute = self.target.partition(":") if isinstance(self.target, str) else ("", "", "")
+        if not (colon and _dotted(module) and _dotted(attribute)):
             return f"Lazy registration {self.name!r}: target {self.target!r} is not 'module:attribute'"
         if not isinstance(self.description, str) or not self.description.strip() or "\n" in self.description:
             return f"Lazy registration {self.name!r}: the description must be one non-empty line"

@@ -2,7 +2,6 @@
 so one broken plugin breaks nothing else."""
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import inspect
@@ -137,6 +136,8 @@ def _explained(exc: pluggy.PluginValidationError) -> str:
 
 
 def _did_you_mean(name: str, names: list[str]) -> str:
+    import difflib  # only when something is wrong: listing plugins does without it
+
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
