@@ -118,6 +118,7 @@ sandbox-tools:
 
 bench: setup
 	$(PY) benchmarks/list_plugins_time.py
+	$(PY) benchmarks/cli_start.py
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/snapshot_scale.py
 	$(PY) benchmarks/agent_prompt_tokens.py
