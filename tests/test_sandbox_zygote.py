@@ -19,6 +19,7 @@ from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, confine_program, namespace_prefix, plan_of
 from mlab.core.sandbox.rootfs import root_view
+from mlab.core.sandbox.zygote import NotForZygote
 
 pytestmark = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
 
@@ -282,6 +283,32 @@ def test_a_root_that_cannot_be_built_gives_exit_code_120_and_the_reason_for_ever
             assert result.exit_code == 120 and result.output.startswith("mlab sandbox: "), result
             assert missing in result.output
         assert not box._zygotes and len(box._unbuildable) == 1
+    finally:
+        box.close()
+
+
+def test_a_request_too_big_for_the_zygote_runs_afresh_and_keeps_the_zygote(tmp_path):
+    spec = spec_for(tmp_path)
+    box = LocalSandbox()
+    try:
+        assert box.run(["true"], spec).exit_code == 0
+        zygote = the_zygote(box)
+        refused = []
+        start = zygote.start
+
+        def watched_start(*args):
+            try:
+                return start(*args)
+            except NotForZygote as exc:
+                refused.append(exc)
+                raise
+
+        zygote.start = watched_start
+        big = spec.model_copy(update={"env": {**spec.env, "BIG": "x" * 100_000}})  # > REQUEST_BYTES
+        result = box.run([sys.executable, "-c", "import os; print(len(os.environ['BIG']))"], big)
+        assert result.exit_code == 0 and result.output == "100000\n", result
+        assert len(refused) == 1 and the_zygote(box) is zygote and zygote.proc.poll() is None
+        assert box.run(["true"], spec).exit_code == 0 and len(refused) == 1
     finally:
         box.close()
 

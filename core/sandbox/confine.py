@@ -284,10 +284,11 @@ def run_and_reap(command: list[str], env: dict | None) -> None:
             os._exit(status_of(wait_status))
 
 
-def unshare_run(plan: dict, pid_namespace: bool = True) -> None:
-    """The namespaces of a run (or of one command): user (unless root), mount, PID, IPC, UTS, network."""
+def unshare_run(plan: dict) -> None:
+    """The namespaces of a run (of its zygote, or of a command run afresh): user (unless root), mount, PID, IPC,
+    UTS and network (unless the plan keeps the host's)."""
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWPID if pid_namespace else 0)
+    flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
     if not plan["network"]:
         flags |= CLONE_NEWNET
     if uid != 0:
@@ -309,7 +310,7 @@ def wait_and_exit(child: int) -> None:
 
 
 # ---- the zygote ---------------------------------------------------------------------------------------------
-REQUEST_BYTES = 1 << 20  # one command's request: argv, environment, paths (the harness refuses bigger ones)
+REQUEST_BYTES = 1 << 16  # one command's request: argv, environment, paths (bigger ones run afresh)
 MAX_FDS = 64
 
 

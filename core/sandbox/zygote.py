@@ -13,6 +13,7 @@ another.
 from __future__ import annotations
 
 import array
+import errno
 import marshal
 import os
 import select
@@ -138,6 +139,7 @@ class Zygote:
         finally:
             theirs.close()
         self.control = ours
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * REQUEST_BYTES)  # room for the largest request
         # Dropped without close() (its sandbox collected): the zygote still sees its socket close.
         weakref.finalize(self, ours.close)
         ours.settimeout(READY_TIMEOUT_S)
@@ -186,6 +188,8 @@ class Zygote:
                 try:
                     self.control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", sent))])
                 except OSError as exc:
+                    if exc.errno == errno.EMSGSIZE:
+                        raise NotForZygote("the request is bigger than the zygote's socket takes") from exc
                     raise ZygoteGone(f"the sandbox's zygote is gone ({exc})") from exc
                 self.live += 1
             for fd in sent:
