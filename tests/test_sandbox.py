@@ -1,7 +1,9 @@
 """Scripts and the Python REPL in every sandbox: confinement, limits, and the processes they leave.
 
-Sandboxes by name: "local" (namespaces where the kernel allows), "fallback" (the local sandbox without them),
-"bwrap" and "docker" (plugins; skipped with the reason when not usable here). The docker cases run against a
+Sandboxes by name: "local" (namespaces where the kernel allows; commands forked by the run's zygote),
+"local-fresh" (the same with a root built for each command, as where no zygote can be had; the `env` cases),
+"fallback" (the local sandbox without namespaces), "bwrap" and "docker" (plugins; skipped with the reason when
+not usable here). The docker cases run against a
 Docker engine the session starts for itself (tests/fixtures/docker_engine.py); under CI=true an engine that
 cannot be had fails them instead, so that a silent skip cannot pass CI.
 """
@@ -42,10 +44,10 @@ def make_sandbox(name: str) -> Sandbox:
     """The sandbox called name, or a skip saying why it cannot be used here."""
     if name == "fallback":
         return LocalSandbox(namespaces=False)
-    if name == "local":
+    if name in ("local", "local-fresh"):
         if namespace_prefix() is None:
             pytest.skip("the local sandbox has no mount/PID namespaces here (unshare)")
-        return LocalSandbox()
+        return LocalSandbox(zygotes=name == "local")
     # CI has root and apt: the docker cases must run there, not skip.
     unusable = pytest.fail if name == "docker" and os.environ.get("CI") == "true" else pytest.skip
     cls = load_registry().items["sandboxes"].get(name)
@@ -80,7 +82,7 @@ def make_env(tmp_path: Path, timeout=10.0, namespaces=True, pristine=True, outpu
     return env
 
 
-@pytest.fixture(params=CONFINED)
+@pytest.fixture(params=[*CONFINED, "local-fresh"])
 def env(request, tmp_path):
     environment = make_env(tmp_path, sandbox=request.param)
     yield environment
