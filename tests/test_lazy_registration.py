@@ -94,7 +94,7 @@ def test_an_object_that_fails_to_load_is_its_plugins_error_and_hides_nothing_els
     assert not names & {"lazykit/missing", "lazykit/misnamed"}
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: plugin lazykit")]
     assert len(errors) == 1, result.stderr
-    assert ("task 'lazykit/missing' of plugin lazykit cannot be loaded: importing mlab_lazykit.nowhere:Task "
+    assert ("task 'lazykit/missing' of plugin lazykit cannot be loaded: loading mlab_lazykit.nowhere:Task "
             "failed: ModuleNotFoundError") in errors[0]
     assert ("task 'lazykit/misnamed' of plugin lazykit cannot be loaded: registered as 'lazykit/misnamed', but "
             "mlab_lazykit.bodies:GoodTask is named 'lazykit/good'") in errors[0]
@@ -105,6 +105,14 @@ def test_using_an_object_that_fails_to_load_is_a_one_line_error(venv):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "task 'lazykit/missing' of plugin lazykit cannot be loaded" in result.stderr
+    # Asked for again in the same process (by its short name too), the answer is the same line.
+    probe = ("from mlab.core.plugins.registry import LoadError, load_registry\nr = load_registry()\n"
+             "for name in ('lazykit/missing', 'missing', 'lazykit/missing'):\n"
+             "    try:\n        r.get('tasks', name)\n    except LoadError as exc:\n        print(exc)\n")
+    again = venv.run("-c", probe)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert len(lines) == 3 and len(set(lines)) == 1 and "cannot be loaded" in lines[0]
 
 
 def test_an_object_registered_by_name_runs(venv, tmp_path):

@@ -92,7 +92,7 @@ def _load(kind: str, lazy: Lazy, plugin: str) -> Any:
         if kind == "tasks" and isinstance(obj, type) and issubclass(obj, _base_class("tasks")):
             obj = obj()  # a pack registers each task once, as one instance
     except (Exception, SystemExit) as exc:  # a plugin's import may raise anything
-        raise LoadError(f"importing {lazy.target} failed: {type(exc).__name__}: {exc}") from exc
+        raise LoadError(f"loading {lazy.target} failed: {type(exc).__name__}: {exc}") from exc
     problem = _object_problem(kind, obj, plugin)
     if problem is None and obj.name != lazy.name:
         problem = f"registered as {lazy.name!r}, but {lazy.target} is named {obj.name!r}"
@@ -122,6 +122,13 @@ class Items(MutableMapping[str, Any]):
 
     def is_loaded(self, name: str) -> bool:
         return not isinstance(self._objects[name], Lazy)
+
+    def failure(self, name: str) -> str | None:
+        """Why the object registered as name could not be loaded, or None."""
+        return self._failed.get(name)
+
+    def failed_names(self) -> list[str]:
+        return list(self._failed)
 
     def __getitem__(self, name: str) -> Any:
         if name in self._failed:
@@ -233,6 +240,10 @@ class Registry:
             short = [key for key in items if key.split("/")[-1] == name]
             if len(short) > 1:
                 raise MlabError(f"{KINDS[kind]} name {name!r} is ambiguous: {', '.join(sorted(short))}")
+            failed = items.failure(name) or next(
+                (items.failure(key) for key in items.failed_names() if key.split("/")[-1] == name), None)
+            if not short and failed:
+                raise LoadError(failed)  # asked for again after it failed to load: the same one line
             if not short:
                 valid = ", ".join(sorted(items)) or "(none installed)"
                 why = "" if self.load_filter is None else \
