@@ -89,15 +89,15 @@ def test_babylm_cpu_check_task_and_a_broken_checkpoint(tmp_path, monkeypatch):
 # ---- llama-inference -----------------------------------------------------------------------------
 @needs("transformers", "accelerate")
 @pytest.mark.slow
-def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch):
+def test_llama_inference_check_task_and_the_model_copied_into_the_task(tmp_path, monkeypatch):
     monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
     task = get_task("llama-inference")
-    source = text.llama_and_wikitext(tmp_path / "src")  # under /tmp: copied, so the sandbox sees it
+    source = text.llama_and_wikitext(tmp_path / "src", lines=400)  # under /tmp: copied, so the sandbox sees it
     report = check_task(task, data_dir=source, home=tmp_path / "home")
-    # Both scripts run and record a time; with a tiny model on a shared CPU, which one is faster is noise.
+    # The baseline is the starter's own time (a ratio of 1); the reference, timed beside the starter, is faster.
     assert report.steps == {"prepare": "ok", "reproducible prepare": "ok", "invalid submission": "ok",
                             "baseline": "ok", "reference": "ok"}, report
-    assert report.baseline > 0 and report.reference > 0
+    assert report.baseline == 1.0 and 0 < report.reference < 1.0, report
     assert "Average per token generation time" in report.output_tail["baseline"]
     monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home2"))
     taskdata.prepare(task, source, **QUIET)
@@ -105,10 +105,6 @@ def test_llama_inference_records_and_scores_the_time(tmp_path, monkeypatch):
     assert config["model_dir"] == "model"  # copied into the task, named relative to the workspace
     assert (taskdata.public_dir(task) / "model" / "config.json").read_bytes() == \
         (source / "llama" / "config.json").read_bytes()
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "submission.csv").write_text("0.5\n0.25\n")
-    assert task.evaluate(ws, taskdata.hidden_dir(task)) == 0.25
 
 
 # ---- clrs ----------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""vectorization's score is taken at scoring time: the starter and the submission are timed back to back,
-interleaved, in the scoring sandbox, so load from other processes moves both alike."""
+"""The speed tasks' scores are taken at scoring time (vectorization, llama-inference): the starter and the
+submission are timed back to back, interleaved, in the scoring sandbox, so load from other processes moves both
+alike."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -15,7 +17,9 @@ from mlab.core import InvalidSubmission
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from mlab.core.run.scoring import judge
-from mlab_tasks_mlagentbench.base import REFERENCE_DIR
+from mlab_tasks_mlagentbench.base import FILES_DIR, REFERENCE_DIR
+from mlab_tasks_mlagentbench.time_generation import MARK, instrumented
+from tests.fixtures.mlagentbench import text
 
 BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -92,3 +96,78 @@ def test_tasks_show_the_measured_baseline_time_and_peak_memory(tmp_path):
     assert rows["lite/wine"]["measured_seconds"] is None
     assert "MB peak" in subprocess.run([sys.executable, "-m", "mlab.cli.main", "tasks"], capture_output=True,
                                        text=True, env={**env, "COLUMNS": "400"}).stdout
+
+
+# ---- llama-inference -----------------------------------------------------------------------------
+LLAMA_STARTER = FILES_DIR / "llama-inference" / "inference.py"
+needs_transformers = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "accelerate")),
+    reason="needs the pack's llama extra (torch, transformers, accelerate)")
+
+
+def llama():
+    return load_registry().get("tasks", "mlagentbench/llama-inference")
+
+
+def test_llama_timing_marks_keep_the_scripts_line_numbers():
+    starter = LLAMA_STARTER.read_text()
+    marked = instrumented(starter, starter).splitlines()
+    assert len(marked) == len(starter.splitlines())
+    changed = [(a, b) for a, b in zip(starter.splitlines(), marked, strict=True) if a != b]
+    assert [b.split("  ")[0] for _a, b in changed] == [f"{MARK}('start')", f"{MARK}('end')"]
+    assert changed[0][0] == "#################" and changed[1][0] == "#### DO NOT EDIT ######"
+
+
+def test_llama_submission_with_a_changed_fixed_part_is_refused_before_anything_runs(tmp_path):
+    task, workspace = llama(), tmp_path / "ws"
+    workspace.mkdir()
+    with pytest.raises(InvalidSubmission, match="no inference.py"):
+        task.evaluate(workspace, tmp_path / "hidden")
+    (workspace / "inference.py").write_text(LLAMA_STARTER.read_text().replace("context_length = 128",
+                                                                              "context_length = 8"))
+    with pytest.raises(InvalidSubmission, match="DO NOT EDIT parts differ"):
+        task.evaluate(workspace, tmp_path / "hidden")  # nothing prepared, nothing timed: refused first
+
+
+@pytest.fixture
+def llama_workspace(tmp_path, monkeypatch):
+    """llama-inference prepared from a tiny LLaMA-architecture model (under /tmp, where a sandbox with a private
+    /tmp does not see it) and enough text for 100-odd batches; a copy of the public folder as a workspace."""
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
+    task = llama()
+    taskdata.prepare(task, text.llama_and_wikitext(tmp_path / "src", lines=400), log=lambda _m: None)
+    workspace = tmp_path / "ws"
+    shutil.copytree(taskdata.public_dir(task), workspace)
+    return task, workspace
+
+
+@needs_transformers
+@pytest.mark.slow
+def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_faster_one_succeeds(
+        llama_workspace, cpu_load):
+    task, workspace = llama_workspace
+    (workspace / "submission.csv").write_text("0.000001\n")  # a recorded time is not what is scored
+    unchanged = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
+    # The median of 3 interleaved CPU-time ratios of a ~0.5 s part: a few % beside a busy loop on 2 cores.
+    assert abs(unchanged.improvement) < 0.1 and not unchanged.success, unchanged
+    # The reference: one forward pass instead of generate() for the single greedy token.
+    shutil.copyfile(REFERENCE_DIR / "llama-inference" / "inference.py", workspace / "inference.py")
+    faster = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
+    assert faster.success and faster.improvement > unchanged.improvement + 0.1, (faster, unchanged)
+
+
+@needs_transformers
+@pytest.mark.slow
+def test_llama_scoring_never_writes_to_the_prepared_model(llama_workspace):
+    task, workspace = llama_workspace
+    config = taskdata.public_dir(task) / "model" / "config.json"
+    before = config.read_bytes()
+    script = workspace / "inference.py"
+    script.write_text(script.read_text().replace("batch_size = 4\n", "batch_size = 4\n"
+                                                 "open('model/config.json', 'w').write('{}')\n"))
+    try:
+        task.evaluate(workspace, taskdata.hidden_dir(task))
+    except InvalidSubmission as exc:  # a confined sandbox: the staged model is read-only
+        assert "Read-only file system" in str(exc) or "Permission denied" in str(exc), exc
+    assert config.read_bytes() == before

@@ -8,63 +8,28 @@ baseline recorded on another machine, or an idle one, would make an unchanged st
 """
 from __future__ import annotations
 
-import json
 import math
 import shutil
-import statistics
-import sys
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources, ScoringContext, scoring_context
+from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources, scoring_context
 
-from ..base import FILES_DIR, ORIGINAL_FIXED_BASELINE, PACK, PACKAGE_DIR, MLAgentBenchTask
+from ..base import FILES_DIR, ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
+from ..timing import Report, interleaved_ratio
 
 TAIL_BYTES = 64 * 1024
 TIMER = "time_forward.py"
-REPETITIONS = 5  # starter/submission pairs; the median ratio shrugs off a pair hit by a burst of other load
 SAME_RESULT_RTOL = 1e-6  # the output's sum may differ by float rounding of a reordered computation
 
 
-# One thread: CPU time then equals the work done, and a multithreaded BLAS call cannot pass for vectorisation.
-SINGLE_THREAD = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
-
-
-def _timed(ctx: ScoringContext, folder: Path, scratch: Path, who: str) -> tuple[float, list, float]:
-    result = ctx.run([sys.executable, str(scratch / TIMER), str(folder)], folder, scratch, env=SINGLE_THREAD)
-    lines = [line for line in result.output.splitlines() if line.startswith("{")]
-    if result.exit_code != 0 or not lines:
-        tail = " | ".join(result.output.strip().splitlines()[-3:])[-300:]
-        raise InvalidSubmission(f"timing the {who}'s forward pass failed (exit code {result.exit_code}): {tail}")
-    try:
-        seen = json.loads(lines[-1])
-        seconds, shape, total = float(seen["seconds"]), list(seen["shape"]), float(seen["sum"])
-    except (ValueError, KeyError, TypeError):
-        raise InvalidSubmission(f"timing the {who}'s forward pass printed {lines[-1][:120]!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidSubmission(f"the {who}'s forward pass took {seconds} s")
-    return seconds, shape, total
-
-
-def interleaved_ratio(starter: Path, submission: Path, repetitions: int = REPETITIONS) -> float:
-    """Median over back-to-back pairs of (submission's time / starter's time), both timed in the scoring
-    sandbox; InvalidSubmission when the submission fails or computes another result."""
-    ctx = scoring_context()
-    with ctx.scratch() as scratch:
-        shutil.copyfile(PACKAGE_DIR / TIMER, scratch / TIMER)
-        ratios = []
-        for repetition in range(repetitions):
-            # which runs first alternates, so a drift in the machine's load favours neither
-            if repetition % 2 == 0:
-                base_seconds, base_shape, base_sum = _timed(ctx, starter, scratch, "starter")
-                seconds, shape, total = _timed(ctx, submission, scratch, "submission")
-            else:
-                seconds, shape, total = _timed(ctx, submission, scratch, "submission")
-                base_seconds, base_shape, base_sum = _timed(ctx, starter, scratch, "starter")
-            if shape != base_shape or not math.isclose(total, base_sum, rel_tol=SAME_RESULT_RTOL, abs_tol=1e-9):
-                raise InvalidSubmission(f"the forward pass computes another result than the starter's (shape "
-                                        f"{shape} vs {base_shape}, sum {total:.9g} vs {base_sum:.9g})")
-            ratios.append(seconds / base_seconds)
-    return statistics.median(ratios)
+def different_result(starter: Report, submission: Report) -> str | None:
+    """Why the submission's forward pass computes another result than the starter's, or None."""
+    shape, base_shape = list(submission["shape"]), list(starter["shape"])
+    total, base_sum = float(submission["sum"]), float(starter["sum"])
+    if shape == base_shape and math.isclose(total, base_sum, rel_tol=SAME_RESULT_RTOL, abs_tol=1e-9):
+        return None
+    return (f"the forward pass computes another result than the starter's (shape {shape} vs {base_shape}, sum "
+            f"{total:.9g} vs {base_sum:.9g})")
 
 
 def last_recorded_time(path: Path) -> float:
@@ -115,10 +80,10 @@ class Vectorization(MLAgentBenchTask):
         if not (workspace / "train.py").is_file():
             raise InvalidSubmission("no train.py in the workspace")
         ctx = scoring_context()
-        with ctx.scratch() as scratch:  # the scripts run from copies: the submission is read-only there
-            starter, submission = scratch / "starter", scratch / "submission"
-            shutil.copytree(FILES_DIR / "vectorization", starter)
-            shutil.copytree(workspace, submission, symlinks=True, ignore=shutil.ignore_patterns("submission.csv"))
-            ratio = interleaved_ratio(starter, submission)
+        with ctx.scratch() as stage, ctx.scratch() as scratch:
+            shutil.copytree(FILES_DIR / "vectorization", stage / "starter")
+            shutil.copytree(workspace, stage / "submission", symlinks=True,
+                            ignore=shutil.ignore_patterns("submission.csv"))
+            ratio = interleaved_ratio(ctx, stage, scratch, TIMER, what="forward pass", difference=different_result)
         assert self.fixed_baseline is not None
         return self.fixed_baseline * ratio

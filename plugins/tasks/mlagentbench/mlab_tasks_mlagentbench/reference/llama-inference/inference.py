@@ -1,5 +1,6 @@
 """Reference solution (ours, for `mlab check-task`).
 Time how fast a LLaMA-7B model generates: one new token after 128 tokens of context, 100 batches."""
+# ruff: noqa: B905 (the DO NOT EDIT blocks are the starter's code, which the scorer requires unchanged)
 import csv
 import json
 import time
@@ -8,7 +9,6 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer, default_data_collator
 
-# The DO NOT EDIT blocks are the starter's code, unchanged (hence the noqa in this one).
 #### DO NOT EDIT ######
 
 generation_length = 1
@@ -26,7 +26,7 @@ def tokenize_and_filter(texts):
     """Keep only the texts at least context_length tokens long, cut to exactly context_length."""
     tokenized = tokenizer(texts, truncation=True, max_length=context_length)
     return [{"input_ids": ids, "attention_mask": mask}
-            for ids, mask in zip(tokenized["input_ids"], tokenized["attention_mask"]) if len(ids) == context_length]  # noqa: B905
+            for ids, mask in zip(tokenized["input_ids"], tokenized["attention_mask"]) if len(ids) == context_length]
 
 
 eval_dataset = tokenize_and_filter(eval_texts)

@@ -1,0 +1,100 @@
+"""Timing a submission against the starter under one load, for the pack's speed tasks (vectorization,
+llama-inference).
+
+The scorer times the shipped starter and the submission back to back, interleaved, in the scoring sandbox, and
+the score is the median of the per-pair ratios (submission's time / starter's time): whatever else the machine
+does moves both alike, where a time compared with a baseline recorded under other load would not.
+
+Layout: `stage` (read-only to every timed command) holds the timer, `starter/`, `submission/` and the task's shared
+files; each timed run gets a fresh writable copy of its script folder in `scratch`, with links to the shared
+files, so one run cannot change what the next one runs (a submission slowing the starter down would win).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from mlab.core import InvalidSubmission, ScoringContext
+
+from .base import PACKAGE_DIR
+
+REPETITIONS = 5  # starter/submission pairs; the median ratio shrugs off a pair hit by a burst of other load
+# One thread: CPU time then equals the work done, and more threads cannot pass for a faster algorithm.
+SINGLE_THREAD = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+WHO = ("starter", "submission")
+
+Report = dict[str, Any]  # the timer's JSON line: "seconds" and whatever tells results apart
+
+
+def stage_task_files(source: Path, stage: Path, names: Iterable[str], *, link: bool) -> None:
+    """Put the task's files `names` (below source, the prepared public folder) into stage: hard links where
+    `link` (the stage is then a read-only bind in a confined sandbox, so nothing writes through them) and the
+    file system allows, else copies. Never a path into the task home, which the scoring sandbox hides."""
+    def place(src: str, dst: str) -> None:
+        if link:
+            try:
+                os.link(src, dst)
+                return
+            except OSError:  # another file system, or links not allowed there
+                pass
+        shutil.copyfile(src, dst)
+
+    for name in names:
+        path = source / name
+        if path.is_dir():
+            shutil.copytree(path, stage / name, copy_function=place)
+        else:
+            place(str(path), str(stage / name))
+
+
+def _timed_run(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, who: str, what: str,
+               shared: Iterable[str]) -> Report:
+    run_dir, home = scratch / who, scratch / "home"
+    for folder in (run_dir, home):
+        shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(stage / who, run_dir, symlinks=True)
+    home.mkdir()
+    for name in shared:
+        os.symlink(stage / name, run_dir / name)
+    # -s: no user site-packages, which a run could plant in the shared HOME for the next one
+    argv = [sys.executable, "-s", str(stage / timer), str(run_dir), str(stage / "starter")]
+    result = ctx.run(argv, stage, scratch, env={**SINGLE_THREAD, "HOME": str(home), "TMPDIR": str(home)})
+    lines = [line for line in result.output.splitlines() if line.startswith("{")]
+    if result.exit_code != 0 or not lines:
+        tail = " | ".join(result.output.strip().splitlines()[-3:])[-300:]
+        raise InvalidSubmission(f"timing the {who}'s {what} failed (exit code {result.exit_code}): {tail}")
+    try:
+        report = json.loads(lines[-1])
+        seconds = float(report["seconds"])
+    except (ValueError, KeyError, TypeError):
+        raise InvalidSubmission(f"timing the {who}'s {what} printed {lines[-1][:120]!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidSubmission(f"the {who}'s {what} took {seconds} s")
+    report["seconds"] = seconds
+    return report
+
+
+def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, *, what: str,
+                      shared: Iterable[str] = (), repetitions: int = REPETITIONS,
+                      difference: Callable[[Report, Report], str | None] | None = None) -> float:
+    """Median over back-to-back pairs of (submission's time / starter's time). `timer` (a script of the pack) is
+    run as `python TIMER RUN_FOLDER STARTER_FOLDER` with the stage as its working directory; `difference` says
+    how the submission's result differs from the starter's (InvalidSubmission), or None."""
+    shutil.copyfile(PACKAGE_DIR / timer, stage / timer)
+    shared = list(shared)
+    ratios = []
+    for repetition in range(repetitions):
+        order = WHO if repetition % 2 == 0 else WHO[::-1]  # alternating: a drift in the load favours neither
+        reports = {who: _timed_run(ctx, stage, scratch, timer, who, what, shared) for who in order}
+        problem = difference(reports["starter"], reports["submission"]) if difference else None
+        if problem:
+            raise InvalidSubmission(problem)
+        ratios.append(reports["submission"]["seconds"] / reports["starter"]["seconds"])
+    return statistics.median(ratios)
