@@ -86,7 +86,9 @@ class ConfinedCommand(subprocess.Popen):
         self._zygote = zygote
 
     def _collect(self, timeout: float | None) -> int | None:
-        with self._lock:
+        if not self._lock.acquire(blocking=timeout != 0):  # another thread is waiting for the end: not yet
+            return self.returncode
+        try:
             if self.returncode is not None or self._channel is None:
                 return self.returncode
             ready, _, _ = select.select([self._channel], [], [], timeout)
@@ -99,12 +101,14 @@ class ConfinedCommand(subprocess.Popen):
             if message.startswith(b"exit "):
                 status = int(message[5:])
                 self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            else:  # the watcher was killed (the zygote's end, a cgroup kill): the command died with it
+            else:  # the watcher was killed with its zygote, and the command with it
                 self.returncode = -signal.SIGKILL
             self._channel.close()
             self._channel = None
             self._zygote.command_ended()
             return self.returncode
+        finally:
+            self._lock.release()
 
     def poll(self) -> int | None:
         return self._collect(0)
