@@ -27,6 +27,8 @@ StatKey = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
 Recorder = Callable[[int, str, bool], "tuple[Entry, StatKey] | None"]
 
 _FILE_KEYS = frozenset(("mode", "sha256", "size"))
+_KIND = 0o170000  # the file-type bits of st_mode
+_DIR, _LINK, _REG = stat.S_IFDIR, stat.S_IFLNK, stat.S_IFREG
 
 
 def stat_key(st: os.stat_result) -> StatKey:
@@ -133,26 +135,48 @@ class Scanner:
         for entry in entries:
             name = entry.name
             before = files.get(name)
-            if before is None and name not in folders:
-                verdict = verdicts.get(name)
-                if verdict is None:
-                    verdict = skip(prefix + name)
-                new_verdicts[name] = verdict
-                if verdict:
+            if before is not None and before[0] is not None:
+                # The hot path: a file recorded before, its stat compared with what was read
+                count += 1
+                if count > limits.max_entries:
+                    limits.entries, limits.too_many = count, True
+                    raise LimitReached
+                key = before[0]
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    _forget(folder, name)  # gone since the listing
                     continue
-            count += 1
-            if count > limits.max_entries:
-                limits.entries, limits.too_many = count, True
-                raise LimitReached
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-                is_link = not is_dir and entry.is_symlink()
-                if not (is_dir or is_link or entry.is_file(follow_symlinks=False)):
+                if (key[0] == st.st_ino and key[1] == st.st_size and key[2] == st.st_mtime_ns
+                        and key[3] == st.st_ctime_ns):
+                    kept += 1
+                    continue
+                kind = st.st_mode & _KIND
+                is_dir, is_link = kind == _DIR, kind == _LINK
+                if not (is_dir or is_link or kind == _REG):
                     _forget(folder, name)  # FIFOs, sockets, devices are not recorded
                     continue
-            except OSError:  # the listing did not say, and the entry went before it could be looked at
-                _forget(folder, name)
-                continue
+            else:
+                if before is None and name not in folders:
+                    verdict = verdicts.get(name)
+                    if verdict is None:
+                        verdict = skip(prefix + name)
+                    new_verdicts[name] = verdict
+                    if verdict:
+                        continue
+                count += 1
+                if count > limits.max_entries:
+                    limits.entries, limits.too_many = count, True
+                    raise LimitReached
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_link = not is_dir and entry.is_symlink()
+                    if not (is_dir or is_link or entry.is_file(follow_symlinks=False)):
+                        _forget(folder, name)  # FIFOs, sockets, devices are not recorded
+                        continue
+                except OSError:  # the listing did not say, and the entry went before it could be looked at
+                    _forget(folder, name)
+                    continue
             if is_dir:
                 if before is not None:  # a file or link became a folder
                     _forget(folder, name)
@@ -177,19 +201,7 @@ class Scanner:
                 count = limits.entries
                 kept += 1
                 continue
-            if before is not None:
-                key = before[0]
-                if key is not None:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        _forget(folder, name)  # gone since the listing
-                        continue
-                    if (key[0] == st.st_ino and key[1] == st.st_size and key[2] == st.st_mtime_ns
-                            and key[3] == st.st_ctime_ns):
-                        kept += 1
-                        continue
-            elif name in folders:  # a folder became a file or link
+            if before is None and name in folders:  # a folder became a file or link
                 _forget(folder, name)
             recorded = record(fd, name, is_link)
             if recorded is None:
