@@ -260,6 +260,87 @@ def test_nothing_is_fsynced_file_by_file_one_syncfs_makes_the_snapshot_durable(w
     assert calls == [f"fsync {tmp_path / 'run' / 'snapshots'}"]
 
 
+def listing_bytes(store_root: Path, name: str) -> bytes:
+    return (store_root / "snapshots" / f"{name}.json").read_bytes()
+
+
+def change_kinds(ws: Path, step: int) -> str | None:
+    """One change per step, of every kind a folder's listing must follow; returns the path a Write File
+    action would report, or None when agent code did it."""
+    import shutil
+
+    changes = [
+        lambda: (ws / "d0" / "f1.txt").write_text("changed\n") or "d0/f1.txt",
+        lambda: (ws / "d0" / "a new name.txt").write_text("new\n") or "d0/a new name.txt",
+        lambda: (ws / "d1" / "f2.txt").unlink(),
+        lambda: shutil.rmtree(ws / "d2" / "inner"),  # a subfolder goes
+        lambda: (ws / "d2" / "inner").write_text("a file where a folder was\n"),
+        lambda: ((ws / "d3" / "f4.txt").unlink(), (ws / "d3" / "f4.txt").mkdir(),
+                 (ws / "d3" / "f4.txt" / "x").write_text("a folder where a file was\n")),
+        lambda: os.symlink("f5.txt", ws / "d3" / "f5.link"),
+        lambda: ((ws / "d3" / "f5.link").unlink(), (ws / "d3" / "f5.link").write_text("link became a file\n")),
+        lambda: ((ws / "d4" / "f6.txt").unlink(), os.symlink("../top.py", ws / "d4" / "f6.txt")),
+        lambda: (ws / "d4" / "empty").mkdir(),  # holds nothing: not in the listing
+        lambda: (ws / "d4" / "empty" / "now.txt").write_text("not empty any more\n") or "d4/empty/now.txt",
+        lambda: os.mkfifo(ws / "d1" / "pipe"),
+        lambda: (ws / "d1" / "f\u00e9\"q\\.txt").write_text("a name json escapes\n") or "d1/f\u00e9\"q\\.txt",
+        lambda: shutil.rmtree(ws / "d1"),
+    ]
+    result = changes[step % len(changes)]()
+    return result if isinstance(result, str) else None
+
+
+@pytest.mark.parametrize("told", [False, True], ids=["walk", "told-the-paths"])
+def test_listings_kept_up_to_date_step_by_step_are_the_bytes_a_fresh_store_writes(ws, tmp_path, told):
+    """Each folder re-encodes only its changed names: after every kind of change the listings must be byte
+    for byte those of a store that records the workspace from scratch."""
+    kept = SnapshotStore(tmp_path / "kept")
+    kept.take(ws, "s0", changes=kept.changes)
+    for step in range(1, 15):
+        path = change_kinds(ws, step - 1)
+        if told and path is not None:
+            kept.changes.wrote(path)
+        else:
+            kept.changes.ran_agent_code()
+        manifest = kept.take(ws, f"s{step}", changes=kept.changes)
+        fresh = SnapshotStore(tmp_path / f"fresh{step}")
+        fresh.take(ws, "s")
+        assert listing_bytes(tmp_path / "kept", f"s{step}") == listing_bytes(tmp_path / f"fresh{step}", "s"), step
+        assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items()
+                                            if not rel.endswith("pipe")}
+        assert kept.verify(f"s{step}") == []
+
+
+def test_folder_listings_are_compact_sorted_json():
+    from mlab.core.fs.tree_index import fragment
+
+    entries = [("a.py", {"sha256": "ab" * 32, "size": 10, "mode": 0o644}),
+               ('od"d\\\u00e9', {"size": 0, "mode": 0o600, "sha256": "cd" * 32}),
+               ("l", {"link": "../x \"y\"", "sha256": "ef" * 32, "size": 7, "mode": 0o777}),
+               ("odd", {"sha256": "not hex\"", "size": 1, "mode": 0o644}),
+               ("big", {"sha256": "01" * 32, "size": 2**40, "mode": 0o755})]
+    for name, entry in entries:
+        assert fragment(name, entry) == f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}"
+
+
+def test_a_first_snapshot_lstats_no_file_it_reads(ws, tmp_path, monkeypatch):
+    """The listing's file type says which names are folders, a new file's stat comes from the descriptor it is
+    read through: one lstat per file would be pure cost on the first snapshot."""
+    lstats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path, *args, dir_fd=None, follow_symlinks=True):
+        if dir_fd is not None:
+            lstats.append(os.fsdecode(path))
+        return real_stat(path, *args, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    os.symlink("top.py", ws / "link.py")
+    monkeypatch.setattr(os, "stat", counting_stat)
+    manifest = SnapshotStore(tmp_path / "run").take(ws, "s0")
+    assert lstats == ["link.py"]  # a link's own stat is its key: nothing opens a link
+    assert manifest_state(manifest) == state(ws)
+
+
 def test_a_torn_object_is_found_by_verify_and_never_reused_by_its_name(ws, tmp_path):
     store = SnapshotStore(tmp_path / "run")
     manifest = store.take(ws, "s0")
