@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -155,3 +157,58 @@ def test_a_driver_killed_9_loses_nothing_and_a_rerun_agrees_with_the_traces(tmp_
         assert log == [f"run {i}" for i in range(executed)]  # every step's effect exactly once
     rescored = evaluate_runs([out / r["run_dir"] for r in rows], registry=bench_registry())  # what `mlab eval` does
     assert [got["final"] for got in rescored] == [(r["final_score"], None) for r in rows]
+
+
+# ---- the zygote's batches ------------------------------------------------------------------------------
+def _jobs(bench_dir: Path, runs: int) -> tuple[Bench, list]:
+    spec = BenchSpec(tasks=[TASK], agents=["fixture-appender"], runs=runs, max_steps=5, agent_options={"steps": 2})
+    bench = Bench(bench_dir, spec, workers=runs, registry_factory=REGISTRY)
+    for sub in ("runs", "logs", ".jobs"):
+        (bench.dir / sub).mkdir(parents=True, exist_ok=True)
+    with ResultsDB(bench.dir / "results.db") as db:
+        bench._prepare_tasks(db)
+        jobs, _ = bench.plan(db)
+    return bench, [bench._job_dict(job) for job in jobs]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (S: asleep); "gone" once it has ended and been reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def test_a_batchs_runs_wait_forked_until_the_zygote_has_forked_them_all(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
+    bench, jobs = _jobs(tmp_path / "bench", 2)
+    code = "from mlab.core.bench.engines import zygote_main; zygote_main()"
+    zygote = subprocess.Popen([sys.executable, "-c", code, json.dumps(bench._settings())], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, bufsize=1, cwd=os.getcwd())
+    try:
+        assert json.loads(zygote.stdout.readline()) == {"ready": True}
+        zygote.stdin.write("".join(json.dumps(job) + "\n" for job in jobs))  # no blank line: the batch is open
+        zygote.stdin.flush()
+        started = [json.loads(zygote.stdout.readline()) for _ in jobs]
+        assert [m["started"] for m in started] == [job["key"] for job in jobs]
+        deadline = time.monotonic() + 60
+        for message in started:  # asleep before opening its log: waiting for the batch to be let go
+            while (state := _state(message["pid"])) != "S":
+                assert state not in ("Z", "gone"), "the forked run ran without waiting for its batch"
+                assert time.monotonic() < deadline, "the forked run never waited"
+                time.sleep(0.02)
+        assert not any(Path(job["log"]).exists() or Path(job["run_dir"]).exists() for job in jobs)
+        zygote.stdin.write("\n")  # the end of the batch
+        zygote.stdin.flush()
+        messages = []
+        while sum("exited" in m for m in messages) < len(jobs):
+            messages.append(json.loads(zygote.stdout.readline()))
+        exited = [m for m in messages if "exited" in m]
+        assert {m["progress"] for m in messages if "progress" in m} == {Path(j["run_dir"]).name for j in jobs}
+        assert sorted(m["exited"] for m in exited) == sorted(m["pid"] for m in started)
+        assert [m["code"] for m in exited] == [0, 0]
+        for job in jobs:
+            assert json.loads(Path(job["result"]).read_text())["status"] == "finished"
+    finally:
+        zygote.stdin.close()
+        zygote.wait(timeout=60)

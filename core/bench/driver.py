@@ -290,7 +290,8 @@ class Bench:
                         self._started(db, job)
                 for job in starting:
                     running[job.key] = job
-                    engine.submit(self._job_dict(job))
+                if starting:
+                    engine.submit([self._job_dict(job) for job in starting])
                 ended = engine.poll()
                 with db.transaction():
                     for job_dict, result in ended:

@@ -159,12 +159,16 @@ def _pipe_reporter(fd: int, name: str) -> Callable[[dict[str, Any]], None]:
     return report
 
 
-def _run_child(job: JobSpec, registry: Registry) -> int:
+def _run_child(job: JobSpec, registry: Registry, batch: _Batch) -> int:
     """In the forked worker: the run's own session and log; SIGINT (from the driver, or when the zygote dies)
     stops the run at once, leaving it resumable."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_parent(signal.SIGINT)
+    try:
+        batch.wait()
+    except KeyboardInterrupt:
+        return 130  # stopped before it began
     progress = _progress_pipe(1)
     log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -227,6 +231,7 @@ def zygote_main() -> None:
     say(ready=True)
     children: set[int] = set()
     stdin_open, pending = True, b""
+    batch: _Batch | None = None
     while stdin_open or children:
         # the raw descriptor, not sys.stdin: a buffered reader could hold a job line that select() cannot see
         if stdin_open and select.select([0], [], [], 0.02)[0]:
@@ -236,14 +241,20 @@ def zygote_main() -> None:
         elif not stdin_open:
             time.sleep(0.02)
         *lines, pending = pending.split(b"\n")
-        for line in filter(None, (raw.decode().strip() for raw in lines)):
-            job: JobSpec = json.loads(line)
+        for text in (raw.decode().strip() for raw in lines):
+            if not text:  # the batch is complete: its runs go
+                _Batch.release(batch)
+                batch = None
+                continue
+            job: JobSpec = json.loads(text)
             start_up.warm(job)
+            batch = batch or _Batch()
             pid = os.fork()
             if pid == 0:
                 code = 1
                 try:
-                    code = _run_child(job, registry)
+                    batch.join()
+                    code = _run_child(job, registry, batch)
                 except BaseException:
                     traceback.print_exc()
                 finally:
@@ -252,6 +263,9 @@ def zygote_main() -> None:
                     os._exit(code)
             children.add(pid)
             say(started=job["key"], pid=pid)
+        if not stdin_open:  # the driver is gone: nothing more will come
+            _Batch.release(batch)
+            batch = None
         while children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -262,6 +276,28 @@ def zygote_main() -> None:
                 break
             children.discard(pid)
             say(exited=pid, code=os.waitstatus_to_exitcode(status))
+
+
+class _Batch:
+    """The runs the driver submitted in one go: each waits, forked, until the zygote has forked them all, so the
+    zygote (which every later run waits for) does not compete for the CPU with runs starting up."""
+
+    def __init__(self) -> None:
+        self.go, self.hold = os.pipe()  # read end: EOF once the zygote closes the write end
+
+    def join(self) -> None:
+        """In the forked run: keep only the read end."""
+        os.close(self.hold)
+
+    def wait(self) -> None:
+        os.read(self.go, 1)  # returns at EOF: released, or the zygote died
+        os.close(self.go)
+
+    @staticmethod
+    def release(batch: _Batch | None) -> None:
+        if batch is not None:
+            os.close(batch.hold)
+            os.close(batch.go)
 
 
 class LocalEngine:
@@ -311,10 +347,12 @@ class LocalEngine:
     def capacity(self) -> int:
         return self.workers - len(self.running)
 
-    def submit(self, job: JobSpec) -> None:
-        self.running[job["key"]] = job
+    def submit(self, jobs: list[JobSpec]) -> None:
+        """Start the runs: the zygote forks them all, then lets them go together (a blank line ends the batch)."""
+        for job in jobs:
+            self.running[job["key"]] = job
         try:
-            self.to_zygote.write(json.dumps(job) + "\n")
+            self.to_zygote.write("".join(json.dumps(job) + "\n" for job in jobs) + "\n")
             self.to_zygote.flush()
         except (BrokenPipeError, OSError):
             pass  # noticed in poll(): the zygote has died

@@ -468,7 +468,11 @@ class RayEngine:
                                 "refs": [self.ray.put(block) for block in chunks(archive)]}
         return self.tasks[name]
 
-    def submit(self, job: JobSpec) -> None:
+    def submit(self, jobs: list[JobSpec]) -> None:
+        for job in jobs:
+            self._submit(job)
+
+    def _submit(self, job: JobSpec) -> None:
         # paths of the head mean nothing on a node: a node uses its own MLAB_HOME and temp space
         sent: JobSpec = {**job, "env": {k: v for k, v in job.get("env", {}).items()
                                         if k not in ("MLAB_HOME", "MLAB_DATA_DIR")}}
