@@ -285,18 +285,19 @@ class Bench:
                 starting: list[Job] = []
                 while queue and engine.capacity() - len(starting) > 0:
                     starting.append(queue.popleft())
-                with db.transaction():  # marked running before any of them can end
-                    for job in starting:
-                        self._started(db, job)
-                for job in starting:
-                    running[job.key] = job
                 if starting:
+                    with db.transaction():  # marked running before any of them can end
+                        for job in starting:
+                            self._started(db, job)
+                    for job in starting:
+                        running[job.key] = job
                     engine.submit([self._job_dict(job) for job in starting])
                 ended = engine.poll()
-                with db.transaction():
-                    for job_dict, result in ended:
-                        self._ended(db, by_key[job_dict["key"]], result, status)
-                        running.pop(job_dict["key"], None)
+                if ended:
+                    with db.transaction():
+                        for job_dict, result in ended:
+                            self._ended(db, by_key[job_dict["key"]], result, status)
+                            running.pop(job_dict["key"], None)
                 status.pending = len(queue)
                 if on_update:
                     shown = list(running.values())
