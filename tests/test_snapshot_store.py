@@ -318,6 +318,7 @@ def test_folder_listings_are_compact_sorted_json():
                ('od"d\\\u00e9', {"size": 0, "mode": 0o600, "sha256": "cd" * 32}),
                ("l", {"link": "../x \"y\"", "sha256": "ef" * 32, "size": 7, "mode": 0o777}),
                ("odd", {"sha256": "not hex\"", "size": 1, "mode": 0o644}),
+               ("odder", {"sha256": "\u00e9" * 64, "size": 1, "mode": 0o644}),
                ("big", {"sha256": "01" * 32, "size": 2**40, "mode": 0o755})]
     for name, entry in entries:
         assert fragment(name, entry) == f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}"

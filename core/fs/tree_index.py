@@ -40,7 +40,7 @@ def fragment(name: str, entry: Entry) -> str:
     file's entry (the common case) is formatted directly, at a fraction of json's cost."""
     if entry.keys() == _FILE_KEYS:
         mode, digest, size = entry["mode"], entry["sha256"], entry["size"]
-        if type(mode) is int and type(size) is int and type(digest) is str and digest.isalnum():
+        if type(mode) is int and type(size) is int and type(digest) is str and digest.isascii() and digest.isalnum():
             return f'{json.dumps(name)}:{{"mode":{mode},"sha256":"{digest}","size":{size}}}'
     return f"{json.dumps(name)}:{json.dumps(entry, sort_keys=True, separators=(',', ':'))}"
 
@@ -61,6 +61,7 @@ class Folder:
     stale: set[str] | None = field(default=None, repr=False)
     _texts: dict[str, str] = field(default_factory=dict, repr=False)  # name -> its text in the listing
     _order: list[str] = field(default_factory=list, repr=False)  # _texts' names, sorted
+    _sorted: bool = field(default=False, repr=False)  # whether _order holds exactly _texts' names
 
     def touched(self, name: str) -> None:
         """The entry `name` (file, link or subfolder) changed, appeared or went."""
@@ -81,9 +82,9 @@ class Folder:
         compact JSON with sorted keys (json.dumps' very bytes). Only the entries named stale are encoded
         again, so a step re-encodes what changed in a folder of thousands of files, not the folder."""
         texts = self._texts
-        reorder = self.stale is None
         if self.stale is None:
             texts.clear()
+            self._sorted = False
             names: set[str] | list[str] = [*self.files, *self.folders]
         else:
             names = self.stale
@@ -99,10 +100,11 @@ class Folder:
             elif had:
                 del texts[name]
             if had != (name in texts):
-                reorder = True
+                self._sorted = False  # kept false until sorted: an error (a full disk) midway loses nothing
         self.stale = set()
-        if reorder:
+        if not self._sorted:
             self._order = sorted(texts)
+            self._sorted = True
         return ("{" + ",".join(map(texts.__getitem__, self._order)) + "}").encode()
 
 
