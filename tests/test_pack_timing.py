@@ -55,8 +55,9 @@ def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu
     (workspace / "submission.csv").write_text("0.001\n")  # a recorded time is not what is scored
     score = task.evaluate(workspace, taskdata.hidden_dir(task))
     verdict = judge(score, task.fixed_baseline, task)
-    # Never a false success; the median of 5 interleaved CPU-time ratios still moves by up to ~15% beside a
-    # CPU-bound load on 2 cores (seen in CI), against 50-300% for a wall-clock time recorded under other load.
+    # Never a false success. Beside stress-ng on a machine other jobs kept at a load of 8-24, 5 scorings gave
+    # +0.5% to +6.3% (single-pass runs from folders of different names: up to 16% off); a wall-clock time
+    # recorded under other load is off by 50-300%.
     assert abs(verdict.improvement) < 0.25 and not verdict.success, verdict
 
 
@@ -149,8 +150,9 @@ def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_fast
     task, workspace = llama_workspace
     (workspace / "submission.csv").write_text("0.000001\n")  # a recorded time is not what is scored
     unchanged = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
-    # The median of 3 interleaved CPU-time ratios of a ~0.5 s part: a few % beside a busy loop on 2 cores.
-    assert abs(unchanged.improvement) < 0.1 and not unchanged.success, unchanged
+    # The median of 4 pair ratios of a ~0.5 s CPU-time part, timed once per run: down to -10.5% seen beside
+    # stress-ng on a machine other jobs kept busy; never a false success.
+    assert abs(unchanged.improvement) < 0.25 and not unchanged.success, unchanged
     # The reference: one forward pass instead of generate() for the single greedy token.
     shutil.copyfile(REFERENCE_DIR / "llama-inference" / "inference.py", workspace / "inference.py")
     faster = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)

@@ -2,8 +2,12 @@
 llama-inference).
 
 The scorer times the shipped starter and the submission back to back, interleaved, in the scoring sandbox, and
-the score is the median of the per-pair ratios (submission's time / starter's time): whatever else the machine
-does moves both alike, where a time compared with a baseline recorded under other load would not.
+the score is the median of the per-pair ratios (submission's time / starter's time): the two runs of a pair see
+about the same load, where a time compared with a baseline recorded under other load would not. Timers report
+the fastest of several repeats within a run where the timed part can be repeated (vectorization's forward pass):
+other load only ever adds CPU time (context switches cost cache). Beside `stress-ng --cpu 2` on a loaded 2-core
+machine one starter's single-pass CPU times ranged from 1.86 to 3.2 s, and each estimate from one pass per run
+(median ratio, ratio of the fastest runs) scored an unchanged starter 14-16% off in one of 5 scorings.
 
 Layout: `stage` (read-only to every timed command) holds the timer, `starter/`, `submission/` and the task's shared
 files; each timed run gets a fresh writable copy of its script folder in `scratch`, with links to the shared
@@ -25,7 +29,7 @@ from mlab.core import InvalidSubmission, ScoringContext
 
 from .base import PACKAGE_DIR
 
-REPETITIONS = 5  # starter/submission pairs; the median ratio shrugs off a pair hit by a burst of other load
+REPETITIONS = 4  # starter/submission pairs, half with the starter first
 # One thread: CPU time then equals the work done, and more threads cannot pass for a faster algorithm.
 SINGLE_THREAD = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
 WHO = ("starter", "submission")
@@ -56,7 +60,10 @@ def stage_task_files(source: Path, stage: Path, names: Iterable[str], *, link: b
 
 def _timed_run(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, who: str, what: str,
                shared: Iterable[str]) -> Report:
-    run_dir, home = scratch / who, scratch / "home"
+    # One folder for every run: the starter and the submission then start with the same argv and environment.
+    # Run from folders of different names, two identical scripts differed by up to 14% for a whole scoring,
+    # consistently (their stacks sit at other alignments), and by other amounts in other scorings.
+    run_dir, home = scratch / "run", scratch / "home"
     for folder in (run_dir, home):
         shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(stage / who, run_dir, symlinks=True)
@@ -84,9 +91,12 @@ def _timed_run(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, who:
 def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, *, what: str,
                       shared: Iterable[str] = (), repetitions: int = REPETITIONS,
                       difference: Callable[[Report, Report], str | None] | None = None) -> float:
-    """Median over back-to-back pairs of (submission's time / starter's time). `timer` (a script of the pack) is
-    run as `python TIMER RUN_FOLDER STARTER_FOLDER` with the stage as its working directory; `difference` says
-    how the submission's result differs from the starter's (InvalidSubmission), or None."""
+    """The median over `repetitions` back-to-back pairs (an even number: half with the starter first, so neither
+    gets more of the runs that come second) of the submission's time over the starter's. `timer` (a script of the
+    pack) is run as `python TIMER RUN_FOLDER STARTER_FOLDER` with the stage as its working directory;
+    `difference` says how the submission's result differs from the starter's (InvalidSubmission), or None."""
+    if repetitions < 2 or repetitions % 2:
+        raise ValueError(f"timing needs an even number of pairs, not {repetitions}")
     shutil.copyfile(PACKAGE_DIR / timer, stage / timer)
     shared = list(shared)
     ratios = []

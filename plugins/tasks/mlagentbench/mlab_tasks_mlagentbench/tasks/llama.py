@@ -4,11 +4,11 @@ starter's, both timed by the scorer.
 The original shipped no evaluation script and no baseline number; the time inference.py records itself was
 measured once, under whatever load the machine had then. Ours times the shipped starter and the submission back
 to back, interleaved, in the scoring sandbox (time_generation.py times the part between the fixed setup and the
-fixed footer), and the score is the median ratio of their times: 1 is the starter's speed, so the fixed baseline
-is 1 and improvement is 1 - ratio, the same under any load. The model is a LLaMA-7B checkpoint in Hugging Face
-format, given as a local copy or fetched from the Hub, and copied into the prepared task (model/, read-only): a
-host path would not resolve inside a sandbox that hides /tmp or the task home; the scorer gives the timed scripts
-their own copy (or hard links in a read-only folder) of the prepared files.
+fixed footer), and the score is the median ratio of their times over 4 pairs: 1 is the starter's speed,
+so the fixed baseline is 1 and improvement is 1 - ratio, the same under any load. The model is a LLaMA-7B
+checkpoint in Hugging Face format, given as a local copy or fetched from the Hub, and copied into the prepared
+task (model/, read-only): a host path would not resolve inside a sandbox that hides /tmp or the task home; the
+scorer gives the timed scripts their own copy (or hard links in a read-only folder) of the prepared files.
 """
 from __future__ import annotations
 
@@ -39,8 +39,6 @@ CONFIG_FILE = "inference_config.json"
 TASK_FILES = (MODEL_FOLDER, DATA_FOLDER, CONFIG_FILE)  # what every timed script reads from the prepared task
 TIMER = "time_generation.py"
 STARTER_FOLDER = "llama-inference"  # below files/: the shipped starter, timed beside every submission
-# Pairs timed: every run loads the model again (minutes for a 7B one), so fewer than vectorization's five.
-REPETITIONS = 3
 
 
 def models_dir() -> Path:
@@ -159,5 +157,4 @@ class LlamaInference(MLAgentBenchTask):
             shutil.copytree(FILES_DIR / STARTER_FOLDER, stage / "starter")
             shutil.copytree(workspace, stage / "submission", symlinks=True,
                             ignore=lambda folder, names: _task_files(workspace, Path(folder), names))
-            return interleaved_ratio(ctx, stage, scratch, TIMER, what="generation", shared=TASK_FILES,
-                                     repetitions=REPETITIONS)
+            return interleaved_ratio(ctx, stage, scratch, TIMER, what="generation", shared=TASK_FILES)
