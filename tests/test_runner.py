@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,36 @@ def test_sigkill_at_random_moments_then_resume(tmp_path, mlab_home, seed):
             proc = start_harness(run_dir, "--resume", "--steps", str(steps), "--sleep", "0.4")
     finish(proc)
     assert_consistent(run_dir, steps)
+
+
+# writes into the workspace every 0.2 s for 30 s: whenever the resumed run starts, the ghost is still at it
+GHOST = "import time\nfor _ in range(150):\n    time.sleep(0.2)\n    open('log.txt', 'a').write('ghost\\n')"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+def test_resume_ends_commands_the_killed_harness_left_running_before_it_restores(tmp_path, mlab_home):
+    """A killed harness's commands die through parent-death signals, which a loaded machine may deliver late: a
+    command that outlives it (here one made to, in a PID namespace of its own, working in the workspace) must not
+    write into the resumed run."""
+    run_dir = tmp_path / "run"
+    proc = start_harness(run_dir, "--steps", "8", "--sleep", "0.3")
+    while not proc.stdout.readline().startswith("STEP 2"):
+        assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    ghost = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", GHOST], cwd=run_dir / "workspace")
+    try:
+        if ghost.poll() not in (None, 0):
+            pytest.skip("unshare --pid is not allowed here")
+        finish(start_harness(run_dir, "--resume", "--steps", "8", "--sleep", "0.3"))
+        assert ghost.wait(timeout=10) != 0  # killed by the resume (it would write for 30 s)
+    finally:
+        if ghost.poll() is None:
+            ghost.kill()
+        ghost.wait()
+    assert_consistent(run_dir, 8)
+    assert "ended 1 command(s) of the earlier harness" in (run_dir / "errors.log").read_text()
 
 
 def test_resume_of_finished_run_is_refused(tmp_path, mlab_home):

@@ -438,3 +438,26 @@ def test_the_zygote_confines_for_a_harness_that_is_not_root(tmp_path):
         assert (ws / "made.txt").read_text() == "xx" and (ws / "made.txt").stat().st_uid == 65534
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_finished_run_ends_its_zygote(tmp_path, monkeypatch):
+    """The runner lets go of its sandbox when the run ends: the zygote that ran its commands is gone at once, not
+    after its idle time (the runner is still referenced, so no garbage collection ends it)."""
+    from mlab.core import RunConfig
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.runner import Runner
+
+    zygotes = []
+    original = LocalSandbox.popen
+
+    def watched(self, argv, spec):
+        proc = original(self, argv, spec)
+        zygotes.extend(z.proc for z in self._zygotes.values() if z.proc not in zygotes)
+        return proc
+
+    monkeypatch.setattr(LocalSandbox, "popen", watched)
+    runner = Runner(tmp_path / "run", RunConfig(task="lite/wine", agent="baseline", sandbox="local"), load_registry())
+    trace = runner.start()
+    assert trace.final_score is not None, trace.final_score_error
+    assert zygotes, "the run's commands came from no zygote"
+    assert wait_until(lambda: all(proc.poll() is not None for proc in zygotes), 10)

@@ -138,7 +138,7 @@ class Runner:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
                                  on_call=lambda event: self._notify("llm_call_finished", event),
                                  **client_options(self.config))
-        sandbox = self.harness.new_sandbox()
+        self.sandbox = sandbox = self.harness.new_sandbox()
         self.warnings = [f"sandbox {sandbox.name}: {note}" for note in sandbox.limitations()]
         if self.task.resources.network_at_run_time:
             self.warnings.append(f"task {self.task.name} needs the network at run time, so agent code can reach the "
@@ -192,6 +192,15 @@ class Runner:
         self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
         return self._loop(trace)
 
+    def _end_leftovers(self) -> None:
+        """Commands of the killed harness still dying in the workspace would write into it after the restore."""
+        from mlab.core.sandbox.leftovers import end_leftover_commands
+
+        left = end_leftover_commands(self.workspace)
+        if left:
+            append_error(self.run_dir, f"resume: ended {len(left)} command(s) of the earlier harness still running "
+                                       f"in the workspace (pids {', '.join(map(str, left))})")
+
     def resume(self) -> Trace:
         self.task.check_runnable()
         trace = read_trace(self.run_dir)
@@ -199,6 +208,7 @@ class Runner:
             raise MlabError(f"run {str(self.run_dir)!r} already ended ({trace.status}: {trace.end_reason})")
         self._build()
         self._drop_torn_steps(trace)
+        self._end_leftovers()
         last = trace.steps[-1] if trace.steps else None
         self._store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
         if last:
@@ -312,6 +322,7 @@ class Runner:
         finally:
             self.live.end()
             self.env.close()
+            self.sandbox.close()
         return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
 
     def _snapshot(self, name: str, trace: Trace) -> str:

@@ -80,6 +80,11 @@ class Sandbox(ABC):
                     "processes an agent's code starts is not bounded (a fork bomb is stopped only by the timeout)"]
         return []
 
+    def close(self) -> None:
+        """Let go of what the sandbox keeps between commands (the local sandbox's zygote); the owner of a run's
+        sandbox calls it when the run ends. A later command starts afresh."""
+        return None
+
     @abstractmethod
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
         """Start argv confined per spec, stdout and stderr merged into one pipe."""
