@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from mlab.core.hookspecs import hookimpl
     from mlab.core.llm.backend import LLM
     from mlab.core.llm.client import LLMClient
+    from mlab.core.llm.proxy import LLM_PROXY_SOCKET_ENV, HttpUpstream, LLMProxy, ProxyBudget, ProxyUsage
     from mlab.core.models import (
         Action,
         BaselineMeasured,
@@ -57,6 +58,8 @@ _EXPORTS: dict[str, str] = {
     "hookimpl": "mlab.core.hookspecs",
     "LLM": "mlab.core.llm.backend",
     "LLMClient": "mlab.core.llm.client",
+    **dict.fromkeys(["LLM_PROXY_SOCKET_ENV", "HttpUpstream", "LLMProxy", "ProxyBudget", "ProxyUsage"],
+                    "mlab.core.llm.proxy"),
     **dict.fromkeys(["Action", "BaselineMeasured", "Completion", "LLMCallFinished", "Message", "RunConfig",
                      "RunFinished", "RunStarted", "Step", "StepFinished", "StopRun", "SubmissionScored",
                      "TaskPrepared", "Trace", "Usage"], "mlab.core.models"),
@@ -78,6 +81,7 @@ __all__ = [
     "Resources", "RootView", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "ScoringContext", "Step",
     "StepFinished", "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
     "extra_read_only", "root_view", "scoring_context", "VALIDATE_SUBMISSION", "ValidationSplit", "Lazy",
+    "LLMProxy", "ProxyBudget", "ProxyUsage", "HttpUpstream", "LLM_PROXY_SOCKET_ENV",
 ]
 
 

@@ -365,7 +365,8 @@ def test_without_namespaces_local_refuses_and_unconfined_must_be_asked_for_by_na
 
     monkeypatch.setattr(local, "namespace_prefix", lambda: None)
     registry = load_registry_with_fixtures()
-    registry.items["sandboxes"].pop("bwrap", None)  # as on a machine without bubblewrap
+    # as on a machine without bubblewrap (the registry is shared by the whole session: put back afterwards)
+    monkeypatch.delitem(registry.items["sandboxes"], "bwrap", raising=False)
     with pytest.raises(MlabError, match="sandbox 'local' is not available here: no mount, PID and network "
                                         "namespaces.*--sandbox unconfined"):
         resolve_sandbox(registry, "local")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import InvalidSubmission
-from mlab.core.llm.proxy import Budget, LLMProxy, Reply
+from mlab.core.llm.proxy import LLMProxy, ProxyBudget, Reply
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harnesses import check_task
@@ -168,11 +168,11 @@ def test_proxy_counts_calls_and_tokens_and_refuses_beyond_the_budget(tmp_path):
         seen.append(max_tokens)
         return Reply(text="fine", prompt_tokens=30, completion_tokens=10)
 
-    with LLMProxy(upstream, Budget(max_calls=3, max_tokens=100, max_tokens_per_call=64), tmp_path) as proxy:
+    with LLMProxy(upstream, ProxyBudget(max_calls=3, max_tokens=100, max_tokens_per_call=64), tmp_path) as proxy:
         ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 500}
         answers = [_post(proxy.socket_path, ask) for _ in range(4)]
         malformed = _post(proxy.socket_path, {"prompt": "no messages"})
-    with LLMProxy(upstream, Budget(max_calls=3, max_tokens=100), tmp_path) as small:
+    with LLMProxy(upstream, ProxyBudget(max_calls=3, max_tokens=100), tmp_path) as small:
         huge = _post(small.socket_path, {"messages": [{"role": "user", "content": "word " * 200}]})
     assert huge[0] == 429 and small.usage.refused == 1 and len(seen) == 3  # never sent upstream
     # a call goes through while tokens are left (80 of 100 after two), then the budget is spent
@@ -190,7 +190,7 @@ def test_proxy_reports_an_upstream_failure_without_spending_budget(tmp_path):
     def upstream(messages, max_tokens, temperature):
         raise ConnectionError("endpoint down")
 
-    with LLMProxy(upstream, Budget(max_calls=1, max_tokens=100), tmp_path) as proxy:
+    with LLMProxy(upstream, ProxyBudget(max_calls=1, max_tokens=100), tmp_path) as proxy:
         status, answer = _post(proxy.socket_path, {"messages": [{"role": "user", "content": "hi"}]})
     assert status == 502 and "endpoint down" in answer["error"]["message"]
     assert proxy.usage.calls == 0 and proxy.usage.failed == 1
@@ -362,7 +362,7 @@ def test_a_tool_that_loops_on_calls_is_cut_off_by_the_budget_and_scored_on_what_
                                                                                           monkeypatch):
     from mlab_tasks_mlagentbench.tasks import tools
 
-    monkeypatch.setattr(tools, "SCORING_BUDGET", Budget(max_calls=4, max_tokens=10_000))
+    monkeypatch.setattr(tools, "SCORING_BUDGET", ProxyBudget(max_calls=4, max_tokens=10_000))
     task = get_task("bibtex-generation")
     workspace = prepared_workspace(task, tmp_path)
     (workspace / "bibtex_generation.py").write_text(LOOPING_TOOL % "refused < 50")
@@ -377,7 +377,7 @@ def test_a_tool_that_never_stops_is_cut_off_by_the_time_limit_and_scored_on_what
                                                                                           monkeypatch):
     from mlab_tasks_mlagentbench.tasks import tools
 
-    monkeypatch.setattr(tools, "SCORING_BUDGET", Budget(max_calls=4, max_tokens=10_000))
+    monkeypatch.setattr(tools, "SCORING_BUDGET", ProxyBudget(max_calls=4, max_tokens=10_000))
     monkeypatch.setattr(tools, "SECONDS_PER_INPUT", 6.0)
     task = get_task("bibtex-generation")
     workspace = prepared_workspace(task, tmp_path)

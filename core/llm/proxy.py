@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 # The variable that tells a tool (llm_tool.py) where the proxy listens; set only for commands that may use it.
-SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
+LLM_PROXY_SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
 SOCKET_NAME = "llm.sock"
 MAX_BODY_BYTES = 4 * 2**20  # a request larger than this is refused unread
 CHARS_PER_TOKEN = 4  # the estimate for an upstream that reports no usage
 
 
 @dataclass(frozen=True)
-class Budget:
+class ProxyBudget:
     """What the proxy lets through: calls, and tokens (prompt plus completion) over all of them."""
 
     max_calls: int
@@ -123,12 +123,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class LLMProxy:
     """The proxy's server, run in a thread while the block runs:
 
-        with LLMProxy(upstream, Budget(20, 40_000), folder) as proxy:
-            ... run a command with {SOCKET_ENV: str(proxy.socket_path)} in its environment ...
+        with LLMProxy(upstream, ProxyBudget(20, 40_000), folder) as proxy:
+            ... run a command with {LLM_PROXY_SOCKET_ENV: str(proxy.socket_path)} in its environment ...
         proxy.usage.summary()
     """
 
-    def __init__(self, upstream: Upstream, budget: Budget, folder: Path | str | None = None):
+    def __init__(self, upstream: Upstream, budget: ProxyBudget, folder: Path | str | None = None):
         self.upstream = upstream
         self.budget = budget
         self.usage = ProxyUsage()

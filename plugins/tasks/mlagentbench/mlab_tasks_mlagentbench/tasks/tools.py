@@ -22,8 +22,20 @@ import sys
 import time
 from pathlib import Path
 
-from mlab.core import InvalidSubmission, Metric, MlabError, PrepareContext, Resources, extra_read_only, scoring_context
-from mlab.core.llm.proxy import SOCKET_ENV, Budget, HttpUpstream, LLMProxy, ProxyUsage
+from mlab.core import (
+    LLM_PROXY_SOCKET_ENV,
+    HttpUpstream,
+    InvalidSubmission,
+    LLMProxy,
+    Metric,
+    MlabError,
+    PrepareContext,
+    ProxyBudget,
+    ProxyUsage,
+    Resources,
+    extra_read_only,
+    scoring_context,
+)
 
 from ..base import FILES_DIR, PACK, MLAgentBenchTask, copy_files
 from ..toolcheck import BIBTEX_WEIGHTS, REVIEW_WEIGHTS, Corpus, check_bibtex, check_review, read, weighted
@@ -40,7 +52,7 @@ INPUTS_FILE, UPSTREAM_FILE = "inputs.json", "llm_upstream.json"
 USAGE_LOG = "scoring_llm_usage.jsonl"  # in the task's folder, beside baseline.json: the scorer's model use
 # What the tool may spend on one hidden input: a working tool needs a handful of calls; a looping one is cut off
 # and scored on what it wrote.
-SCORING_BUDGET = Budget(max_calls=30, max_tokens=60_000, max_tokens_per_call=2048)
+SCORING_BUDGET = ProxyBudget(max_calls=30, max_tokens=60_000, max_tokens_per_call=2048)
 SECONDS_PER_INPUT = 240.0
 
 
@@ -153,7 +165,7 @@ class ToolTask(MLAgentBenchTask):
                 argv = [sys.executable, str(tool / self.tool_script), *self.tool_command(item, inputs, outputs, n)]
                 # a proxy per input: each input gets the whole budget, whatever the tool spent before
                 with LLMProxy(upstream, SCORING_BUDGET, scratch / f"llm-{n}") as proxy:
-                    result = ctx.run(argv, tool, scratch, env={SOCKET_ENV: str(proxy.socket_path)},
+                    result = ctx.run(argv, tool, scratch, env={LLM_PROXY_SOCKET_ENV: str(proxy.socket_path)},
                                      timeout_s=SECONDS_PER_INPUT)
                 usages.append(proxy.usage)
                 if result.exit_code != 0:
