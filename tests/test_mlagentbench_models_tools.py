@@ -22,6 +22,7 @@ from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
 from tests.fixtures.harnesses import check_task
+from tests.fixtures.llm_server import send_json
 from tests.fixtures.mlagentbench import text
 
 QUIET = {"log": lambda _m: None}
@@ -170,12 +171,7 @@ class FakeLLM(http.server.BaseHTTPRequestHandler):
             reply = {"content": [{"type": "text", "text": "Dogs have 18 toes."}]}
         else:
             reply = {"choices": [{"message": {"role": "assistant", "content": "Dogs have 18 toes."}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, reply)
 
     def log_message(self, *args):
         pass

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from test_sandbox import make_env, run
 
+from tests.fixtures.users import as_nobody
+
 SANDBOXES = ["local", "bwrap", "docker"]
 REPO = Path(__file__).resolve().parents[1]
 
@@ -194,13 +196,7 @@ def test_the_local_sandbox_confines_a_harness_that_is_not_root(host_dir):
     from mlab.core.sandbox.local import confine_program, plan_of
     from mlab.core.sandbox.rootfs import root_view
 
-    system_python, setpriv = shutil.which("python3", path="/usr/bin:/bin"), shutil.which("setpriv")
-    if os.geteuid() != 0 or not system_python or not setpriv:
-        pytest.skip("needs root (to become another user), setpriv and a system python3")
-    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
-                            "--map-root-user", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("this kernel allows no unprivileged user namespaces")
+    system_python, setpriv = as_nobody()
     folder = host_dir  # pytest's own tmp_path is open to root alone
     ws = folder / "ws"
     ws.mkdir()

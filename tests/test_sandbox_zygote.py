@@ -20,6 +20,7 @@ from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, confine_program, namespace_prefix, plan_of
 from mlab.core.sandbox.rootfs import root_view
 from mlab.core.sandbox.zygote import NotForZygote
+from tests.fixtures.users import as_nobody
 
 pytestmark = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
 
@@ -405,13 +406,7 @@ print("zygote exit", outer.wait())
 def test_the_zygote_confines_for_a_harness_that_is_not_root(tmp_path):
     """Run by an unprivileged user, the zygote makes a user namespace of its own once, and each command it
     forks gets its own PID namespace and /proc and the same file system: root only inside, no host home."""
-    system_python, setpriv = shutil.which("python3", path="/usr/bin:/bin"), shutil.which("setpriv")
-    if os.geteuid() != 0 or not system_python or not setpriv:
-        pytest.skip("needs root (to become another user), setpriv and a system python3")
-    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user",
-                            "--map-root-user", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("this kernel allows no unprivileged user namespaces")
+    system_python, setpriv = as_nobody()
     base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path.home()
     folder = base / f"mlab-zygote-{uuid.uuid4().hex[:10]}"  # pytest's own tmp_path is open to root alone
     ws = folder / "ws"

@@ -21,6 +21,7 @@ from mlab.core.llm.proxy import LLMProxy, ProxyBudget, Reply
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harnesses import check_task
+from tests.fixtures.llm_server import send_json
 
 QUIET = {"log": lambda _m: None}
 SECRET = "secret-key-7731"
@@ -97,14 +98,8 @@ class ScriptedModel(http.server.BaseHTTPRequestHandler):
         prompt = body["messages"][-1]["content"]
         ScriptedModel.calls.append((self.headers.get("Authorization"), prompt))
         text = scripted_answer(prompt)
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}],
-                           "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}}
-                          ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"choices": [{"message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}})
 
     def log_message(self, *args):
         pass
