@@ -125,7 +125,8 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
     # What the agent gets: the starter and the data, and no answers.
     public, hidden = task_dir(home, name) / "public", task_dir(home, name) / "hidden"
     assert files_below(public) == {"train.py", "data/train.csv", "data/test.csv", "data/valid.csv"}
-    assert files_below(hidden) == {"answers.csv", "valid_answers.csv"}
+    # the training file without the validation rows, for runs with --allow-validate
+    assert files_below(hidden) == {"answers.csv", "valid_answers.csv", "without_validation/data/train.csv"}
     train, test, answers = (read_rows(public / "data/train.csv"), read_rows(public / "data/test.csv"),
                             read_rows(hidden / "answers.csv"))
     assert task.target in train[0] and task.target not in test[0]
