@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -12,19 +11,10 @@ import pytest
 
 from mlab.core.errors import MlabError
 from mlab.core.run.trace_log import read_log
-from tests.fixtures.bench_cli import REGISTRY, mlab, start
+from tests.fixtures.bench_cli import REGISTRY, db_rows, mlab, start
 from tests.fixtures.bench_plugins import SCENARIOS
 
 TASK = "fixture/counter"
-
-
-def db_rows(bench: Path, sql: str = "SELECT * FROM runs ORDER BY agent, llm, seed") -> list[dict]:
-    conn = sqlite3.connect(bench / "results.db")
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
 
 
 def wait_for(condition, what: str, proc: subprocess.Popen, timeout: float = 120, every: float = 0.1) -> None:

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlab.core.errors import MlabError
-from tests.fixtures.bench_cli import REGISTRY, REPO, command, env, mlab
+from tests.fixtures.bench_cli import REGISTRY, REPO, command, db_rows, env, mlab
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -336,12 +336,7 @@ def _progress_steps(out: Path) -> dict[str, int]:
 
 
 def _rows(out: Path) -> list[dict]:
-    conn = sqlite3.connect(out / "results.db")
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY key")]
-    finally:
-        conn.close()
+    return db_rows(out, "SELECT * FROM runs ORDER BY key")
 
 
 @pytest.mark.slow

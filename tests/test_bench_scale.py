@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,19 +18,14 @@ from mlab.core.bench.evaluate import evaluate_runs
 from mlab.core.bench.results import ResultsDB
 from mlab.core.run.trace_log import load_trace, read_log
 from mlab.core.view.live import run_in_progress
-from tests.fixtures.bench_cli import REGISTRY, mlab, start
+from tests.fixtures.bench_cli import REGISTRY, db_rows, mlab, start
 from tests.fixtures.bench_plugins import PROBE_LOG_ENV, bench_registry
 
 TASK = "fixture/counter"
 
 
 def rows_of(bench: Path) -> list[dict]:
-    conn = sqlite3.connect(bench / "results.db")
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY seed")]
-    finally:
-        conn.close()
+    return db_rows(bench, "SELECT * FROM runs ORDER BY seed")
 
 
 # ---- progress over the pipe ---------------------------------------------------------------------------
