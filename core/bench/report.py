@@ -25,7 +25,7 @@ from mlab.core.bench.metrics import (
     performance_profiles,
 )
 from mlab.core.bench.report_formats import Column, ReportTable, to_rich
-from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_runs, summarize
+from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_records, summarize
 from mlab.core.bench.run_folders import is_bench, runs_in
 from mlab.core.errors import MlabError
 from mlab.core.run.scoring import Verdict
@@ -139,7 +139,7 @@ def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
     with ResultsDB.open_existing(bench_dir) as db:
         rows, records = db.runs(), db.records()
         baselines, sources = bench_baselines(db, records, TaskHome.from_env())
-        judged = judge_runs(db, TaskHome.from_env())  # the same judgement `mlab eval` stores
+        judged = judge_records(records, baselines, sources)  # the same judgement `mlab eval` stores
         steps, versions = db.step_scores(), db.plugin_versions()
     groups = all_groups(records, baselines)
     verdicts = {key: j.verdict for key, j in judged.items()}

@@ -267,12 +267,17 @@ def judge_runs(db: ResultsDB, home: TaskHome, store: bool = False) -> dict[str, 
     """Every run of a bench judged by the one rule against the bench's baselines; `mlab eval` stores them in
     the database after scoring, the bench stores them when it ends, and the report reads the same numbers."""
     records = db.records()
-    baselines, sources = bench_baselines(db, records, home)
-    judged = {r.key: Judged(baselines.get(r.task), sources.get(r.task, "missing"),
-                            judge(r.final_score, baselines.get(r.task), r.rule)) for r in records}
+    judged = judge_records(records, *bench_baselines(db, records, home))
     if store:
         db.store_verdicts(judged)
     return judged
+
+
+def judge_records(records: list[RunRecord], baselines: dict[str, float | None],
+                  sources: dict[str, str]) -> dict[str, Judged]:
+    """Runs judged by the one rule against the given bench baselines (bench_baselines' answer)."""
+    return {r.key: Judged(baselines.get(r.task), sources.get(r.task, "missing"),
+                          judge(r.final_score, baselines.get(r.task), r.rule)) for r in records}
 
 
 class _TaskName:
