@@ -224,13 +224,27 @@ def check_report_shows_the_graph(run_dir: Path, out_dir: Path) -> None:
     assert as_json.returncode == 0, as_json.stderr
     (run,) = json.loads(as_json.stdout)["runs"]
     graph = run["solution_graph"]
-    assert graph["direction"] == "higher"
+    assert graph["direction"] == "higher" and graph["best"] == 6
     assert [(n["node"], n["parents"], n["operator"], n["status"], n["fitness"], n["best"]) for n in graph["nodes"]] \
         == [(1, "-", "draft", "ok", 0.8, False), (2, "-", "draft", "buggy", None, False),
             (3, "-", "draft", "ok", 0.9, False), (4, "2", "debug", "buggy", None, False),
             (5, "4", "debug", "ok", 0.85, False), (6, "3", "improve", "ok", 0.93, True),
             (7, "6", "improve", "ok", 0.91, False)]
     assert "ValueError" in graph["nodes"][1]["plan"]
+
+
+def test_the_report_shows_the_agents_own_pick_of_the_best_node_and_ranks_nothing_itself():
+    from mlab.core.run.solution_graph import graph_in
+
+    nodes = [{"id": 1, "parents": [], "operator": "draft", "status": "ok", "fitness": 0.9},
+             {"id": 2, "parents": [1], "operator": "improve", "status": "ok", "fitness": 0.7}]
+    picked = graph_in({"graph": {"direction": "higher", "best": 2, "nodes": nodes}})
+    assert picked is not None and [row["best"] for row in picked.rows()] == [False, True]
+    assert picked.payload()["best"] == 2
+    unnamed = graph_in({"graph": {"direction": "higher", "nodes": nodes}})
+    assert unnamed is not None and not any(row["best"] for row in unnamed.rows())
+    stale = graph_in({"graph": {"direction": "higher", "best": 9, "nodes": nodes}})
+    assert stale is not None and stale.best() is None
 
 
 def test_mcts_follows_uct_and_debugs_a_failed_draft_on_a_lower_is_better_task(tmp_path):

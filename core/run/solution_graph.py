@@ -1,11 +1,13 @@
 """The solution graph a search agent keeps in its state (`state_dict()["graph"]`), as the report and the viewer read
 it. The convention (CONTRIBUTING, "Agents that search"): `{"direction": "higher"|"lower", "nodes": [{"id",
-"parents", "operator", "status", "fitness", "plan", ...}]}`; extra node fields are ignored."""
+"parents", "operator", "status", "fitness", "plan", ...}], "best": id | null}`; extra node fields are ignored.
+Which node is best is the agent's call (its own ranking, ties and all), recorded in `best`: the report shows that
+pick and never ranks nodes itself."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlab.core.models import Trace
 
@@ -29,17 +31,15 @@ class SolutionGraph(BaseModel):
 
     direction: Literal["higher", "lower"]
     nodes: list[GraphNode]
+    best_id: int | None = Field(default=None, alias="best")
 
     def best(self) -> GraphNode | None:
-        """The ok node with the best fitness; ties go to the earlier node (as the search agent picks it)."""
-        scored = [n for n in self.nodes if n.status == "ok" and n.fitness is not None]
-        if not scored:
-            return None
-        sign = 1.0 if self.direction == "higher" else -1.0
-        return min(scored, key=lambda n: (-sign * float(n.fitness or 0.0), n.id))
+        """The node the agent named best, None when it named none (or a node the graph does not hold)."""
+        return next((n for n in self.nodes if n.id == self.best_id), None)
 
     def payload(self) -> dict[str, Any]:
-        return {"direction": self.direction, "nodes": self.rows()}
+        best = self.best()
+        return {"direction": self.direction, "best": best.id if best else None, "nodes": self.rows()}
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per node, the best marked: what the report's table and the viewer's panel show."""

@@ -95,7 +95,10 @@ class SolutionGraph:
         return "\n".join(lines)
 
     def state(self) -> dict[str, Any]:
-        return {"direction": self.direction, "nodes": [asdict(n) for n in self.nodes]}
+        """The graph as the agent's state keeps it; `best` is read by `mlab report` and `mlab view`."""
+        best = self.best()
+        return {"direction": self.direction, "best": best.id if best else None,
+                "nodes": [asdict(n) for n in self.nodes]}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> SolutionGraph:
