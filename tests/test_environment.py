@@ -428,6 +428,57 @@ def test_undo_after_append_copy_and_delete(env):
     assert err and "no earlier version" in obs
 
 
+def test_undo_after_many_appends_restores_each_version_exactly(env):
+    versions = [SCRIPT]
+    for i in range(5):
+        act(env, "Append File", file_name="train.py", content=f"print({i})\n")
+        versions.append(versions[-1] + f"print({i})\n")
+    act(env, "Append File", file_name="fresh.txt", content="one\n")
+    act(env, "Append File", file_name="fresh.txt", content="two\n")
+    assert (env.workspace / "train.py").read_text() == versions[-1]
+    resumed = Environment(env.s)  # the versions kept survive a resume
+    resumed.load_state_dict(json.loads(json.dumps(env.state_dict())))
+    for expected in reversed(versions[:-1]):
+        obs, err = act(resumed, "Undo Edit Script", script_name="train.py")
+        assert not err and (resumed.workspace / "train.py").read_text() == expected
+    assert "no earlier version" in act(resumed, "Undo Edit Script", script_name="train.py")[0]
+    act(resumed, "Undo Edit Script", script_name="fresh.txt")
+    assert (resumed.workspace / "fresh.txt").read_text() == "one\n"
+
+
+def test_append_adds_in_place_and_keeps_mode(env):
+    """An append writes only the new bytes (the file keeps its inode and mode), not a rewritten copy."""
+    log = env.workspace / "log.txt"
+    log.write_text("a\n")
+    log.chmod(0o600)
+    before = log.stat()
+    assert act(env, "Append File", file_name="log.txt", content="b\n") == ("Appended 2 characters to log.txt.", False)
+    after = log.stat()
+    assert log.read_text() == "a\nb\n" and after.st_ino == before.st_ino and after.st_mode == before.st_mode
+
+
+def test_append_to_a_hard_linked_file_leaves_the_other_link_alone(env, tmp_path):
+    """A workspace file hard-linked to one elsewhere (agent code can make such links) is replaced, never
+    written through: the other name keeps its content."""
+    other = tmp_path / "outside_hardlink.txt"
+    other.write_text("outside\n")
+    os.link(other, env.workspace / "linked.txt")
+    obs, err = act(env, "Append File", file_name="linked.txt", content="more\n")
+    assert not err, obs
+    assert other.read_text() == "outside\n"
+    assert (env.workspace / "linked.txt").read_text() == "outside\nmore\n"
+    act(env, "Undo Edit Script", script_name="linked.txt")
+    assert (env.workspace / "linked.txt").read_text() == "outside\n" and other.read_text() == "outside\n"
+
+
+def test_append_tells_the_snapshot_what_changed(env):
+    env.s.store.record(env.workspace, "before")
+    act(env, "Append File", file_name="train.py", content="print(2)\n")
+    assert env.s.store.changes.paths == {"train.py"}
+    manifest = env.s.store.take(env.workspace, "after", changes=env.s.store.changes)
+    assert manifest["train.py"]["size"] == len(SCRIPT) + 9
+
+
 def test_load_state_dict_tolerates_junk(env):
     for junk in [None, {}, {"backups": None}, {"backups": {"a": None, "b": [1, None]}}, "x"]:
         env.load_state_dict(junk)

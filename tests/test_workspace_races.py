@@ -20,6 +20,7 @@ import pytest
 from mlab.core.bench.evaluate import evaluate_runs
 from mlab.core.errors import EnvError
 from mlab.core.fs.dirfd import MAX_DEPTH, open_root, remove_at
+from mlab.core.run.edit_history import EditHistory
 from mlab.core.run.env_settings import EnvSettings
 from mlab.core.run.read_only_guard import ReadOnlyGuard
 from mlab.core.run.snapshot import SnapshotStore
@@ -152,6 +153,25 @@ def test_write_file_during_the_swap_creates_nothing_outside(swapped, tmp_path):
         except EnvError:
             refused += 1
     assert written + refused == OPERATIONS
+
+
+def test_appends_during_the_swap_change_nothing_outside(swapped, tmp_path):
+    """Append File writes in place: the file is opened from its folder's descriptor, so a folder swapped for a
+    link never leads the write (or the kept old version) to the file outside of the same name."""
+    ws, _outside = swapped
+    store = SnapshotStore(tmp_path / "append-store")
+    workspace = Workspace(settings(ws, tmp_path, store=store))
+    history = EditHistory(workspace, store)
+    appended = refused = 0
+    for i in range(OPERATIONS):
+        try:
+            history.append(workspace.writable("d/a.txt"), f"line {i}\n".encode(), "d/a.txt")
+            appended += 1
+        except EnvError:
+            refused += 1
+    assert appended + refused == OPERATIONS
+    kept = [store.read_object(digest) for digest in history.backups.get("d/a.txt", [])]
+    assert all(b"outside" not in version and SECRET not in version for version in kept)
 
 
 def test_read_only_restores_during_the_swap_change_nothing_outside(swapped, tmp_path):

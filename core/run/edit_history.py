@@ -1,6 +1,7 @@
 """Earlier versions of the files the agent's actions overwrite, kept for Undo Edit Script."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -26,6 +27,60 @@ class EditHistory:
         note = self._backup(path) if keep_backup else ""
         self.workspace.write_atomic(path, data, given)
         return note
+
+    def append(self, path: Path, data: bytes, given: str) -> str:
+        """Add data at the end of the workspace file `path` (made when missing), keeping the old version; returns
+        a note when none could be kept. The file is opened once, without following a link, from its folder's
+        descriptor and written in place, so a step costs the appended bytes plus one read of the old version
+        (whose object the last snapshot usually stored already); a file with other hard links is replaced
+        instead, so a name elsewhere never sees the write."""
+        dir_fd = self.workspace.open_parent(path, given)
+        try:
+            try:
+                fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                             | os.O_CLOEXEC, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return self.save(path, data, given)
+            except PermissionError:  # not writable by its mode: replaced, as Write File does
+                return self.save(path, self.workspace.read_bytes(given, MAX_WRITE_BYTES) + data, given)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+                    raise EnvError(f"{given!r} is not a regular file") from None
+                raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
+        finally:
+            os.close(dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise EnvError(f"{given!r} is not a regular file")
+            if st.st_size + len(data) > MAX_WRITE_BYTES:
+                raise EnvError(f"{given!r} would be {st.st_size + len(data)} bytes, more than the {MAX_WRITE_BYTES} "
+                               "allowed")
+            old = os.pread(fd, st.st_size + 1, 0)
+            if len(old) != st.st_size or st.st_nlink != 1:  # changed under us, or other names would see it
+                return self.save(path, old[:MAX_WRITE_BYTES + 1] + data, given)
+            rel = path.relative_to(self.workspace.root).as_posix()
+            note = self._keep(rel, old)
+            # the next snapshot looks at this path alone, unless agent code ran too
+            self.workspace.settings.store.changes.wrote(rel)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            except BaseException:
+                os.ftruncate(fd, st.st_size)  # e.g. a full disk: the file stays as it was
+                if not note:
+                    self.backups[rel].pop()
+                raise
+            return note
+        finally:
+            os.close(fd)
+
+    def _keep(self, rel: str, old: bytes) -> str:
+        if len(old) > MAX_BACKUP_BYTES:
+            return f"\n(The old version was {len(old)} bytes, too large to keep: this cannot be undone.)"
+        self.backups.setdefault(rel, []).append(self.store.store_bytes(old))
+        return ""
 
     def _backup(self, path: Path) -> str:
         try:

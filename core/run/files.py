@@ -51,8 +51,7 @@ class FileActions:
 
     def append_file(self, file_name: str, content: str) -> str:
         path = self.workspace.writable(file_name)
-        old = self.workspace.read_bytes(file_name, MAX_WRITE_BYTES) if os.path.lexists(path) else b""
-        note = self.history.save(path, old + content.encode("utf-8"), file_name)
+        note = self.history.append(path, content.encode("utf-8"), file_name)
         return f"Appended {len(content)} characters to {file_name}.{note}"
 
     def copy_file(self, source: str, destination: str) -> str:
