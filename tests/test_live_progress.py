@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -235,9 +236,11 @@ def test_live_state_follows_a_step_and_is_gone_when_it_ends(tmp_path):
 
     live = LiveStep(tmp_path)
     live.begin(3)
-    assert read_live(tmp_path)["action"] is None and live.state["step"] == 3
+    assert live.state["step"] == 3
+    wait_until(lambda: read_live(tmp_path), "the step on disk")
+    assert read_live(tmp_path)["action"] is None
     live.acting(Action(name="Execute Script", args={"script_name": "train.py", "big": "x" * 10_000}))
-    on_disk = read_live(tmp_path)
+    on_disk = wait_until(lambda: (read_live(tmp_path) or {}).get("action") and read_live(tmp_path), "the action")
     assert on_disk["action"] == "Execute Script" and on_disk["args"]["script_name"] == "train.py"
     assert len(on_disk["args"]["big"]) <= 201
     live.output(b"epoch 1\n")
@@ -247,6 +250,28 @@ def test_live_state_follows_a_step_and_is_gone_when_it_ends(tmp_path):
     assert read_live(tmp_path) is None and live.state is None
     (tmp_path / "live.json").write_text('{"step": "x"')
     assert read_live(tmp_path) is None  # garbage is no step
+
+
+def test_short_steps_are_never_written_and_a_new_step_hides_the_last_one(tmp_path):
+    """A step shorter than SHOW_AFTER_S costs no file write (hundreds of runs on a few cores take a step each
+    every second or two); a longer one shows, and the next step's start removes it at once."""
+    from mlab.core.models import Action
+    from mlab.core.view.live import SHOW_AFTER_S, LiveStep, read_live
+
+    live = LiveStep(tmp_path)
+    for index in range(1, 6):
+        began = time.monotonic()
+        live.begin(index)
+        live.acting(Action(name="Append File", args={"file_name": "log.txt", "content": "x"}))
+        assert not (tmp_path / "live.json").exists() or time.monotonic() - began >= SHOW_AFTER_S
+    shown = wait_until(lambda: read_live(tmp_path), "a step lasting longer than SHOW_AFTER_S")
+    assert shown["step"] == 5 and shown["action"] == "Append File"
+    live.begin(6)
+    assert read_live(tmp_path) is None  # not step 5 any more, and step 6 is not old enough to show
+    assert wait_until(lambda: read_live(tmp_path), "step 6")["step"] == 6
+    live.end()
+    assert read_live(tmp_path) is None and live.state is None
+    assert not any(t.name.startswith("live-step") for t in threading.enumerate())  # its writer is gone
 
 
 def test_a_run_is_in_progress_while_its_lock_is_held(tmp_path):

@@ -2,8 +2,10 @@
 the tail of a running script's output.
 
 The runner keeps it in memory for the terminal view and in RUN_DIR/live.json for viewers in other processes
-(`mlab view`, the bench view); the file is gone once the step is traced or the run stops. The run's folder is
-hidden from agent code, so agent code cannot forge it.
+(`mlab view`, the bench view). The file is written by a thread of its own, only for a step that has lasted
+SHOW_AFTER_S and then at most every WRITE_EVERY_S: a bench of hundreds of runs, each taking a step every second
+or so, writes no file per step (viewers poll about once a second anyway). It is removed when the next step
+begins and when the run stops. The run's folder is hidden from agent code, so agent code cannot forge it.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ LIVE_FILE = "live.json"
 TAIL_BYTES = 4096  # of the running script's output, kept in memory
 TAIL_LINES = 12  # of those, shown
 WRITE_EVERY_S = 0.5  # output arrives in many small chunks: the file follows it at most this often
+SHOW_AFTER_S = 1.0  # a step shorter than this is never written
 MAX_LIVE_BYTES = 1 << 20
 MAX_ARG_CHARS = 200  # of each action argument in the live state (a Write File's content can be megabytes)
 
@@ -51,15 +54,20 @@ def _short(value: Any) -> str:
 
 
 class LiveStep:
-    """Written by the run loop (begin, acting, end) and by the thread reading a script's output (output)."""
+    """Written by the run loop (begin, acting, end) and by the thread reading a script's output (output); a
+    writer thread (started with the first step, ended by end()) puts it on disk when due."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LIVE_FILE
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._state: LiveState | None = None
         self._tail = bytearray()
-        self._written_at = 0.0
-        self._flush: threading.Timer | None = None  # writes output that came after the last write
+        self._began = 0.0  # time.monotonic() when the step began
+        self._written_at = float("-inf")
+        self._dirty = False  # the state changed since it was written
+        self._on_disk = False
+        self._writer: threading.Thread | None = None
+        self._idle = False  # the writer waits for a change with no deadline: a change must wake it
 
     @property
     def state(self) -> LiveState | None:
@@ -68,13 +76,17 @@ class LiveStep:
 
     def begin(self, index: int) -> None:
         with self._lock:
-            if self._flush is not None:
-                self._flush.cancel()
-                self._flush = None
             self._tail.clear()
+            self._began = time.monotonic()
             self._state = {"step": index, "action": None, "args": {}, "started": time.time(), "output_tail": "",
                            "pid": os.getpid()}
-            self._write()
+            if self._on_disk:  # the file would show a step that is over
+                self._remove()
+            self._changed()
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_when_due, name=f"live-step {self.path.parent}",
+                                                daemon=True)
+                self._writer.start()
 
     def acting(self, action: Action) -> None:
         with self._lock:
@@ -83,7 +95,7 @@ class LiveStep:
             args = action.args if isinstance(action.args, dict) else {}
             self._state["action"] = action.name if isinstance(action.name, str) else repr(action.name)
             self._state["args"] = {str(k): _short(v) for k, v in list(args.items())[:10]}
-            self._write()
+            self._changed()
 
     def output(self, chunk: bytes) -> None:
         with self._lock:
@@ -92,40 +104,56 @@ class LiveStep:
             self._tail += chunk
             del self._tail[:-TAIL_BYTES]
             self._state["output_tail"] = output_tail(bytes(self._tail))
-            wait = self._written_at + WRITE_EVERY_S - time.monotonic()
-            if wait <= 0:
-                self._write()
-            elif self._flush is None:  # a script that prints and then works quietly still shows its last lines
-                self._flush = threading.Timer(wait, self._flush_now)
-                self._flush.daemon = True
-                self._flush.start()
-
-    def _flush_now(self) -> None:
-        with self._lock:
-            self._flush = None
-            if self._state is not None:
-                self._write()
+            self._changed()
 
     def end(self) -> None:
+        """The run stops: the file goes, and so does the writer."""
         with self._lock:
-            if self._flush is not None:
-                self._flush.cancel()
-                self._flush = None
             self._state = None
             self._tail.clear()
-            try:
-                self.path.unlink(missing_ok=True)
-            except OSError:
-                pass
+            self._remove()
+            writer, self._writer = self._writer, None
+            self._lock.notify()
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if self._idle:
+            self._lock.notify()
+
+    def _write_when_due(self) -> None:
+        me = threading.current_thread()
+        with self._lock:
+            while self._writer is me:
+                if self._state is None or not self._dirty:
+                    self._idle = True
+                    self._lock.wait()
+                    self._idle = False
+                    continue
+                wait = max(self._began + SHOW_AFTER_S, self._written_at + WRITE_EVERY_S) - time.monotonic()
+                if wait > 0:
+                    self._lock.wait(wait)  # woken early only by end()
+                    continue
+                self._write()
+
+    def _remove(self) -> None:
+        self._on_disk = False
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _write(self) -> None:
         """Replace the file whole (a reader never sees half of it) without syncing it to disk: it only matters
         while the run goes. Best effort: a viewer missing an update is better than a run stopped by it."""
         self._written_at = time.monotonic()
+        self._dirty = False
         tmp = self.path.with_name(f".{LIVE_FILE}.tmp{os.getpid()}")
         try:
             tmp.write_bytes(json.dumps(self._state).encode())
             os.replace(tmp, self.path)
+            self._on_disk = True
         except OSError:
             tmp.unlink(missing_ok=True)
 
