@@ -4,9 +4,9 @@ Each run: fixture-llm-stepper (tests/fixtures/bench_plugins.py) for 20 steps, ea
 that sleeps 0.5 s, so one run takes >= 10 s of waiting. Target (issue 14): 256 concurrent runs on 2 cores take
 <= 1.3x the wall time of one run. --runs takes several counts (--runs 64,128,256): each is measured in the same
 invocation against the same one-run bench, so the ratios are side by side. Besides the wall time, each count
-reports how long the runs took to start (first to last run's start) and the CPU seconds the bench's processes
-used per run. With --engine ray (needs Ray installed) the same bench runs as Ray tasks on a local Ray, whose
-start-up is reported separately.
+reports how long the runs took to start (first to last run's start), the CPU seconds the bench's processes
+used per run (and per step, start-up and scoring included), and of those the driver's own. With --engine ray
+(needs Ray installed) the same bench runs as Ray tasks on a local Ray, whose start-up is reported separately.
 
 Usage: python benchmarks/bench_parallel.py [--engine local|ray] [--runs 16[,64,...]] [--steps 20] [--latency 0.5]
 Run from the repository root (workers import the fixture plugins from tests/).
@@ -34,11 +34,11 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
     spec = BenchSpec(tasks=["fixture/counter"], agents=["fixture-llm-stepper"], llms=[f"fixture-sleepy:{latency}"],
                      runs=runs, max_steps=steps + 5, agent_options={"steps": steps})
     bench = Bench(root / name, spec, workers=runs, engine=engine, registry_factory=REGISTRY)
-    cpu_before = _cpu_s()
+    cpu_before, driver_before = _cpu_s(), _cpu_s(resource.RUSAGE_SELF)
     started = time.perf_counter()
     status = bench.run()
     wall = time.perf_counter() - started
-    cpu = _cpu_s() - cpu_before
+    cpu, driver_cpu = _cpu_s() - cpu_before, _cpu_s(resource.RUSAGE_SELF) - driver_before
     with ResultsDB(root / name / "results.db") as db:
         rows = db.runs()
     assert status.done == runs and all(r["status"] == "finished" and r["steps"] == steps for r in rows), rows
@@ -46,13 +46,15 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
     starts = sorted(r["started_at"] for r in rows)
     return wall, {"median_run_time_s": round(run_times[len(run_times) // 2], 2), "max_run_time_s":
                   round(run_times[-1], 2), "start_spread_s": round(starts[-1] - starts[0], 2),
-                  "cpu_s_per_run": round(cpu / runs, 3)}
+                  "cpu_s_per_run": round(cpu / runs, 3), "driver_cpu_s_per_run": round(driver_cpu / runs, 3),
+                  "cpu_ms_per_step": round(cpu / runs / steps * 1000, 2)}
 
 
-def _cpu_s() -> float:
-    """CPU seconds (user + system) of this process and its children that ended (the zygote and its runs)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def _cpu_s(*who: int) -> float:
+    """CPU seconds (user + system) of this process (the driver) and of its children that ended (the zygote and
+    its runs), or of `who` alone."""
+    usages = [resource.getrusage(w) for w in who or (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usages)
 
 
 def main() -> None:
