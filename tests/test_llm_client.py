@@ -181,6 +181,27 @@ def test_usage_equals_the_sum_of_the_log_and_survives_a_restart(tmp_path):
     assert again.usage == llm.usage
 
 
+def test_the_call_log_stays_open_between_calls_and_is_closed_by_close(tmp_path):
+    """One descriptor for the call log (a call costs a write, not an open and a close); close() releases it and a
+    later call opens it again, appending."""
+    import os
+
+    def open_logs() -> int:
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") == str(tmp_path / "llm_calls.jsonl")
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    llm = client(Flaky(), tmp_path)
+    for i in range(3):
+        llm.complete(f"q{i}")
+        assert open_logs() == 1
+    llm.close()
+    assert open_logs() == 0
+    llm.complete("after close")
+    llm.close()
+    assert [e["messages"][0]["content"] for e in read_call_log(tmp_path / "llm_calls.jsonl")] == \
+        ["q0", "q1", "q2", "after close"]
+
+
 def test_cache_serves_the_nth_identical_request_with_the_nth_answer(tmp_path):
     backend = Flaky()
     first = client(backend, tmp_path / "a", cache_dir=tmp_path / "cache")

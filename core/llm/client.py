@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -72,6 +73,7 @@ class LLMClient:
         self._lock = threading.Lock()
         self._occurrences: dict[str, int] = {}
         self._unpriced: str | None = None
+        self._log_fd: int | None = None  # the call log, opened at the first call
         # Tells apart the calls of a step cut short by a crash from those of its rerun after --resume.
         self.session = uuid.uuid4().hex[:12]
         # A resumed run continues the log; its usage is every call made, those of an interrupted step included.
@@ -190,8 +192,7 @@ class LLMClient:
                     "error": error_text,
                     "context_too_long": bool(getattr(error, "context_too_long", False)),
                 }
-                with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
+                self._log_line((json.dumps(entry, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
         if self.on_call is not None:
             self.on_call(LLMCallFinished(
                 run_dir=self.run_dir, role=role, model=model,
@@ -199,6 +200,28 @@ class LLMClient:
                 completion_tokens=completion.completion_tokens if completion else 0,
                 cost_usd=completion.cost_usd if completion else None, latency_s=latency,
                 retries=len(retries), cached=cached, step=self.step_index, error=error_text))
+
+    def _log_line(self, line: bytes) -> None:
+        """Append a line to the call log through a descriptor kept open (a call costs one write, not an open and
+        a close); O_APPEND, so each line lands whole at the end."""
+        if self._log_fd is None:
+            assert self.log_path is not None
+            self._log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._log_fd, view):]
+
+    def close(self) -> None:
+        """Close the call log (a later call opens it again)."""
+        with self._lock:
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_log_fd", None)
+        if fd is not None:
+            os.close(fd)
 
     # ---- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -321,6 +321,8 @@ class Runner:
             append_error(self.run_dir, traceback.format_exc())
         finally:
             self.live.end()
+            if self.llm is not None:
+                self.llm.close()
             self.env.close()
             self.sandbox.close()
         return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
