@@ -132,13 +132,17 @@ class Scanner:
         skip, record, horizon = self.skip, self.record, self.horizon_ns
         files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
         new_verdicts: dict[str, bool] = {}
-        kept = 0  # names listed here and recorded after this scan
         count = limits.entries
-        for entry in entries:
+        others = entries
+        if files and count + len(entries) <= limits.max_entries:  # no entry here can reach the limit
+            others = _changed(entries, files)
+        kept = len(entries) - len(others)  # names listed here and recorded after this scan
+        count += kept
+        for entry in others:
             name = entry.name
             before = files.get(name)
             if before is not None and before[0] is not None:
-                # The hot path: a file recorded before, its stat compared with what was read
+                # A file recorded before whose stat changed (or any, near the entry limit)
                 count += 1
                 if count > limits.max_entries:
                     limits.entries, limits.too_many = count, True
@@ -281,6 +285,27 @@ class Scanner:
         for parent, part in zip(chain[:-1], parts, strict=True):
             parent.touched(part)
         return True
+
+
+def _changed(entries: list[os.DirEntry[str]], files: dict[str, tuple[StatKey | None, Entry]]) -> list[os.DirEntry[str]]:
+    """The entries of a listing that are not files recorded at the stat they have now: the one loop every
+    entry of an unchanged workspace goes through, so it does nothing but a lookup, one lstat and a compare
+    (ctime first: any write moves it)."""
+    others = []
+    get = files.get
+    for entry in entries:
+        before = get(entry.name)
+        if before is not None and (key := before[0]) is not None:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # gone since the listing: looked at again below
+                others.append(entry)
+                continue
+            if (key[3] == st.st_ctime_ns and key[2] == st.st_mtime_ns and key[0] == st.st_ino
+                    and key[1] == st.st_size):
+                continue
+        others.append(entry)
+    return others
 
 
 def _forget(folder: Folder, name: str) -> None:
