@@ -504,3 +504,51 @@ def test_a_resumed_run_whose_last_snapshot_was_torn_does_that_step_again(tmp_pat
     assert (run_dir / "workspace" / "b.txt").read_text() == "second\n"
     assert "snapshot step_0002 is damaged (b.txt): step 2 is done again" in (run_dir / "errors.log").read_text()
     assert SnapshotStore(run_dir).verify("final") == []
+
+
+def test_a_walk_after_agent_code_reads_exactly_the_entries_whose_stat_moved(ws, tmp_path, monkeypatch):
+    """Unchanged files are matched by their stat alone; every kind of change around them is still seen: a
+    file changed in an otherwise unchanged folder, one whose mtime was put back with utime (its ctime moved),
+    a folder replaced by a file and a file replaced by a folder."""
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    (ws / "d0" / "f7.txt").write_text("changed alone in its folder\n")
+    same_size = ws / "d1" / "f2.txt"
+    before = same_size.stat()
+    same_size.write_text("FOLDER 1 FILE 2\n")  # as long as before
+    os.utime(same_size, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert same_size.stat().st_size == before.st_size and same_size.stat().st_mtime_ns == before.st_mtime_ns
+    import shutil
+    shutil.rmtree(ws / "d2" / "inner")
+    (ws / "d2" / "inner").write_text("a file where a folder was\n")
+    (ws / "d3" / "f4.txt").unlink()
+    (ws / "d3" / "f4.txt").mkdir()
+    (ws / "d3" / "f4.txt" / "in.txt").write_text("a folder where a file was\n")
+    store.changes.ran_agent_code()
+    counter = OpenCounter(monkeypatch)
+    manifest = store.take(ws, "s1", changes=store.changes)
+    assert sorted(counter.names) == ["f2.txt", "f7.txt", "in.txt", "inner"]
+    assert manifest_state(manifest) == state(ws)
+    fresh = SnapshotStore(tmp_path / "fresh")
+    fresh.take(ws, "s")
+    assert listing_bytes(tmp_path / "run", "s1") == listing_bytes(tmp_path / "fresh", "s")
+
+
+@pytest.mark.parametrize("limit", [3, 50, 115])
+def test_the_entry_limit_cuts_a_walk_of_a_recorded_tree_as_it_cuts_a_first_one(ws, tmp_path, monkeypatch, limit):
+    """Unchanged files are counted a folder at a time; the limit still falls where it did entry by entry."""
+    import functools
+
+    import mlab.core.run.snapshot as snapshot
+
+    store = SnapshotStore(tmp_path / "run")
+    first = manifest_state(store.take(ws, "s0"))
+    monkeypatch.setattr(snapshot, "WalkLimits", functools.partial(snapshot.WalkLimits, max_entries=limit))
+    (ws / "d4" / "f1.txt").write_text("changed\n")
+    manifest = manifest_state(store.take(ws, "s1"))
+    assert f"only the first {limit} entries" in store.left_out
+    # what the walk did not reach stays as recorded before
+    assert set(manifest) == set(first) and all(manifest[rel] in (first[rel], state(ws)[rel]) for rel in manifest)
+    monkeypatch.undo()
+    manifest = store.take(ws, "s2")
+    assert store.left_out == "" and manifest_state(manifest) == state(ws)
