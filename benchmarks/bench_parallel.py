@@ -35,7 +35,7 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
                      runs=runs, max_steps=steps + 5, agent_options={"steps": steps})
     bench = Bench(root / name, spec, workers=runs, engine=engine, registry_factory=REGISTRY)
     cpu_before, driver_before = _cpu_s(), _cpu_s(resource.RUSAGE_SELF)
-    started = time.perf_counter()
+    started, started_epoch = time.perf_counter(), time.time()
     status = bench.run()
     wall = time.perf_counter() - started
     cpu, driver_cpu = _cpu_s() - cpu_before, _cpu_s(resource.RUSAGE_SELF) - driver_before
@@ -46,6 +46,10 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
     starts = sorted(r["started_at"] for r in rows)
     return wall, {"median_run_time_s": round(run_times[len(run_times) // 2], 2), "max_run_time_s":
                   round(run_times[-1], 2), "start_spread_s": round(starts[-1] - starts[0], 2),
+                  # the bench's own time around its runs: before the first run's loop began, after the last ended
+                  "before_first_start_s": round(starts[0] - started_epoch, 2),
+                  "after_last_end_s": round(started_epoch + wall - max(r["started_at"] + r["time_s"] for r in rows),
+                                            2),
                   "cpu_s_per_run": round(cpu / runs, 3), "driver_cpu_s_per_run": round(driver_cpu / runs, 3),
                   "cpu_ms_per_step": round(cpu / runs / steps * 1000, 2)}
 
