@@ -123,26 +123,25 @@ class Scanner:
     def scan(self, fd: int, prefix: str, folder: Folder, depth: int) -> bool:
         """Update `folder` (at `depth` levels below the root) from fd; returns whether it changed. On an
         exception the folder may be half updated: the caller must drop the whole tree, or invalidate() it."""
-        try:
-            with os.scandir(fd) as listing:
-                entries = list(listing)  # read at once: the folder's descriptor is the only one held below
-        except OSError:
-            entries = []
         limits = self.limits
         skip, record, horizon = self.skip, self.record, self.horizon_ns
         files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
         new_verdicts: dict[str, bool] = {}
-        count = limits.entries
-        others = entries
-        if files and count + len(entries) <= limits.max_entries:  # no entry here can reach the limit
-            others = _changed(entries, files)
-        kept = len(entries) - len(others)  # names listed here and recorded after this scan
-        count += kept
+        listed: list[str] = []
+        # Unchanged files are matched while the folder is listed (each stat right after its entry is read); only
+        # the other entries are kept, and looked at once the listing is closed: the folder's descriptor is the
+        # only one held below.
+        others = _changed(fd, files, listed)
+        kept = len(listed) - len(others)  # names listed here and recorded after this scan
+        count = limits.entries + kept
+        if count > limits.max_entries:
+            limits.entries, limits.too_many = count, True
+            raise LimitReached
         for entry in others:
             name = entry.name
             before = files.get(name)
             if before is not None and before[0] is not None:
-                # A file recorded before whose stat changed (or any, near the entry limit)
+                # A file recorded before whose stat changed, or could not be read
                 count += 1
                 if count > limits.max_entries:
                     limits.entries, limits.too_many = count, True
@@ -221,9 +220,9 @@ class Scanner:
         limits.entries = count
         folder.verdicts = new_verdicts
         if kept != len(files) + len(folders):  # some recorded names were not listed: they went
-            listed = {entry.name for entry in entries}
+            names = set(listed)
             for name in [*files, *folders]:
-                if name not in listed:
+                if name not in names:
                     _forget(folder, name)
         return folder.dirty
 
@@ -287,24 +286,30 @@ class Scanner:
         return True
 
 
-def _changed(entries: list[os.DirEntry[str]], files: dict[str, tuple[StatKey | None, Entry]]) -> list[os.DirEntry[str]]:
-    """The entries of a listing that are not files recorded at the stat they have now: the one loop every
-    entry of an unchanged workspace goes through, so it does nothing but a lookup, one lstat and a compare
-    (ctime first: any write moves it)."""
+def _changed(fd: int, files: dict[str, tuple[StatKey | None, Entry]], listed: list[str]) -> list[os.DirEntry[str]]:
+    """List the folder of fd into `listed` (its names); returns its entries that are not files recorded at the
+    stat they have now. Every entry of an unchanged workspace goes through this loop alone, so it does nothing
+    but a lookup, one lstat and a compare (ctime first: any write moves it)."""
     others = []
-    get = files.get
-    for entry in entries:
-        before = get(entry.name)
-        if before is not None and (key := before[0]) is not None:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:  # gone since the listing: looked at again below
+    get, add = files.get, listed.append
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                name = entry.name
+                add(name)
+                before = get(name)
+                if before is not None and (key := before[0]) is not None:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:  # gone since the listing: looked at again by the caller
+                        others.append(entry)
+                        continue
+                    if (key[3] == st.st_ctime_ns and key[2] == st.st_mtime_ns and key[0] == st.st_ino
+                            and key[1] == st.st_size):
+                        continue
                 others.append(entry)
-                continue
-            if (key[3] == st.st_ctime_ns and key[2] == st.st_mtime_ns and key[0] == st.st_ino
-                    and key[1] == st.st_size):
-                continue
-        others.append(entry)
+    except OSError:  # unreadable: it lists as empty
+        pass
     return others
 
 
