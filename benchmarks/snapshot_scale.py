@@ -13,7 +13,11 @@ Workspaces: N files of --file-bytes in folders of 100 (src/pNNN/fNNNNN.py). Per 
 Rounds alternate between the implementations so machine load affects them alike; compare ratios, not times.
 
     python benchmarks/snapshot_scale.py [--sizes 1000,10000,100000] [--steps 20] [--first-rounds 3]
-                                        [--old-rev REV] [--old-max-files 10000]
+                                        [--old-rev REV] [--old-max-files 10000] [--walk-rev REV --walk-rounds 15]
+
+--walk-rev REV adds, per size, the walk alone (Scanner.scan over the recorded tree, nothing changed, no commit)
+of tree_index.py at REV beside today's and the bare stat walk, alternating round by round: CPU and wall medians
+and the medians of per-round ratios to the bare walk.
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from mlab.core.fs.dirfd import list_dir, open_dir_at, open_root
+from mlab.core.fs.dirfd import WalkLimits, list_dir, open_dir_at, open_root
+from mlab.core.fs.tree_index import Scanner
 from mlab.core.run.snapshot import SnapshotStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +58,46 @@ def old_store_module(rev: str, scratch: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tree_index_at(rev: str, scratch: Path) -> ModuleType:
+    source = subprocess.run(["git", "show", f"{rev}:core/fs/tree_index.py"], cwd=REPO, check=True,
+                            capture_output=True).stdout
+    path = scratch / "rev_tree_index.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("rev_tree_index", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def walks_beside_rev(ws: Path, store: SnapshotStore, rev_module: ModuleType, rounds: int) -> None:
+    """The walk of a recorded, unchanged tree by Scanner at the given revision and now, beside the bare walk."""
+    assert store._index is not None
+    tree, skip = store._index[2], store._index[1]
+
+    def scan_with(scanner: Any) -> Callable[[], None]:
+        def run() -> None:
+            root = open_root(ws)
+            try:
+                scanner(store._record, skip, WalkLimits(), 0).scan(root, "", tree, 0)
+            finally:
+                os.close(root)
+        return run
+
+    walks = {"bare": lambda: stat_walk(ws), "rev": scan_with(rev_module.Scanner), "now": scan_with(Scanner)}
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label in walks}
+    for round_ in range(rounds):
+        for label in (list(walks) if round_ % 2 == 0 else list(walks)[::-1]):
+            times[label].append(timed(walks[label]))
+    files = sum(1 for _ in ws.rglob("*"))
+    for label, values in times.items():
+        wall, cpu = (statistics.median(v[i] for v in values) for i in (0, 1))
+        to_bare = [statistics.median(v[i] / b[i] for v, b in zip(values, times["bare"], strict=True)) for i in (0, 1)]
+        print(f"walk alone, {label:4s}: {wall * 1e6 / files:.2f} / {cpu * 1e6 / files:.2f} µs per entry wall / CPU "
+              f"= {to_bare[0]:.3f}x / {to_bare[1]:.3f}x the bare walk")
 
 
 def make_workspace(root: Path, files: int, file_bytes: int) -> list[Path]:
@@ -163,6 +208,8 @@ def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scrat
         original = Original(scratch / f"orig{files}")
         row["orig_first_s"] = timed(lambda: original.take(ws, "step_0000"))[0]
         stores["orig"] = original
+    if args.walk_rev:
+        walks_beside_rev(ws, new, tree_index_at(args.walk_rev, scratch), args.walk_rounds)
     base = {name: tree_bytes(scratch / f"{name}{files}") for name in stores}
     walks, finds, script, write, idle = [], [], {name: [] for name in stores}, [], []
     for step in range(1, args.steps + 1):
@@ -251,6 +298,8 @@ def main() -> int:
     parser.add_argument("--old-rev", default=OLD_REV)
     parser.add_argument("--old-max-files", type=int, default=10_000,
                         help="compare with the old store and the original's save up to this size (both are slow)")
+    parser.add_argument("--walk-rev", default=None, help="also time the walk alone of tree_index.py at this rev")
+    parser.add_argument("--walk-rounds", type=int, default=15)
     parser.add_argument("--dir", default=None, help="scratch folder (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mlab-snapshot-scale-", dir=args.dir) as tmp:
