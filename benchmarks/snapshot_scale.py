@@ -48,29 +48,26 @@ TARGET_FIRST_VS_CP = 2.0
 FIND_FORMAT = "%i %s %T@ %C@\\n"  # what the store compares: inode, size, mtime, ctime
 
 
-def old_store_module(rev: str, scratch: Path) -> ModuleType:
-    source = subprocess.run(["git", "show", f"{rev}:core/run/snapshot.py"], cwd=REPO, check=True,
+def module_at(rev: str, repo_path: str, name: str, scratch: Path) -> ModuleType:
+    """The module at repo_path as it was at rev, loaded under name beside today's."""
+    source = subprocess.run(["git", "show", f"{rev}:{repo_path}"], cwd=REPO, check=True,
                             capture_output=True).stdout
-    path = scratch / "old_snapshot.py"
+    path = scratch / f"{name}.py"
     path.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("old_snapshot", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def tree_index_at(rev: str, scratch: Path) -> ModuleType:
-    source = subprocess.run(["git", "show", f"{rev}:core/fs/tree_index.py"], cwd=REPO, check=True,
-                            capture_output=True).stdout
-    path = scratch / "rev_tree_index.py"
-    path.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("rev_tree_index", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def old_store_module(rev: str, scratch: Path) -> ModuleType:
+    return module_at(rev, "core/run/snapshot.py", "old_snapshot", scratch)
+
+
+def tree_index_at(rev: str, scratch: Path) -> ModuleType:
+    return module_at(rev, "core/fs/tree_index.py", "rev_tree_index", scratch)
 
 
 def walks_beside_rev(ws: Path, store: SnapshotStore, rev_module: ModuleType, rounds: int) -> None:
