@@ -245,6 +245,13 @@ def list_dir(fd: int, sort: bool = False) -> list[tuple[str, os.stat_result | No
     return found
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of data to fd: os.write may take only part of it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 @contextmanager
 def opened(fd: int) -> Iterator[int]:
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import BudgetExceeded, LLMError
+from mlab.core.fs.dirfd import write_all
 from mlab.core.llm.backend import LLM
 from mlab.core.llm.cache import ResponseCache, request_key
 from mlab.core.llm.generation import FORBIDDEN_PARAMS, ROLES, call_cost, cut_at_stop, merge_params
@@ -207,9 +208,7 @@ class LLMClient:
         if self._log_fd is None:
             assert self.log_path is not None
             self._log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._log_fd, view):]
+        write_all(self._log_fd, line)
 
     def close(self) -> None:
         """Close the call log (a later call opens it again)."""

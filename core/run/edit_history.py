@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import EnvError
+from mlab.core.fs.dirfd import write_all
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.workspace import MAX_WRITE_BYTES, Workspace
 
@@ -64,9 +65,7 @@ class EditHistory:
             # the next snapshot looks at this path alone, unless agent code ran too
             self.workspace.settings.store.changes.wrote(rel)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
             except BaseException:
                 os.ftruncate(fd, st.st_size)  # e.g. a full disk: the file stays as it was
                 if not note:
@@ -77,8 +76,9 @@ class EditHistory:
             os.close(fd)
 
     def _keep(self, rel: str, old: bytes) -> str:
+        """Store old as rel's newest earlier version; returns a note when it is too large to keep."""
         if len(old) > MAX_BACKUP_BYTES:
-            return f"\n(The old version was {len(old)} bytes, too large to keep: this cannot be undone.)"
+            return _too_large(len(old))
         self.backups.setdefault(rel, []).append(self.store.store_bytes(old))
         return ""
 
@@ -89,12 +89,10 @@ class EditHistory:
             return ""
         if not stat.S_ISREG(st.st_mode):
             return ""
-        if st.st_size > MAX_BACKUP_BYTES:
-            return f"\n(The old version was {st.st_size} bytes, too large to keep: this cannot be undone.)"
+        if st.st_size > MAX_BACKUP_BYTES:  # told before reading it
+            return _too_large(st.st_size)
         rel = self.workspace.rel(path)
-        data = self.workspace.read_bytes(rel, MAX_BACKUP_BYTES)
-        self.backups.setdefault(rel, []).append(self.store.store_bytes(data))
-        return ""
+        return self._keep(rel, self.workspace.read_bytes(rel, MAX_BACKUP_BYTES))
 
     def undo(self, given: str) -> None:
         """Put back the newest earlier version of the workspace file `given`."""
@@ -123,3 +121,7 @@ class EditHistory:
             for k, v in (backups.items() if isinstance(backups, dict) else [])
             if isinstance(v, list) and any(isinstance(d, str) for d in v)
         }
+
+
+def _too_large(size: int) -> str:
+    return f"\n(The old version was {size} bytes, too large to keep: this cannot be undone.)"
