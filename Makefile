@@ -12,6 +12,7 @@ DEMO_DIR ?= runs/demo
 MYPY_PATH_DIR := build/mypy-path
 STRESS_CPUS ?= 4
 STRESS_RUNS ?= 1
+TEST_WORKERS ?= 2
 
 .PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools
 
@@ -43,9 +44,12 @@ run:
 	@$(MLAB) eval $(DEMO_DIR)/*
 
 # Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
-# (which skips with a reason when ../shared/data is absent).
+# (which skips with a reason when ../shared/data is absent). Most cases wait on subprocesses, sandboxes and sockets,
+# so they run on TEST_WORKERS pytest-xdist workers (docker and Ray cases grouped on one: tests/conftest.py); the
+# `timing` cases then run alone, since they time code beside a CPU load of their own.
 test: setup browser sandbox-tools
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not timing"
+	$(PY) -m pytest -q -p no:cacheprovider -m timing
 
 # The quick tier for the edit-test loop: under two minutes on two cores.
 test-fast: setup

@@ -50,6 +50,7 @@ def cpu_load():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu_load):
     task = vectorization()
     workspace = fresh_workspace(task, tmp_path)
@@ -165,6 +166,7 @@ def llama_workspace(tmp_path, monkeypatch):
 
 @needs_transformers
 @pytest.mark.slow
+@pytest.mark.timing
 def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_faster_one_succeeds(
         llama_workspace, cpu_load):
     task, workspace = llama_workspace

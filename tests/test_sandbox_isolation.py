@@ -167,6 +167,22 @@ def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox):
         os.unlink(node)
 
 
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_a_gpu_device_gone_before_the_command_starts_is_left_out(tmp_path, sandbox, monkeypatch):
+    """A device node listed when the command's root is planned and gone when it is mounted (unplugged; another
+    test's stand-in) is left out rather than failing the command."""
+    from mlab.core.sandbox import rootfs
+
+    gone = f"/dev/nvidia-mlab-gone-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(rootfs, "gpu_devices", lambda: [gone])
+    env = make_env(tmp_path, sandbox=sandbox)
+    try:
+        out, error = run(env, f"import os\nprint('RAN', os.path.exists({gone!r}))\n")
+    finally:
+        env.close()
+    assert not error and "RAN False" in out, out
+
+
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_training_step_on_the_gpu_inside_each_sandbox(tmp_path, sandbox):
     torch = pytest.importorskip("torch")

@@ -186,7 +186,8 @@ def build_root(plan: dict) -> None:
         if os.path.exists("/oldroot/dev/" + name):
             bind("/dev/" + name, "/dev/" + name, new, read_only=False)
     for device in plan["devices"]:
-        bind(device, device, new, read_only=False)
+        if os.path.lexists("/oldroot" + device):  # a device unplugged since the plan was made is left out
+            bind(device, device, new, read_only=False)
     os.mkdir(new + "/dev/shm")
     mount("mlab-shm", new + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
