@@ -8,7 +8,12 @@ reports how long the runs took to start (first to last run's start), the CPU sec
 used per run (and per step, start-up and scoring included), and of those the driver's own. With --engine ray
 (needs Ray installed) the same bench runs as Ray tasks on a local Ray, whose start-up is reported separately.
 
+With --in-process, the same run (no latency) is instead done several times in this process, and its CPU
+per step (user and system apart, start-up and scoring included, the least of --rounds rounds: other load
+only adds) is reported: the cost of the run loop alone, without forks or contention.
+
 Usage: python benchmarks/bench_parallel.py [--engine local|ray] [--runs 16[,64,...]] [--steps 20] [--latency 0.5]
+       python benchmarks/bench_parallel.py --in-process [--steps 20] [--rounds 5]
 Run from the repository root (workers import the fixture plugins from tests/).
 """
 from __future__ import annotations
@@ -54,6 +59,38 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
                   "cpu_ms_per_step": round(cpu / runs / steps * 1000, 2)}
 
 
+def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5) -> dict[str, object]:
+    """CPU ms per step of runs done in this process, user and system apart: the least round of each."""
+    from mlab.core.bench.engines import execute_job
+    from mlab.core.models import RunConfig
+    from tests.fixtures.bench_plugins import bench_registry
+
+    registry = bench_registry()
+    config = RunConfig(task="fixture/counter", agent="fixture-llm-stepper", llm="fixture-sleepy:0",
+                       max_steps=steps + 5, agent_options={"steps": steps}).model_dump()
+    made = 0
+
+    def one_run() -> None:
+        nonlocal made
+        made += 1
+        result = execute_job({"mode": "start", "config": config, "run_dir": str(root / f"run-{made}"),
+                              "key": str(made)}, registry)
+        assert result["status"] == "finished" and result["steps"] == steps, result
+
+    one_run()  # prepares the task data and imports what a run needs, outside the timings
+    users, systems = [], []
+    for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for _ in range(runs_per_round):
+            one_run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        users.append((after.ru_utime - before.ru_utime) / runs_per_round / steps * 1000)
+        systems.append((after.ru_stime - before.ru_stime) / runs_per_round / steps * 1000)
+    return {"steps": steps, "rounds": rounds, "runs_per_round": runs_per_round,
+            "user_ms_per_step": round(min(users), 3), "system_ms_per_step": round(min(systems), 3),
+            "cpu_ms_per_step": round(min(u + s for u, s in zip(users, systems, strict=True)), 3)}
+
+
 def _cpu_s(*who: int) -> float:
     """CPU seconds (user + system) of this process (the driver) and of its children that ended (the zygote and
     its runs), or of `who` alone."""
@@ -67,11 +104,16 @@ def main() -> None:
     parser.add_argument("--runs", default="16", help="one count or several, comma-separated")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.5)
+    parser.add_argument("--in-process", action="store_true", help="CPU per step of runs in this process")
+    parser.add_argument("--rounds", type=int, default=5, help="with --in-process")
     args = parser.parse_args()
     os.chdir(REPO)
     with tempfile.TemporaryDirectory(prefix="mlab-bench-parallel-") as scratch:
         root = Path(scratch)
         os.environ["MLAB_HOME"] = str(root / "home")
+        if args.in_process:
+            print(json.dumps({"in_process": in_process(root, args.steps, args.rounds)}, indent=1))
+            return
         ray_start = None
         if args.engine == "ray":
             import ray

@@ -320,3 +320,33 @@ def test_a_run_whose_script_builds_a_10000_level_tree_finishes_and_is_scored(tmp
     # `mlab eval`'s path scores the stored final snapshot again
     [evaluated] = evaluate_runs([run.run_dir], registry=registry(), workers=1)
     assert evaluated["final"] == (2.0, None)
+
+
+def test_workspace_paths_resolve_as_realpath_does_with_the_root_resolved_once(tmp_path):
+    """Agent-given names resolve to what os.path.realpath gives (links, '..', missing parts, odd slashes),
+    lstatting only the name's own parts; one leading out is refused; a workspace folder later swapped for a
+    link is not written through."""
+    root = tmp_path / "ws"
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f.txt").write_text("x")
+    (tmp_path / "outside").mkdir()
+    os.symlink("d/e", root / "link_in")
+    os.symlink("../outside", root / "link_out")
+    os.symlink("loop", root / "loop")
+    space = Workspace(settings(root, tmp_path))
+    inside_names = ["d", "d/f.txt", "d/", "./d//f.txt", "d/e/../f.txt", "link_in", "link_in/../f.txt", "new.txt",
+                    "d/missing/deeper.txt", "missing/../d", "d/./e/", "loop", "link_in/x/../y"]
+    for name in inside_names:
+        assert str(space.path(name)) == os.path.realpath(root / name), name
+    for name in ["..", "d/../..", "link_out", "link_out/x.txt", "missing/../../outside"]:
+        with pytest.raises(EnvError, match="outside the workspace"):
+            space.path(name)
+    assert space.rel(space.path("d/f.txt")) == "d/f.txt" and space.rel(space.path("d/..")) == "."
+    with pytest.raises(EnvError, match="read-only|folder itself"):
+        space.writable(".")
+    # the workspace folder swapped for a link to elsewhere: nothing is written through it
+    os.rename(root, tmp_path / "ws-moved")
+    os.symlink(tmp_path / "outside", root)
+    with pytest.raises(EnvError):
+        space.write_atomic(space.path("anything.txt"), b"x", "anything.txt")
+    assert not os.listdir(tmp_path / "outside")

@@ -194,6 +194,7 @@ class _StartUp:
 
     def warm(self, job: JobSpec) -> None:
         from mlab.core.run.packages import package_versions
+        from mlab.core.run.scripts import interpreter_prefixes
         from mlab.core.sandbox.resolve import resolve_sandbox
 
         choice = str(job["config"].get("sandbox", "auto"))
@@ -204,6 +205,7 @@ class _StartUp:
             except Exception:
                 pass  # the run says what is wrong, in its own log and result
         package_versions()
+        interpreter_prefixes()
 
 
 def zygote_main() -> None:

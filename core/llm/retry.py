@@ -65,9 +65,26 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, describe: str = 
 
     A final failure is raised as LLMError naming the tries made; its `retries` attribute lists the retried ones.
     """
+    started = time.monotonic()
+    # The first try outside tenacity: most calls succeed at once, and setting up a Retrying costs more than a
+    # fast call's own bookkeeping.
+    try:
+        return fn(), []
+    except LLMError as exc:
+        if not exc.transient:
+            exc.retries = []
+            raise
+        first_failure: LLMError | None = exc
+
+    def attempt() -> T:
+        nonlocal first_failure
+        if first_failure is not None:  # tenacity's first attempt is the try already made
+            failure, first_failure = first_failure, None
+            raise failure
+        return fn()
+
     rng = rng or random.Random()
     retries: list[dict[str, Any]] = []
-    started = time.monotonic()
     plan: dict[str, Any] = {}
 
     def should_retry(state: tenacity.RetryCallState) -> bool:
@@ -102,7 +119,7 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, describe: str = 
         retry=should_retry, wait=lambda _state: plan["wait"], stop=tenacity.stop_after_attempt(policy.max_attempts),
         before_sleep=before_sleep, sleep=sleep, reraise=True)
     try:
-        return retrying(fn), retries
+        return retrying(attempt), retries
     except LLMError as exc:
         if not retries and "gave_up" not in plan:
             exc.retries = retries

@@ -5,6 +5,7 @@ import fnmatch
 import functools
 import os
 import re
+import stat
 from pathlib import Path
 
 from mlab.core.errors import EnvError
@@ -12,8 +13,9 @@ from mlab.core.errors import EnvError
 MAX_PATH_CHARS = 1024
 
 
-def resolve_in_workspace(workspace: Path, given: str) -> Path:
-    """The real path of `given` (symlinks resolved), refused unless it lies inside the workspace."""
+def resolve_in_workspace(root: str, given: str) -> Path:
+    """The real path of `given` (symlinks resolved), refused unless it lies inside the workspace whose real
+    path is `root` (resolved once, by the caller: a workspace folder later swapped for a link is not followed)."""
     if not isinstance(given, str) or not given.strip():
         raise EnvError("a file or directory name is required")
     if "\x00" in given:
@@ -22,24 +24,48 @@ def resolve_in_workspace(workspace: Path, given: str) -> Path:
         raise EnvError(f"the path is {len(given)} characters long; at most {MAX_PATH_CHARS} are allowed")
     if os.path.isabs(given):
         raise EnvError(f"absolute paths are not allowed: {given!r}; use a path relative to the workspace")
-    root = os.path.realpath(workspace)
     # realpath, unlike Path.resolve, does not raise on symlink loops; such a path fails later with ELOOP.
     try:
-        target = os.path.realpath(os.path.join(root, given))
+        target = _real_below(root, given)
     except OSError as exc:  # a part was swapped between realpath's lstat and readlink
         raise EnvError(f"path {given!r} changed while it was looked up: {exc.strerror}") from None
-    if target != root and not target.startswith(root.rstrip("/") + "/"):
+    if not inside(root, target):
         raise EnvError(f"path {given!r} points outside the workspace")
     return Path(target)
 
 
-def inside(workspace: Path, real: str) -> bool:
-    root = os.path.realpath(workspace)
+def _real_below(root: str, given: str) -> str:
+    """os.path.realpath(root/given) for a real `root`, lstatting only given's own parts (realpath lstats every
+    part of root too); a path with a link or a '..' in it is left to realpath."""
+    current = root
+    parts = given.split("/")
+    for number, part in enumerate(parts):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            return os.path.realpath(os.path.join(root, given))
+        current = f"{current}/{part}" if current != "/" else f"/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            if ".." in parts[number + 1:]:
+                return os.path.realpath(os.path.join(root, given))
+            # missing (or unreadable): realpath keeps the rest as written
+            rest = "/".join(p for p in parts[number + 1:] if p not in ("", "."))
+            return f"{current}/{rest}" if rest else current
+        if stat.S_ISLNK(mode):
+            return os.path.realpath(os.path.join(root, given))
+    return current
+
+
+def inside(root: str, real: str) -> bool:
+    """Whether the real path `real` is the workspace (real path `root`) or lies in it."""
     return real == root or real.startswith(root.rstrip("/") + "/")
 
 
-def relative_name(workspace: Path, path: Path) -> str:
-    return Path(path).relative_to(os.path.realpath(workspace)).as_posix() or "."
+def relative_name(root: str, real: str) -> str:
+    """The workspace-relative name of `real`, a real path inside the workspace whose real path is `root`."""
+    return "." if real == root else real[len(root.rstrip("/")) + 1:]
 
 
 def is_read_only(relpath: str, patterns: list[str]) -> bool:

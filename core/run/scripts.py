@@ -1,6 +1,7 @@
 """Running agent code in the sandbox: Execute Script and the Python REPL."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sysconfig
@@ -29,6 +30,20 @@ def _failed(text: str, failed: bool) -> str:
     return FailedOutput(text) if failed else text
 
 
+def _variants(folder: str | os.PathLike[str], shown: str) -> list[tuple[str, str]]:
+    return [(variant.rstrip("/") + "/", shown) for variant in {str(folder), os.path.realpath(folder)}]
+
+
+@functools.lru_cache(maxsize=1)
+def interpreter_prefixes() -> tuple[tuple[str, str], ...]:
+    """This interpreter's library folders (the same for every run of a process: found once, in a bench's
+    zygote before it forks its runs)."""
+    paths = sysconfig.get_paths()
+    return tuple(pair for key, shown in (("purelib", "<site-packages>/"), ("platlib", "<site-packages>/"),
+                                         ("stdlib", "<python>/")) if paths.get(key)
+                 for pair in _variants(paths[key], shown))
+
+
 class ScriptRunner:
     def __init__(self, settings: EnvSettings, workspace: Workspace):
         self.settings = settings
@@ -41,15 +56,10 @@ class ScriptRunner:
     def _prefixes(self) -> list[tuple[str, str]]:
         """Host folders as agent code's output shows them, longest first, with what the agent is shown instead:
         workspace files by their workspace-relative names, the rest by a short name that gives nothing away."""
-        pairs: list[tuple[str, str]] = []
-        paths = sysconfig.get_paths()
-        for folder, shown in ((self.workspace.root, ""), (self.settings.sandbox_home, "~/"),
-                              (paths.get("purelib"), "<site-packages>/"), (paths.get("platlib"), "<site-packages>/"),
-                              (paths.get("stdlib"), "<python>/")):
-            if folder is None:
-                continue
-            for variant in {str(folder), os.path.realpath(folder)}:
-                pairs.append((variant.rstrip("/") + "/", shown))
+        pairs = list(interpreter_prefixes())
+        for folder, shown in ((self.workspace.root, ""), (self.settings.sandbox_home, "~/")):
+            if folder is not None:
+                pairs += _variants(folder, shown)
         return sorted(set(pairs), key=lambda pair: len(pair[0]), reverse=True)
 
     def relative_paths(self, text: str) -> str:

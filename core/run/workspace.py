@@ -23,16 +23,20 @@ class Workspace:
     def __init__(self, settings: EnvSettings):
         self.settings = settings  # read live: the read-only patterns may be replaced after construction
         self.root = settings.workspace.resolve()
+        self._real_root = str(self.root)  # resolved once: paths are checked against it, never re-resolved
 
     def path(self, given: str) -> Path:
-        return resolve_in_workspace(self.root, given)
+        return resolve_in_workspace(self._real_root, given)
 
     def rel(self, path: Path) -> str:
-        return relative_name(self.root, path)
+        real = str(path)
+        if not inside(self._real_root, real):
+            raise ValueError(f"{real!r} is not in the workspace {self._real_root!r}")
+        return relative_name(self._real_root, real)
 
     def writable(self, given: str) -> Path:
         path = self.path(given)
-        rel = self.rel(path)
+        rel = relative_name(self._real_root, str(path))
         if rel == ".":
             raise EnvError(f"{given!r} is the workspace folder itself, not a file")
         patterns = self.settings.read_only_patterns
@@ -49,7 +53,7 @@ class Workspace:
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return  # no /proc: the resolved-path check already ran
-        if not inside(self.root, real):
+        if not inside(self._real_root, real):
             raise EnvError(f"path {given!r} points outside the workspace")
 
     def _open_at(self, path: Path, given: str, flags: int) -> int:
