@@ -9,7 +9,7 @@ from rich.table import Table
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import Registry, load_registry
 
-from .console import make_console
+from .console import fitted_table, make_console, print_fitted
 from .durations import format_duration
 
 
@@ -24,17 +24,15 @@ def list_plugins(as_json: bool) -> None:
         click.echo(json.dumps({"plugins": [asdict(p) for p in registry.plugins],
                                "conflicts": registry.conflicts}, indent=2))
         return
-    table = Table(title="mlab plugins")
-    for column in ("plugin", "distribution", "version", "registers", "hooks", "error"):
-        table.add_column(column)
-    for p in registry.plugins:
-        registers = "; ".join(f"{kind}: {', '.join(getattr(p, kind))}"
-                              for kind in ("tasks", "agents", "llms", "sandboxes") if getattr(p, kind))
-        table.add_row(p.name, p.distribution, p.version, registers, ", ".join(p.hooks),
-                      f"[red]{p.error}[/red]" if p.error else "")
+    rows = [(p.name, p.distribution, p.version,
+             "; ".join(f"{kind}: {', '.join(getattr(p, kind))}"
+                       for kind in ("tasks", "agents", "llms", "sandboxes") if getattr(p, kind)),
+             ", ".join(p.hooks), f"[red]{p.error}[/red]" if p.error else "") for p in registry.plugins]
     # No emoji codes: none is meant in the table, and their 8 ms table is loaded at the first ':' otherwise.
     console = make_console(emoji=False)
-    console.print(table)
+    print_fitted(console, *fitted_table(console, "mlab plugins",
+                                        ("plugin", "distribution", "version", "registers", "hooks", "error"), rows,
+                                        wrapped=("registers", "hooks", "error"), left_out_first=("hooks", "version")))
     for conflict in registry.conflicts:
         console.print(f"[red]conflict: {conflict}[/red]")
 
@@ -68,18 +66,20 @@ def tasks(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="mlab tasks")
-    for column in ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "measured baseline", "extras",
-                   "prepared", "description"):
-        table.add_column(column)
+    cells = []
     for r in rows:
         measured = "not measured" if r["measured_seconds"] is None else (
             format_duration(r["measured_seconds"]) + ("" if r["measured_peak_memory_mb"] is None
                                                       else f", {r['measured_peak_memory_mb']:.0f} MB peak"))
-        table.add_row(r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
+        cells.append((r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
                       f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), measured,
-                      ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no", r["description"])
-    make_console().print(table)
+                      ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no", r["description"]))
+    console = make_console()
+    print_fitted(console, *fitted_table(
+        console, "mlab tasks", ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "measured baseline",
+                                "extras", "prepared", "description"), cells,
+        wrapped=("measured baseline", "extras", "description"),
+        left_out_first=("extras", "description", "baseline", "RAM", "better", "metric", "offline")))
 
 
 def _report_problems(registry: Registry) -> None:

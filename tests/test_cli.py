@@ -77,3 +77,20 @@ def test_eval_reports_each_run(tmp_path, monkeypatch):
     assert "no log.txt" in rows[0]["error"]
     assert [r["steps"] for r in rows] == [2, 4]
     assert all(r["status"] == "finished" and r["task"] == "fixture/counter" for r in rows)
+
+
+@pytest.mark.parametrize("command, key, column", [("tasks", "name", "task"), ("list-plugins", "name", "plugin")])
+def test_listings_in_an_80_column_terminal_show_names_whole_and_name_what_they_leave_out(command, key, column):
+    import os
+
+    listed = json.loads(mlab(command, "--json").stdout)
+    names = [row[key] for row in (listed["plugins"] if command == "list-plugins" else listed)]
+    narrow = mlab(command, env={**os.environ, "COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # each name whole on its own row, in the first column (a squeezed table cut them to "lit…")
+    assert [line.split("│")[1].strip() for line in lines if line.startswith("│") and line.split("│")[1].strip()] \
+        == names
+    assert any(f" {column} " in line for line in lines[:4])
+    assert "left out at this width:" in narrow.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
-import json
 import os
 import subprocess
 import sys
@@ -141,11 +140,8 @@ def run_cli(*args, env=None):
 
 
 @pytest.mark.slow
-def test_check_task_command(tmp_path):
-    out = run_cli("check-task", "vectorization", "--json")
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)[0]
-    assert report["status"] == "passed" and report["reference"] < report["baseline"]
+def test_check_task_command_refuses_bad_input_and_reports_a_failed_prepare(tmp_path):
+    # A passing check through the command: tests/test_lite_tasks.py; vectorization's: test_mlagentbench_light.py.
     bad = run_cli("check-task")
     assert bad.returncode == 2 and bad.stderr.startswith("mlab: error:") and "Traceback" not in bad.stderr
     missing = run_cli("check-task", "house-price", "--data-dir", str(tmp_path / "nope"))

@@ -69,6 +69,7 @@ class LlamaInference(MLAgentBenchTask):
     metric = Metric(name="time_vs_starter", higher_is_better=False)
     fixed_baseline = 1.0
     fixed_baseline_source = "the starter's own time: each score is a ratio to it, timed beside the submission"
+    most_pairs = MOST_PAIRS
     downloads = [(WIKITEXT.filename, WIKITEXT)]
     local_check = "the model folder has config.json and tokenizer files (Hugging Face format)"
     read_only_files = [f"{DATA_FOLDER}/*", CONFIG_FILE, f"{MODEL_FOLDER}/*"]
@@ -161,4 +162,4 @@ class LlamaInference(MLAgentBenchTask):
             shutil.copytree(workspace, stage / "submission", symlinks=True,
                             ignore=lambda folder, names: _task_files(workspace, Path(folder), names))
             return interleaved_ratio(ctx, stage, scratch, TIMER, what="generation", shared=TASK_FILES,
-                                     most=MOST_PAIRS)
+                                     most=self.most_pairs)
