@@ -41,13 +41,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# Cases that make a stand-in GPU node in the host's /dev for a while: every sandbox passes /dev/nvidia* through.
+MAKE_STAND_IN_GPU_NODES = ("test_gpu_device_nodes_pass_into_every_sandbox",
+                           "test_the_trace_records_the_gpu_devices_the_run_saw")
+
+
 def _worker_group(item: pytest.Item) -> str | None:
     """Cases that share one thing run on one xdist worker (with `--dist loadgroup`): the docker sandbox's cases
     share the worker session's Docker engine, and the Ray cases a module's cluster."""
     if item.path.name == "test_bench_ray.py":
         return "ray"
-    if getattr(item, "originalname", None) == "test_gpu_device_nodes_pass_into_every_sandbox":
-        return "docker"  # its stand-in node in the host's /dev would be seen by the docker cases' containers
+    if getattr(item, "originalname", None) in MAKE_STAND_IN_GPU_NODES:
+        return "docker"  # a stand-in node in the host's /dev, deleted mid-case, would be passed to docker's --device
     params = getattr(item, "callspec", None)
     if params and any(isinstance(value, str) and value == "docker" for value in params.params.values()):
         return "docker"
