@@ -107,16 +107,38 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], 
     for key, value in new.items():
         if key in old and old[key] == value:
             continue
-        before = old.get(key)
-        if (isinstance(value, list) and isinstance(before, list) and len(value) > len(before)
-                and value[:len(before)] == before):
+        before: Any = old.get(key)
+        if _grown(before, value):
             changes[key] = {"append": value[len(before):]}
         elif isinstance(value, dict) and isinstance(before, dict):
-            changes[key] = {"update": {k: v for k, v in value.items() if k not in before or before[k] != v},
-                            "remove": [k for k in before if k not in value]}
+            changes[key] = _dict_changes(before, value)
         else:
             changes[key] = {"set": value}
     return changes, [key for key in old if key not in new]
+
+
+def _grown(before: Any, value: Any) -> bool:
+    return (isinstance(value, list) and isinstance(before, list) and len(value) > len(before)
+            and value[:len(before)] == before)
+
+
+def _dict_changes(before: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+    """A dict's changed keys; a value that is a list grown at its end (an undo history's versions of one file) by
+    its new items, so a list extended every step is not stored whole every step."""
+    update: dict[str, Any] = {}
+    extend: dict[str, list[Any]] = {}
+    for k, v in value.items():
+        if k not in before:
+            update[k] = v
+        elif before[k] != v:
+            if _grown(before[k], v):
+                extend[k] = v[len(before[k]):]
+            else:
+                update[k] = v
+    change: dict[str, Any] = {"update": update, "remove": [k for k in before if k not in value]}
+    if extend:
+        change["extend"] = extend
+    return change
 
 
 def _apply(base: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +151,8 @@ def _apply(base: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
         elif "update" in change:
             merged = {k: v for k, v in state.get(key, {}).items() if k not in change.get("remove", [])}
             merged.update(change["update"])
+            for k, items in change.get("extend", {}).items():
+                merged[k] = list(merged.get(k, [])) + items
             state[key] = merged
         else:
             state[key] = change.get("set")
