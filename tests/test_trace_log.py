@@ -110,18 +110,24 @@ def test_state_changes_round_trip_and_unchanged_state_costs_nothing(tmp_path):
     assert second["changes"] == {"log": {"append": ["b"]}, "notes": {"update": {"2": "y"}, "remove": []}}
 
 
+def begun_log(run_dir: Path):
+    """A new run folder with an empty trace and its log begun: (run_dir, trace, log)."""
+    from mlab.core.run.trace_log import TraceLog
+
+    run_dir.mkdir()
+    trace = Trace(run_id="r", config=RunConfig(task="t", agent="a"), started_at=0.0)
+    log = TraceLog(run_dir)
+    log.begin(trace)
+    return run_dir, trace, log
+
+
 def test_trace_bytes_grow_linearly_in_steps(tmp_path):
     """A research-agent-like state (a growing research log and summaries, an undo history) costs per step
     what changed: bytes after 2N steps are twice those after N, not four times."""
     from mlab.core.run.trace import write_trace
-    from mlab.core.run.trace_log import TraceLog
 
     def run_bytes(steps: int) -> int:
-        run_dir = tmp_path / f"run{steps}"
-        run_dir.mkdir()
-        trace = Trace(run_id="r", config=RunConfig(task="t", agent="a"), started_at=0.0)
-        log = TraceLog(run_dir)
-        log.begin(trace)
+        run_dir, trace, log = begun_log(tmp_path / f"run{steps}")
         research_log: list[str] = []
         backups: dict[str, list[str]] = {}
         for index in range(1, steps + 1):
@@ -334,14 +340,8 @@ def test_a_damaged_line_inside_the_log_is_a_one_line_error(tmp_path, mlab_home):
 def test_an_undo_history_of_one_file_edited_every_step_costs_each_step_its_new_version(tmp_path):
     """The undo history is a dict of growing lists (file -> digests of earlier versions); a list that grew is
     stored as its new items, so editing one file at every step does not store its whole history every step."""
-    from mlab.core.run.trace_log import TraceLog
-
     def state_bytes(steps: int) -> int:
-        run_dir = tmp_path / f"run{steps}"
-        run_dir.mkdir()
-        trace = Trace(run_id="r", config=RunConfig(task="t", agent="a"), started_at=0.0)
-        log = TraceLog(run_dir)
-        log.begin(trace)
+        run_dir, trace, log = begun_log(tmp_path / f"run{steps}")
         versions: list[str] = []
         for index in range(1, steps + 1):
             versions.append(f"{index:064x}")
