@@ -1,10 +1,11 @@
 """Trace write time per step, early in a run and late: the whole trace.json rewritten each step (as before)
-beside the append-only trace (steps.jsonl + state objects + trace.json updated in place), in one run.
+beside the append-only trace (steps.jsonl + state objects + trace.json updated in place), the same run written
+by each in turn.
 
 The states are shaped like the research agent's with retrieval on: a research log gaining an entry of about
 600 characters a step, summaries of long observations every third step, a recalled passage rewritten each
 step; the environment's undo history gaining a backup every other step; LLM usage changing each step. Both
-writers see the same trace, step by step, in alternating order so load affects them alike.
+writers see the same trace (the same seed), in alternating order from run to run.
 Target (issue 14): the write at step 200 <= 1.5x the write at step 1, and bytes growing linearly in steps.
 
 Usage: python benchmarks/trace_write.py [--steps 200] [--repeats 3] [--dir PARENT]
@@ -12,6 +13,7 @@ Usage: python benchmarks/trace_write.py [--steps 200] [--repeats 3] [--dir PAREN
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -79,29 +81,42 @@ def tree_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def one_run(parent: Path, steps: int, seed: int) -> dict[str, Any]:
+def one_run(parent: Path, steps: int, seed: int, writer: str) -> dict[str, Any]:
+    """One run's trace written by `writer` ("old" or "new") alone: interleaved step by step, the old writer's
+    growing rewrites would slow the new one's fdatasync (one ext4 journal commits both files' data)."""
     with tempfile.TemporaryDirectory(prefix="mlab-trace-bench-", dir=parent) as scratch:
-        old_dir, new_dir = Path(scratch) / "old", Path(scratch) / "new"
-        old_dir.mkdir()
-        new_dir.mkdir()
+        folder = Path(scratch)
         config = RunConfig(task="lite/wine", agent="research", llm="scripted", agent_options={"retrieval": True})
         trace = Trace(run_id="bench", config=config, started_at=time.time())
-        log = TraceLog(new_dir)
-        log.begin(trace)
-        write_trace(old_dir, trace)
+        log = TraceLog(folder)
+        if writer == "new":
+            log.begin(trace)
+        else:
+            write_trace(folder, trace)
         run = ResearchLikeRun(seed)
-        times: dict[str, list[float]] = {"old": [], "new": [], "old_cpu": [], "new_cpu": []}
+        times: dict[str, list[float]] = {writer: [], f"{writer}_cpu": []}
         for index in range(1, steps + 1):
             trace.steps.append(run.step(index))
             trace.usage = trace.steps[-1].usage
-            writers = [("old", lambda: write_trace(old_dir, trace)), ("new", lambda: log.append(trace))]
-            for name, write in writers if index % 2 else writers[::-1]:
-                began, began_cpu = time.perf_counter(), time.thread_time()
-                write()
-                times[name].append(time.perf_counter() - began)
-                times[f"{name}_cpu"].append(time.thread_time() - began_cpu)
+            began, began_cpu = time.perf_counter(), time.thread_time()
+            if writer == "new":
+                log.append(trace)
+            else:
+                write_trace(folder, trace)
+            times[writer].append(time.perf_counter() - began)
+            times[f"{writer}_cpu"].append(time.thread_time() - began_cpu)
         log.close()
-        return {**times, "old_bytes": tree_bytes(old_dir), "new_bytes": tree_bytes(new_dir)}
+        return {**times, f"{writer}_bytes": tree_bytes(folder)}
+
+
+def both_writers(parent: Path, steps: int, seed: int) -> dict[str, Any]:
+    """The same run written by each writer in turn, which goes first alternating with the seed."""
+    order = ("old", "new") if seed % 2 else ("new", "old")
+    result: dict[str, Any] = {}
+    for writer in order:
+        os.sync()  # the other writer's data is on disk before this one starts
+        result.update(one_run(parent, steps, seed, writer))
+    return result
 
 
 def main() -> None:
@@ -113,7 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2 * WINDOW:
         parser.error(f"--steps must be at least {2 * WINDOW}")
-    runs = [one_run(args.dir or Path(tempfile.gettempdir()), args.steps, seed) for seed in range(args.repeats)]
+    runs = [both_writers(args.dir or Path(tempfile.gettempdir()), args.steps, seed) for seed in range(args.repeats)]
     half = args.steps // 2
     print(f"trace write per step, ms (median of steps 1-{WINDOW} / {half - WINDOW // 2 + 1}-"
           f"{half + WINDOW // 2} / {args.steps - WINDOW + 1}-{args.steps}, {args.repeats} runs):")

@@ -291,8 +291,10 @@ def test_resumed_run_continues_with_the_same_memory(tmp_path, monkeypatch):
                                    "--option", 'actions=["Read File", "List Files", "Final Answer"]'],
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert first.returncode == 9 and "STEP 2" in first.stdout, first.stdout + first.stderr
-    trace = json.loads((run_dir / "trace.json").read_text())
-    assert trace["status"] == "running" and trace["steps"][-1]["agent_state"]["summaries"] == {"1": summary}
+    from mlab.core.run.trace import read_trace
+
+    killed = read_trace(run_dir)
+    assert killed.status == "running" and killed.steps[-1].agent_state["summaries"] == {"1": summary}
     calls_before = len(llm_calls(run_dir))
     second = subprocess.run(base + ["--resume"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "END finished final answer" in second.stdout, second.stdout + second.stderr

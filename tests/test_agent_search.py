@@ -19,6 +19,7 @@ import pytest
 from mlab.core import RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
+from mlab.core.run.trace import read_trace
 from mlab_agent_search.fitness import infer_direction, read_outcome
 from mlab_agent_search.graph import SolutionGraph
 from mlab_agent_search.policies import Proposal, Settings, mcts
@@ -339,9 +340,9 @@ def test_kill_9_mid_search_then_resume_continues_the_same_graph(tmp_path):
             proc.kill()
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
-    before = json.loads((run_dir / "trace.json").read_text())
-    assert before["status"] == "running" and 9 <= len(before["steps"]) < 2 + 2 * 6 + 3
-    nodes_before = before["steps"][-1]["agent_state"]["graph"]["nodes"]
+    before = read_trace(run_dir)  # trace.json names a running run's states; the log holds them
+    assert before.status == "running" and 9 <= len(before.steps) < 2 + 2 * 6 + 3
+    nodes_before = before.steps[-1].agent_state["graph"]["nodes"]
     assert len(nodes_before) >= 4
 
     resumed = subprocess.run([sys.executable, "-m", "mlab.cli.main", "run", "--resume", str(run_dir)], cwd=REPO,

@@ -164,6 +164,10 @@ def test_torn_last_line_is_ignored_and_its_step_done_again(tmp_path, mlab_home):
     kill_after_step(run_dir, 3, "--steps", "6", "--sleep", "0.3")
     before = read_trace(run_dir)
     done = len(before.steps)
+    # While a run goes on, trace.json names every step's states (inline, a step's write would grow with them);
+    # the log resolves them.
+    stored = json.loads((run_dir / "trace.json").read_text())["steps"]
+    assert all(set(s["agent_state"]) == {"$state"} for s in stored) and before.steps[-1].agent_state
     # A kill while appending the next step's line leaves half of it: not committed, so not in the trace.
     line = (run_dir / "steps.jsonl").read_bytes().splitlines(keepends=True)[-1]
     torn = line.replace(f'"index":{done}'.encode(), f'"index":{done + 1}'.encode())[:len(line) // 2]

@@ -13,9 +13,10 @@ A run's trace is written as it happens, at a cost that does not grow with the ru
   fdatasync makes both durable); a step names its states as {"$state": "<sha256>"}. A state whose object is
   missing or does not match its name stays a reference when loaded, and a resume does that step again.
 - `trace.json` stays the readable whole, current after every step for whatever reads it while a run goes on:
-  one step a line, states as references except the last step's, which is inline. Each step rewrites it only
-  from the previous step on (a write of about one step), in place and not fsynced (steps.jsonl is what
-  survives a crash); it is rewritten whole, atomically and durably, when a run starts, resumes or ends.
+  one step a line, states as references. Each step rewrites it only from the previous step on (a write of
+  about one step, whatever the size of the states), in place and not fsynced (steps.jsonl is what survives a
+  crash); it is rewritten whole, atomically and durably, with the last step's states inline, when a run
+  starts, resumes or ends.
 
 load_trace() reads trace.json, adds committed steps the log holds beyond it (a kill between the two writes)
 and resolves every state; a trace.json that does not parse (torn by a kill mid-write, lost in a power cut) is
@@ -169,10 +170,10 @@ class StateChain:
         self.value: dict[str, Any] = {}
 
     def store(self, state: dict[str, Any]) -> str:
-        if self.ref is not None and state == self.value:
-            return self.ref  # unchanged: costs nothing
         base = self.value if self.ref is not None else {}
         changes, removed = _changes(base, state)
+        if self.ref is not None and not changes and not removed:
+            return self.ref  # unchanged: costs nothing
         data = _dumps({"base": self.ref, "changes": changes, "removed": removed})
         self.ref = self.objects.put(data)
         self.value = _apply(base, json.loads(data))
@@ -437,7 +438,7 @@ class TraceLog:
         objects = self.objects.take_pending()  # new states go in the same write, before the line naming them
         try:
             self._append(objects + line)
-            self._update_json(moving, _step_text(step).encode(), tail)
+            self._update_json(moving, text.encode(), tail)
         except BaseException:
             self._truncate_log(before)
             self.objects.forget(objects)
@@ -468,8 +469,9 @@ class TraceLog:
             self._log_size = size
 
     def _update_json(self, moving: bytes, last: bytes, tail: str) -> None:
-        """Rewrite trace.json from the previous step on: that step by reference, the new one inline, the
-        fields after the steps. Padded with spaces so no truncation (and no moment of a torn file) is needed."""
+        """Rewrite trace.json from the previous step on, both steps' states by reference (inline, they grow with
+        the run and so would each step's write), then the fields after the steps. Padded with spaces so no
+        truncation (and no moment of a torn file) is needed."""
         fd = self._json_fd
         if fd is None:
             raise RuntimeError("trace.json is updated before begin()")
