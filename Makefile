@@ -125,6 +125,8 @@ bench: setup
 	$(PY) benchmarks/cli_start.py
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/snapshot_scale.py
+	$(PY) benchmarks/trace_write.py
+	$(PY) benchmarks/sandbox_overhead.py
 	$(PY) benchmarks/agent_prompt_tokens.py
 	$(PY) benchmarks/bench_parallel.py
 	$(PY) benchmarks/bench_eval.py
