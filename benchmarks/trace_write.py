@@ -89,20 +89,15 @@ def one_run(parent: Path, steps: int, seed: int, writer: str) -> dict[str, Any]:
         config = RunConfig(task="lite/wine", agent="research", llm="scripted", agent_options={"retrieval": True})
         trace = Trace(run_id="bench", config=config, started_at=time.time())
         log = TraceLog(folder)
-        if writer == "new":
-            log.begin(trace)
-        else:
-            write_trace(folder, trace)
+        begin, write = (log.begin, log.append) if writer == "new" else (lambda t: write_trace(folder, t),) * 2
+        begin(trace)
         run = ResearchLikeRun(seed)
         times: dict[str, list[float]] = {writer: [], f"{writer}_cpu": []}
         for index in range(1, steps + 1):
             trace.steps.append(run.step(index))
             trace.usage = trace.steps[-1].usage
             began, began_cpu = time.perf_counter(), time.thread_time()
-            if writer == "new":
-                log.append(trace)
-            else:
-                write_trace(folder, trace)
+            write(trace)
             times[writer].append(time.perf_counter() - began)
             times[f"{writer}_cpu"].append(time.thread_time() - began_cpu)
         log.close()

@@ -106,11 +106,11 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], 
     """What turns `old` into `new`, key by key: a grown list by its new items, a dict by its changed keys."""
     changes: dict[str, Any] = {}
     for key, value in new.items():
-        if key in old and old[key] == value:
-            continue
         before: Any = old.get(key)
-        if _grown(before, value):
+        if _grown(before, value):  # checked first: a grown list is compared once, not twice
             changes[key] = {"append": value[len(before):]}
+        elif key in old and before == value:
+            continue
         elif isinstance(value, dict) and isinstance(before, dict):
             changes[key] = _dict_changes(before, value)
         else:
@@ -131,11 +131,10 @@ def _dict_changes(before: dict[str, Any], value: dict[str, Any]) -> dict[str, An
     for k, v in value.items():
         if k not in before:
             update[k] = v
+        elif _grown(before[k], v):
+            extend[k] = v[len(before[k]):]
         elif before[k] != v:
-            if _grown(before[k], v):
-                extend[k] = v[len(before[k]):]
-            else:
-                update[k] = v
+            update[k] = v
     change: dict[str, Any] = {"update": update, "remove": [k for k in before if k not in value]}
     if extend:
         change["extend"] = extend
