@@ -41,22 +41,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# Cases that make a stand-in GPU node in the host's /dev for a while: every sandbox passes /dev/nvidia* through.
-MAKE_STAND_IN_GPU_NODES = ("test_gpu_device_nodes_pass_into_every_sandbox",
-                           "test_the_trace_records_the_gpu_devices_the_run_saw")
-
-
 def _worker_group(item: pytest.Item) -> str | None:
     """Cases that share one thing run on one xdist worker (with `--dist loadgroup`): the docker sandbox's cases
     share the worker session's Docker engine, and the Ray cases a module's cluster."""
     if item.path.name == "test_bench_ray.py":
         return "ray"
-    if getattr(item, "originalname", None) in MAKE_STAND_IN_GPU_NODES:
-        return "docker"  # a stand-in node in the host's /dev, deleted mid-case, would be passed to docker's --device
     params = getattr(item, "callspec", None)
     if params and any(isinstance(value, str) and value == "docker" for value in params.params.values()):
         return "docker"
     return None
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch):
+    """A character device named like an NVIDIA node (the null device's numbers: this machine has no GPU), in a
+    folder of /dev of the case's own, and MLAB_GPU_DEVICES naming it alone: no other process's sandboxes (another
+    worker's, whose plans and zygotes would change) see it, and no other case's node is passed along with it."""
+    import shutil
+    import stat
+    import uuid
+
+    folder = f"/dev/mlab-test-gpu-{uuid.uuid4().hex[:8]}"
+    try:
+        os.mkdir(folder, 0o755)
+        os.mknod(f"{folder}/nvidia0", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.skip(f"cannot make a stand-in character device in /dev here: {exc}")
+    monkeypatch.setenv("MLAB_GPU_DEVICES", f"{folder}/nvidia*")
+    yield f"{folder}/nvidia0"
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

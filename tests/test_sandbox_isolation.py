@@ -143,28 +143,21 @@ def test_the_run_folder_and_the_harness_users_home_are_hidden_from_agent_code(tm
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
-def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox):
-    """The stricter sandboxes must not lock GPUs out: NVIDIA's nodes are passed through. This machine has no
-    GPU, so the stand-in is a character device named like one (the null device's numbers)."""
-    node = f"/dev/nvidia-mlab-test-{uuid.uuid4().hex[:8]}"
+def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox, stand_in_gpu):
+    """The stricter sandboxes must not lock GPUs out: the host's GPU nodes are passed through."""
+    node = stand_in_gpu
+    env = make_env(tmp_path, sandbox=sandbox)
     try:
-        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    except OSError as exc:
-        pytest.skip(f"cannot make a stand-in character device in /dev here: {exc}")
-    try:
-        env = make_env(tmp_path, sandbox=sandbox)
-        try:
-            out, error = run(env, (
-                "import os, stat\n"
-                f"print('CHAR', stat.S_ISCHR(os.stat({node!r}).st_mode))\n"
-                f"with open({node!r}, 'wb') as f:\n"
-                "    f.write(b'kernel launch')\n"
-                "print('WROTE')\n"))
-        finally:
-            env.close()
-        assert not error and "CHAR True" in out and "WROTE" in out, out
+        out, error = run(env, (
+            "import os, stat\n"
+            f"print('CHAR', stat.S_ISCHR(os.stat({node!r}).st_mode))\n"
+            f"with open({node!r}, 'wb') as f:\n"
+            "    f.write(b'kernel launch')\n"
+            "print('WROTE')\n"))
     finally:
-        os.unlink(node)
+        env.close()
+    # Whether the host still had the node when the command failed tells a harness fault from a vanished node.
+    assert not error and "CHAR True" in out and "WROTE" in out, (out, f"on the host now: {os.path.exists(node)}")
 
 
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
@@ -239,3 +232,18 @@ def test_password_hashes_and_host_daemon_sockets_are_out_of_reach(tmp_path):
     assert ("RUN []" in out or "RUN PermissionError" in out or "RUN FileNotFoundError" in out) and \
         "mlab-test-" not in out.split("RUN", 1)[1], out
     assert "REFUSED" in out and "CONNECTED" not in out, out
+
+
+def test_mlab_gpu_devices_chooses_the_nodes_every_sandbox_gets(tmp_path, monkeypatch):
+    """One GPU of several per run: MLAB_GPU_DEVICES replaces the default globs; set empty, no GPU is passed."""
+    from mlab.core.sandbox import rootfs
+
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setenv("MLAB_GPU_DEVICES", f"{tmp_path}/nvidia0:{tmp_path}/nvidiactl:{tmp_path}/nvidia-uvm*:"
+                                           f"{tmp_path}/nvidia0:relative/nvidia*:{tmp_path}/absent")
+    assert rootfs.gpu_devices() == [f"{tmp_path}/nvidia0", f"{tmp_path}/nvidiactl", f"{tmp_path}/nvidia-uvm"]
+    monkeypatch.setenv("MLAB_GPU_DEVICES", "")
+    assert rootfs.gpu_devices() == []
+    monkeypatch.delenv("MLAB_GPU_DEVICES")
+    assert rootfs.gpu_devices() == [p for g in rootfs.GPU_DEVICE_GLOBS for p in sorted(__import__("glob").glob(g))]

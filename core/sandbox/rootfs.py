@@ -32,8 +32,10 @@ NETWORK_ETC_ENTRIES = ("resolv.conf",)
 # Read-only folders beyond those, e.g. a CUDA installation elsewhere: MLAB_SANDBOX_RO=/path1:/path2 (the older
 # per-sandbox names still count).
 EXTRA_RO_VARS = ("MLAB_SANDBOX_RO", "MLAB_BWRAP_RO", "MLAB_DOCKER_RO")
-# GPUs stay usable: NVIDIA's device nodes, AMD's kfd and the DRI render nodes.
+# GPUs stay usable: NVIDIA's device nodes, AMD's kfd and the DRI render nodes. MLAB_GPU_DEVICES=glob1:glob2
+# replaces them (one GPU of several per run: /dev/nvidia0:/dev/nvidiactl:/dev/nvidia-uvm*; empty: none).
 GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
+GPU_DEVICES_VAR = "MLAB_GPU_DEVICES"
 # The character devices every program expects.
 BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 TMP_BYTES = 1 << 30  # the private /tmp: memory-backed, so also within the command's memory limit
@@ -94,10 +96,12 @@ def plugin_code() -> tuple[str, ...]:
 
 
 def gpu_devices() -> list[str]:
-    """GPU device nodes (and device folders) of this host."""
+    """GPU device nodes (and device folders) of this host that every sandbox passes through."""
+    chosen = os.environ.get(GPU_DEVICES_VAR)
+    patterns = GPU_DEVICE_GLOBS if chosen is None else [p for p in chosen.split(":") if p]
     found: list[str] = []
-    for pattern in GPU_DEVICE_GLOBS:
-        found += sorted(glob.glob(pattern))
+    for pattern in patterns:
+        found += [path for path in sorted(glob.glob(pattern)) if os.path.isabs(path) and path not in found]
     return found
 
 
