@@ -7,7 +7,9 @@ Workspaces: N files of --file-bytes in folders of 100 (src/pNNN/fNNNNN.py). Per 
   a sync after it: --first-rounds rounds, alternating, medians and the median of the per-round ratios;
   a step after agent code changed one file (the stat walk), beside a bare Python stat walk of the tree (through
   folder descriptors, as the store walks) and `find -printf` of inode, size and times (the C floor): wall and CPU,
-  in µs per file, alternating step by step;
+  in µs per file, alternating step by step; from split_walk.MIN_ENTRIES files also beside a second store whose
+  walk is done in one process (no forked child for half the folders), the two alternating step by step; CPU
+  includes the forked child's;
   a step after Write File (the one path), and a step that changed nothing (List Files);
   bytes stored after --steps steps changing one file each, beyond the first snapshot.
 Rounds alternate between the implementations so machine load affects them alike; compare ratios, not times.
@@ -22,6 +24,7 @@ and the medians of per-round ratios to the bare walk.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import resource
@@ -36,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mlab.core.fs import split_walk
 from mlab.core.fs.dirfd import WalkLimits, list_dir, open_dir_at, open_root
 from mlab.core.fs.tree_index import Scanner
 from mlab.core.run.snapshot import SnapshotStore
@@ -146,9 +150,26 @@ def timed(action: Callable[[], Any]) -> tuple[float, float]:
     """(wall, CPU) seconds of one call, after flushing what earlier calls left unwritten (a sync of the file
     system would otherwise pay for the copies of the implementation timed before it)."""
     os.sync()
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu_s()
     action()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    return time.perf_counter() - wall, _cpu_s() - cpu
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (the split walk's forked child, cp)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                          resource.RUSAGE_CHILDREN)))
+
+
+def one_process(action: Callable[[], Any]) -> Callable[[], Any]:
+    """The action with the walk after agent code left to this process alone (no forked child for half)."""
+    def unsplit() -> Any:
+        saved, split_walk.MIN_ENTRIES = split_walk.MIN_ENTRIES, sys.maxsize
+        try:
+            return action()
+        finally:
+            split_walk.MIN_ENTRIES = saved
+    return unsplit
 
 
 class Original:
@@ -197,6 +218,10 @@ def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scrat
     new = SnapshotStore(scratch / f"new{files}")
     new.record(ws, "step_0000", changes=new.changes)
     stores: dict[str, Any] = {"new": new}
+    if files >= split_walk.MIN_ENTRIES:  # the same store's walk without its forked child, step by step beside it
+        unsplit = SnapshotStore(scratch / f"unsplit{files}")
+        unsplit.record(ws, "step_0000", changes=unsplit.changes)
+        stores["unsplit"] = unsplit
     if old is not None and files <= args.old_max_files:
         old_store = old.SnapshotStore(scratch / f"old{files}")
         row["old_first_s"] = timed(lambda: old_store.take(ws, "step_0000"))[0]
@@ -214,10 +239,12 @@ def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scrat
         walks.append(timed(lambda: stat_walk(ws)))
         finds.append(find_walk(ws))
         paths[(step * 7919) % files].write_bytes(os.urandom(1000))  # agent code changed one file
-        for label, store in stores.items():
-            if label == "new":
+        for label in list(stores) if step % 2 else list(stores)[::-1]:  # alternating: load hits all alike
+            store = stores[label]
+            if label in ("new", "unsplit"):
                 store.changes.ran_agent_code()
-                script[label].append(timed(lambda s=store, n=name: s.record(ws, n, changes=s.changes)))
+                call = functools.partial(store.record, ws, name, changes=store.changes)
+                script[label].append(timed(call if label == "new" else one_process(call)))
             else:
                 script[label].append(timed(lambda s=store, n=name: s.take(ws, n)))
     for label in stores:
@@ -237,6 +264,9 @@ def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scrat
     for label in stores:
         row[f"{label}_step_ms"] = median_ms([w for w, _c in script[label]])
         row[f"{label}_step_cpu_ms"] = median_ms([c for _w, c in script[label]])
+    if "unsplit" in script:
+        row["split_vs_unsplit"] = statistics.median(n[0] / u[0] for n, u in zip(script["new"], script["unsplit"],
+                                                                                 strict=True))
     row["new_write_ms"] = median_ms([w for w, _c in write])
     row["new_write_cpu_ms"] = median_ms([c for _w, c in write])
     row["new_idle_ms"] = median_ms([w for w, _c in idle])
@@ -269,6 +299,9 @@ def report(row: dict[str, Any], steps: int) -> None:
     line = (f"step after agent code changed one file: new {row['new_step_ms']:.1f} ms "
             f"({row['new_step_cpu_ms']:.1f} ms CPU) = {row['step_vs_walk']:.2f}x the bare stat walk "
             f"({row['step_vs_walk_cpu']:.2f}x its CPU; medians of per-step ratios)")
+    if "unsplit_step_ms" in row:
+        line += (f"; in one process {row['unsplit_step_ms']:.1f} ms ({row['unsplit_step_cpu_ms']:.1f} ms CPU; "
+                 f"split / one process {row['split_vs_unsplit']:.2f}x wall, median of per-step ratios)")
     if "old_step_ms" in row:
         line += f"; old {row['old_step_ms']:.1f} ms (new/old {row['new_step_ms'] / row['old_step_ms']:.3f})"
     if "orig_step_ms" in row:

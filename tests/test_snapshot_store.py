@@ -290,10 +290,31 @@ def change_kinds(ws: Path, step: int) -> str | None:
     return result if isinstance(result, str) else None
 
 
-@pytest.mark.parametrize("told", [False, True], ids=["walk", "told-the-paths"])
-def test_listings_kept_up_to_date_step_by_step_are_the_bytes_a_fresh_store_writes(ws, tmp_path, told):
+@pytest.fixture
+def split_walks(monkeypatch):
+    """The walk after agent code splits even this small tree with a forked child; the SplitWalks made."""
+    from mlab.core.fs import split_walk
+
+    made = []
+    real_start = split_walk.start
+
+    def start(root_fd, root):
+        made.append(real_start(root_fd, root))
+        return made[-1]
+
+    monkeypatch.setattr(split_walk, "MIN_ENTRIES", 1)
+    monkeypatch.setattr(split_walk, "_cores", lambda: 2)
+    monkeypatch.setattr(split_walk, "start", start)
+    return made
+
+
+@pytest.mark.parametrize("how", ["walk", "told-the-paths", "walk-split"])
+def test_listings_kept_up_to_date_step_by_step_are_the_bytes_a_fresh_store_writes(ws, tmp_path, how, request):
     """Each folder re-encodes only its changed names: after every kind of change the listings must be byte
-    for byte those of a store that records the workspace from scratch."""
+    for byte those of a store that records the workspace from scratch (also when a forked child listed half
+    the folders)."""
+    told = how == "told-the-paths"
+    splits = request.getfixturevalue("split_walks") if how == "walk-split" else None
     kept = SnapshotStore(tmp_path / "kept")
     kept.take(ws, "s0", changes=kept.changes)
     for step in range(1, 15):
@@ -309,6 +330,37 @@ def test_listings_kept_up_to_date_step_by_step_are_the_bytes_a_fresh_store_write
         assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items()
                                             if not rel.endswith("pipe")}
         assert kept.verify(f"s{step}") == []
+    if splits is not None:  # every walk of the kept store split (a fresh store has nothing recorded to split)
+        used = [split.used for split in splits if split is not None]
+        assert len(used) == 14 and sum(used) >= 14 * 3, used
+
+
+def test_a_split_walk_answers_only_for_the_folder_the_child_listed(ws, tmp_path, split_walks):
+    """The child's answer for a path is refused when the folder the caller opened there is another one."""
+    from mlab.core.fs import split_walk
+    from mlab.core.fs.dirfd import open_dir_at, open_root
+
+    store = SnapshotStore(tmp_path / "store")
+    store.take(ws, "s0")
+    (ws / "d4" / "f0.txt").write_text("changed by agent code\n")
+    (ws / "d4" / "f1.txt").unlink()
+    root = open_root(ws)
+    try:
+        walk = split_walk.start(root, store._index[2])
+        other, d4 = open_dir_at(root, "d3"), open_dir_at(root, "d4")
+        try:
+            assert walk.take("d4/", other) is None  # d3 opened where the child listed d4
+            walk = split_walk.start(root, store._index[2])
+            entries, listed, gone = walk.take("d4/", d4)
+            assert {e.name for e in entries} == {"f0.txt", "inner"} and gone == ["f1.txt"] and listed == 20
+            assert entries[0].is_dir() == (entries[0].name == "inner")
+            assert walk.take("d0/", d4) is None  # not one the child took
+        finally:
+            for fd in (other, d4):
+                os.close(fd)
+            walk.close()
+    finally:
+        os.close(root)
 
 
 def test_folder_listings_are_compact_sorted_json():
@@ -552,3 +604,17 @@ def test_the_entry_limit_cuts_a_walk_of_a_recorded_tree_as_it_cuts_a_first_one(w
     monkeypatch.undo()
     manifest = store.take(ws, "s2")
     assert store.left_out == "" and manifest_state(manifest) == state(ws)
+
+
+def test_a_walk_whose_child_failed_lists_every_folder_itself(ws, tmp_path, split_walks, monkeypatch):
+    from mlab.core.fs import split_walk
+
+    monkeypatch.setattr(split_walk, "_answer", lambda *_args: os._exit(3))  # the child dies without a word
+    store = SnapshotStore(tmp_path / "store")
+    store.take(ws, "s0")
+    (ws / "d4" / "f0.txt").write_text("changed by agent code\n")
+    (ws / "d3" / "f1.txt").unlink()
+    store.changes.ran_agent_code()
+    manifest = store.take(ws, "s1", changes=store.changes)
+    assert manifest_state(manifest) == state(ws)
+    assert [split.used for split in split_walks if split is not None] == [0]

@@ -116,6 +116,9 @@ class Scanner:
         self.skip = skip
         self.limits = limits
         self.horizon_ns = horizon_ns  # stat keys with a change time before this vouch for the content
+        # Folders another process listed and compared already (split_walk.SplitWalk): take(prefix, fd) gives
+        # (entries to look at, names listed, recorded names not listed), or None
+        self.split: Any = None
 
     def trusted(self, key: StatKey) -> StatKey | None:
         return key if key[3] < self.horizon_ns else None
@@ -128,11 +131,17 @@ class Scanner:
         files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
         new_verdicts: dict[str, bool] = {}
         listed: list[str] = []
-        # Unchanged files are matched while the folder is listed (each stat right after its entry is read); only
-        # the other entries are kept, and looked at once the listing is closed: the folder's descriptor is the
-        # only one held below.
-        others = _changed(fd, files, listed)
-        kept = len(listed) - len(others)  # names listed here and recorded after this scan
+        taken = self.split.take(prefix, fd) if self.split is not None else None
+        gone: list[str] | None = None
+        if taken is None:
+            # Unchanged files are matched while the folder is listed (each stat right after its entry is read);
+            # only the other entries are kept, and looked at once the listing is closed: the folder's descriptor
+            # is the only one held below.
+            others: list[Any] = changed_entries(fd, files, listed)
+            count_listed = len(listed)
+        else:
+            others, count_listed, gone = taken
+        kept = count_listed - len(others)  # names listed here and recorded after this scan
         count = limits.entries + kept
         if count > limits.max_entries:
             limits.entries, limits.too_many = count, True
@@ -219,7 +228,10 @@ class Scanner:
                 folder.touched(name)
         limits.entries = count
         folder.verdicts = new_verdicts
-        if kept != len(files) + len(folders):  # some recorded names were not listed: they went
+        if gone is not None:
+            for name in gone:
+                _forget(folder, name)
+        elif kept != len(files) + len(folders):  # some recorded names were not listed: they went
             names = set(listed)
             for name in [*files, *folders]:
                 if name not in names:
@@ -286,7 +298,8 @@ class Scanner:
         return True
 
 
-def _changed(fd: int, files: dict[str, tuple[StatKey | None, Entry]], listed: list[str]) -> list[os.DirEntry[str]]:
+def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
+                    listed: list[str]) -> list[os.DirEntry[str]]:
     """List the folder of fd into `listed` (its names); returns its entries that are not files recorded at the
     stat they have now. Every entry of an unchanged workspace goes through this loop alone, so it does nothing
     but a lookup, one lstat and a compare (ctime first: any write moves it)."""

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlab.core.fs import split_walk
 from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk
 from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
 from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
@@ -141,10 +142,14 @@ class SnapshotStore:
                               trust_horizon_ns(self.manifests / ".clock", st.st_dev))
             if not (known and changes is not None
                     and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
+                scanner.split = split_walk.start(root, tree)
                 try:
                     scanner.scan(root, "", tree, 0)
                 except LimitReached:
                     tree.invalidate()  # what the walk reached is kept, the rest left out: encode it all again
+                finally:
+                    if scanner.split is not None:
+                        scanner.split.close()
                 self.left_out = scanner.limits.note()
             listing = tree.encode(self._seal)
             tree.dirty = False
