@@ -139,7 +139,7 @@ def start(root_fd: int, root: Folder) -> SplitWalk | None:
         taken.append((prefix, folder))
         below += count
     taken.reverse()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    read_fd, write_fd = os.pipe()  # not inherited by anything the harness starts later
     try:
         with warnings.catch_warnings():  # the child only makes system calls: other threads' locks do not matter
             warnings.simplefilter("ignore", DeprecationWarning)
