@@ -618,3 +618,23 @@ def test_a_walk_whose_child_failed_lists_every_folder_itself(ws, tmp_path, split
     manifest = store.take(ws, "s1", changes=store.changes)
     assert manifest_state(manifest) == state(ws)
     assert [split.used for split in split_walks if split is not None] == [0]
+
+
+def test_a_walk_cut_at_the_entry_limit_ends_its_child_without_waiting_for_it(ws, tmp_path, split_walks, monkeypatch):
+    """The child may still be listing a folder agent code filled with millions of names: it is killed, not
+    waited for."""
+    import functools
+
+    import mlab.core.run.snapshot as snapshot
+    from mlab.core.fs import split_walk
+
+    store = SnapshotStore(tmp_path / "store")
+    store.take(ws, "s0")
+    monkeypatch.setattr(split_walk, "_answer", lambda *_args: time.sleep(60))  # a child that takes its time
+    monkeypatch.setattr(snapshot, "WalkLimits", functools.partial(snapshot.WalkLimits, max_entries=3))
+    store.changes.ran_agent_code()
+    started = time.monotonic()
+    store.take(ws, "s1", changes=store.changes)
+    assert time.monotonic() - started < 30 and "only the first 3 entries" in store.left_out
+    child = [split for split in split_walks if split is not None][0]
+    assert child._pid == 0  # reaped

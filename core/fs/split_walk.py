@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import marshal
 import os
+import signal
 import warnings
 from collections.abc import Iterator
 
@@ -100,7 +101,7 @@ class SplitWalk:
                     chunks.append(chunk)
             except OSError:
                 chunks = []
-            self.close()
+            self._end(kill=False)  # it wrote all it had: it is exiting
             try:
                 answers = marshal.loads(b"".join(chunks)) if chunks else {}
             except (EOFError, ValueError, TypeError):
@@ -109,10 +110,18 @@ class SplitWalk:
         return self._answers
 
     def close(self) -> None:
-        """End the child (if its answers were never needed) and reap it."""
+        """End the child (if its answers were never needed: the walk stopped at a limit) and reap it."""
+        self._end(kill=self._answers is None)
+
+    def _end(self, kill: bool) -> None:
         if self._read_fd >= 0:
-            os.close(self._read_fd)  # a child still writing gets EPIPE and exits
+            os.close(self._read_fd)
             self._read_fd = -1
+        if self._pid and kill:
+            try:
+                os.kill(self._pid, signal.SIGKILL)  # it may still be listing a folder of millions of entries
+            except ProcessLookupError:
+                pass
         if self._pid:
             try:
                 os.waitpid(self._pid, 0)
