@@ -155,8 +155,13 @@ def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox, stand_in_gp
             "print('WROTE')\n"))
     finally:
         env.close()
-    # Whether the host still had the node when the command failed tells a harness fault from a vanished node.
-    assert not error and "CHAR True" in out and "WROTE" in out, (out, f"on the host now: {os.path.exists(node)}")
+    if not error and "CHAR True" in out and "WROTE" in out:
+        return
+    # Whether the host still had the node, and what the engine logged, tell a harness fault from a vanished node.
+    from tests.fixtures import docker_engine
+
+    log = docker_engine.log_tail(lines=20) if sandbox == "docker" else ""
+    pytest.fail(f"{out}\non the host now: {os.path.exists(node)}\n{log}")
 
 
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
