@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -158,6 +160,38 @@ def test_contrails_prepare_moves_validation_to_test_and_scores_dice(tmp_path, no
             task.evaluate(workspace_with(tmp_path, label, frame.to_csv(index=False)), hidden)
     with pytest.raises(InvalidSubmission):
         task.evaluate(workspace_with(tmp_path, "short", exact.iloc[:-1].to_csv(index=False)), hidden)
+
+
+def test_contrails_test_data_is_beyond_the_starters_untrained_model(tmp_path, monkeypatch):
+    """The starter's model is an untrained 1x1 convolution; on data one threshold separates, some random
+    initialisations already match the masks and check-task then sees the reference gain nothing."""
+    import torch
+    import torch.nn.functional as F
+
+    import mlab_tasks_mlagentbench
+
+    files = Path(mlab_tasks_mlagentbench.__file__).parent / "files" / "identify-contrails"
+    monkeypatch.syspath_prepend(str(files))  # train.py imports the shipped encode.py
+    monkeypatch.setitem(sys.modules, "encode", None)  # so the import below is undone after the test
+    del sys.modules["encode"]
+    spec = importlib.util.spec_from_file_location("contrails_starter", files / "train.py")
+    starter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(starter)
+    source = images.contrails(tmp_path / "src", n_train=1, n_valid=2, times=5)
+    images_in, masks = [], []
+    for record in sorted((source / "validation").iterdir()):
+        bands = [np.load(record / f"band_{b}.npy")[..., 4] for b in (11, 14, 15)]
+        images_in.append(torch.Tensor(starter.false_color(*bands)).permute(2, 0, 1))
+        masks.append(torch.from_numpy(np.load(record / "human_pixel_masks.npy")[:, :, 0]).float())
+    batch, truth = torch.stack(images_in), torch.stack(masks)
+    dice = []
+    for seed in range(300):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            predicted = F.softmax(torch.nn.Conv2d(3, 2, 1)(batch), dim=1).argmax(1).float()
+        per_record = (2 * (predicted * truth).sum((1, 2)) + 1e-6) / (predicted.sum((1, 2)) + truth.sum((1, 2)) + 1e-6)
+        dice.append(per_record.mean().item())
+    assert max(dice) < 0.3, f"an untrained 1x1 convolution scores {max(dice):.3f} Dice on the test data"
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ model = nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 16, 3, padding=1), nn.ReLU
                       nn.Conv2d(16, 16, 3, padding=2, dilation=2), nn.ReLU(), nn.Conv2d(16, 2, 1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 batch_size = 8
-steps = max(4 * ((len(X) + batch_size - 1) // batch_size), 40)  # four epochs, or enough on a tiny subset
+steps = max(4 * ((len(X) + batch_size - 1) // batch_size), 100)  # four epochs, or enough on a tiny subset
 for step in range(1, steps + 1):
     idx = torch.randint(0, len(X), (batch_size,))
     optimizer.zero_grad()
