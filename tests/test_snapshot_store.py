@@ -298,8 +298,8 @@ def split_walks(monkeypatch):
     made = []
     real_start = split_walk.start
 
-    def start(root_fd, root):
-        made.append(real_start(root_fd, root))
+    def start(root_fd, root, max_entries):
+        made.append(real_start(root_fd, root, max_entries))
         return made[-1]
 
     monkeypatch.setattr(split_walk, "MIN_ENTRIES", 1)
@@ -346,11 +346,11 @@ def test_a_split_walk_answers_only_for_the_folder_the_child_listed(ws, tmp_path,
     (ws / "d4" / "f1.txt").unlink()
     root = open_root(ws)
     try:
-        walk = split_walk.start(root, store._index[2])
+        walk = split_walk.start(root, store._index[2], 10**6)
         other, d4 = open_dir_at(root, "d3"), open_dir_at(root, "d4")
         try:
             assert walk.take("d4/", other) is None  # d3 opened where the child listed d4
-            walk = split_walk.start(root, store._index[2])
+            walk = split_walk.start(root, store._index[2], 10**6)
             entries, listed, gone = walk.take("d4/", d4)
             assert {e.name for e in entries} == {"f0.txt", "inner"} and gone == ["f1.txt"] and listed == 20
             assert entries[0].is_dir() == (entries[0].name == "inner")
@@ -604,6 +604,52 @@ def test_the_entry_limit_cuts_a_walk_of_a_recorded_tree_as_it_cuts_a_first_one(w
     monkeypatch.undo()
     manifest = store.take(ws, "s2")
     assert store.left_out == "" and manifest_state(manifest) == state(ws)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_folder_agent_code_filled_with_names_is_listed_only_up_to_the_entry_limit(ws, tmp_path, monkeypatch,
+                                                                                     split, request):
+    """Names beyond the limit's worth are never read into the harness's memory, nor into the split walk's
+    child's: the listing itself stops."""
+    import functools
+    import tracemalloc
+
+    import mlab.core.run.snapshot as snapshot
+    from mlab.core.fs import split_walk, tree_index
+
+    if split:
+        request.getfixturevalue("split_walks")
+    store = SnapshotStore(tmp_path / "store")
+    store.take(ws, "s0")
+    # a new folder, or with a split walk the recorded folder the child lists last
+    flood = ws / ([prefix for prefix, _f in split_walk._folders(store._index[2])][-1] if split else "d1/flood")
+    flood.mkdir(exist_ok=True)
+    (flood / "flood-0").write_text("x")
+    for i in range(1, 30_000):  # names without new inodes: a hard link each
+        os.link(flood / "flood-0", flood / f"flood-{i}")
+    counts = tmp_path / "listed-counts"  # appended to by the harness and by the split walk's child
+
+    def counting(real, fd, files, listed, most):
+        try:
+            return real(fd, files, listed, most)
+        finally:
+            with open(counts, "a") as out:
+                out.write(f"{len(listed)}\n")
+
+    for module in (tree_index, split_walk):
+        monkeypatch.setattr(module, "changed_entries", functools.partial(counting, module.changed_entries))
+    monkeypatch.setattr(snapshot, "WalkLimits", functools.partial(snapshot.WalkLimits, max_entries=200))
+    store.changes.ran_agent_code()
+    tracemalloc.start()
+    try:
+        store.take(ws, "s1", changes=store.changes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "only the first 200 entries" in store.left_out
+    listed = [int(n) for n in counts.read_text().split()]
+    assert max(listed) <= 200 + 200  # the limit, plus at most what the folders held at the last walk
+    assert peak < 2_000_000, f"{peak} bytes at the peak"
 
 
 def test_a_walk_whose_child_failed_lists_every_folder_itself(ws, tmp_path, split_walks, monkeypatch):

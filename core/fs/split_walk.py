@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator
 
 from mlab.core.fs.dirfd import open_dir_at
-from mlab.core.fs.tree_index import Folder, changed_entries
+from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries
 
 MIN_ENTRIES = 20_000  # below this a fork and the pipe cost more than half the walk saves
 CHILD_SHARE = 0.5  # of the recorded entries, listed by the child (the caller also handles what changed)
@@ -132,9 +132,9 @@ class SplitWalk:
             self._answers = {}
 
 
-def start(root_fd: int, root: Folder) -> SplitWalk | None:
-    """Fork a child listing the second half of the recorded tree below root_fd; None when the tree is small,
-    there is no second core, or the fork fails."""
+def start(root_fd: int, root: Folder, max_entries: int) -> SplitWalk | None:
+    """Fork a child listing the second half of the recorded tree below root_fd (no folder beyond the walk's
+    entry limit); None when the tree is small, there is no second core, or the fork fails."""
     if _cores() < 2:
         return None
     layout = [(prefix, folder, len(folder.files) + len(folder.folders)) for prefix, folder in _folders(root)]
@@ -162,7 +162,7 @@ def start(root_fd: int, root: Folder) -> SplitWalk | None:
         try:
             gc.disable()  # a collection would write to every object's page the parent shares
             os.close(read_fd)
-            data = marshal.dumps(_answer(root_fd, taken))
+            data = marshal.dumps(_answer(root_fd, taken, max_entries))
             view = memoryview(data)
             while view:
                 view = view[os.write(write_fd, view):]
@@ -173,7 +173,7 @@ def start(root_fd: int, root: Folder) -> SplitWalk | None:
     return SplitWalk(pid, read_fd, {prefix for prefix, _f in taken})
 
 
-def _answer(root_fd: int, taken: list[tuple[str, Folder]]) -> dict[str, tuple]:
+def _answer(root_fd: int, taken: list[tuple[str, Folder]], max_entries: int) -> dict[str, tuple]:
     """The child's work: each folder listed and compared, reached from the root one name at a time."""
     answers: dict[str, tuple] = {}
     held: list[tuple[str, int]] = [("", root_fd)]  # the descriptors of the folders on the current path
@@ -190,7 +190,11 @@ def _answer(root_fd: int, taken: list[tuple[str, Folder]]) -> dict[str, tuple]:
             st = os.fstat(fd)
             listed: list[str] = []
             files, folders = folder.files, folder.folders
-            others = changed_entries(fd, files, listed)
+            try:
+                others = changed_entries(fd, files, listed, max_entries + len(files) + len(folders)
+                                         + len(folder.verdicts))
+            except LimitReached:
+                continue  # the caller's own listing of it stops at the limit
             described = []
             recorded_listed = len(listed) - len(others)
             for entry in others:

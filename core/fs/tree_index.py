@@ -137,7 +137,14 @@ class Scanner:
             # Unchanged files are matched while the folder is listed (each stat right after its entry is read);
             # only the other entries are kept, and looked at once the listing is closed: the folder's descriptor
             # is the only one held below.
-            others: list[Any] = changed_entries(fd, files, listed)
+            # Names beyond the limit's worth are not even listed (agent code may have made millions): each
+            # counts toward the limit unless a read-only pattern skips it, and at most all of the last walk's did.
+            most = limits.max_entries - limits.entries + len(files) + len(folders) + len(verdicts)
+            try:
+                others: list[Any] = changed_entries(fd, files, listed, most)
+            except LimitReached:
+                limits.entries, limits.too_many = limits.max_entries + 1, True
+                raise
             count_listed = len(listed)
         else:
             others, count_listed, gone = taken
@@ -299,10 +306,11 @@ class Scanner:
 
 
 def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
-                    listed: list[str]) -> list[os.DirEntry[str]]:
+                    listed: list[str], most: int) -> list[os.DirEntry[str]]:
     """List the folder of fd into `listed` (its names); returns its entries that are not files recorded at the
     stat they have now. Every entry of an unchanged workspace goes through this loop alone, so it does nothing
-    but a lookup, one lstat and a compare (ctime first: any write moves it)."""
+    but a lookup, one lstat and a compare (ctime first: any write moves it). Raises LimitReached, the listing
+    cut off, at the name after the `most`-th."""
     others = []
     get, add = files.get, listed.append
     try:
@@ -310,6 +318,8 @@ def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
             for entry in listing:
                 name = entry.name
                 add(name)
+                if len(listed) > most:
+                    raise LimitReached
                 before = get(name)
                 if before is not None and (key := before[0]) is not None:
                     try:

@@ -142,7 +142,7 @@ class SnapshotStore:
                               trust_horizon_ns(self.manifests / ".clock", st.st_dev))
             if not (known and changes is not None
                     and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
-                scanner.split = split_walk.start(root, tree)
+                scanner.split = split_walk.start(root, tree, scanner.limits.max_entries)
                 try:
                     scanner.scan(root, "", tree, 0)
                 except LimitReached:
