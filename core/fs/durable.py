@@ -1,8 +1,7 @@
 """Making many unsynced writes durable at once, and the file system's own clock.
 
-Objects are written without fsync; one `syncfs` of their file system when a step is committed makes all of
-them durable, with the step's trace line, at the price of one call (fsync per file costs about as much as
-writing a small file).
+Objects are written without fsync; one `syncfs` of their file system before a step is committed makes all of
+them durable at the price of one call (fsync per file costs about as much as writing a small file).
 """
 from __future__ import annotations
 

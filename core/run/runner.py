@@ -293,8 +293,7 @@ class Runner:
                 trace.usage = step.usage
                 trace.total_time_s = time_before + time.monotonic() - clock_start
                 try:
-                    # the step is committed once this returns
-                    self.trace_log.append(trace, sync=self._store.pending_sync(self.trace_log.log_fd()))
+                    self.trace_log.append(trace)  # the step is committed once this returns
                 except BaseException:
                     trace.steps.pop()  # not on disk: a resume redoes this step
                     raise
@@ -332,9 +331,7 @@ class Runner:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
         try:
-            # synced with the step's line (one sync, not two): see SnapshotStore.record
-            self._store.record(self.workspace, name, skip=self._skip_read_only, changes=self._store.changes,
-                               durable=False)
+            self._store.record(self.workspace, name, skip=self._skip_read_only, changes=self._store.changes)
             if self._store.left_out:
                 return (f"\n[The snapshot of the workspace after this step left files out: {self._store.left_out}."
                         " Files left out are not kept, scored or restored.]")

@@ -97,8 +97,6 @@ class SnapshotStore:
         # The workspace as last recorded: (root's (device, inode), skip, tree, name of that snapshot)
         self._index: tuple[tuple[int, int], Callable[[str], bool], Folder, str] | None = None
         self._good: set[str] = set()  # objects written or verified by this process
-        self._deferring = False  # within record(durable=False)
-        self._unsynced = False  # a snapshot was recorded and not synced
         self._listed: dict[str, set[str]] = {}  # objects/ab -> its objects, listed once
         self._objects_dir = str(self.objects)
         self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
@@ -117,15 +115,9 @@ class SnapshotStore:
         return self.manifest(name)
 
     def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
-               changes: WorkspaceChanges | None = None, durable: bool = True) -> None:
-        """take() without building the flat manifest, which costs as much as the workspace is large. With
-        durable=False the snapshot is written but not synced: pending_sync() then says how to make it durable
-        (with the write that commits the step naming it: one sync for both)."""
-        self._deferring = not durable
-        try:
-            self._record_tree(workspace, name, skip, changes)
-        finally:
-            self._deferring = False
+               changes: WorkspaceChanges | None = None) -> None:
+        """take() without building the flat manifest, which costs as much as the workspace is large."""
+        self._record_tree(workspace, name, skip, changes)
         for journal in (changes, self.changes):  # the workspace is recorded: nothing is pending any more
             if journal is not None:
                 journal.clear()
@@ -177,12 +169,11 @@ class SnapshotStore:
             self._commit(name, source.read_bytes())
             return
         self._replace(tmp, name)
-        _fsync_folder(self.manifests)  # not deferred: this is cheaper than a sync of the whole file system
+        _fsync_folder(self.manifests)
 
     def _commit(self, name: str, listing: bytes) -> None:
         """Write the listing, then make it and every object written since the last commit durable with one
-        syncfs (unless deferred: see record()). A crash may still tear what a step's line names when that line
-        is made durable by the same sync: a resume verifies the last step's snapshot and redoes a torn one."""
+        syncfs: the step that refers to them is committed (its trace written) only after this returns."""
         tmp = self._temporary(name)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -196,25 +187,7 @@ class SnapshotStore:
             _unlink_object(tmp)
             raise
         self._replace(tmp, name)
-        if self._deferring:
-            self._unsynced = True
-        else:
-            self._sync()
-
-    def _sync(self) -> None:
         sync_filesystem(self.manifests)
-        self._unsynced = False
-
-    def pending_sync(self, also: int) -> Callable[[], None] | None:
-        """What makes the snapshots recorded with durable=False durable together with the file open as `also`
-        (one syncfs covers both when they share a file system), or None when nothing is pending or they do not
-        (then the caller syncs `also` itself, after this store's own sync)."""
-        if not self._unsynced:
-            return None
-        if os.fstat(also).st_dev != os.stat(self.manifests).st_dev:
-            self._sync()
-            return None
-        return self._sync
 
     def _temporary(self, name: str) -> Path:
         return self.manifests / f".{name}.json.tmp{os.getpid()}-{secrets.token_hex(4)}"
@@ -412,10 +385,7 @@ class SnapshotStore:
         """Paths of snapshot `name` whose stored object is missing or does not hold the bytes its name
         promises (a crash tore it), checked once per object and process; [] when the snapshot is whole."""
         broken: list[str] = []
-        try:
-            pending = [(self._root_listing(name), "")]
-        except (OSError, ValueError):  # the listing itself is missing or torn
-            return ["its listing"]
+        pending = [(self._root_listing(name), "")]
         while pending:
             current, at = pending.pop()
             for key, entry in current.items():

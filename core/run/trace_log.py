@@ -2,11 +2,10 @@
 
 A run's trace is written as it happens, at a cost that does not grow with the run:
 
-- `steps.jsonl` holds one JSON line per record, appended and made durable (fdatasync, or the syncfs that also
-  makes the step's snapshot durable): a `run` record (the trace without its steps, and how many steps it
-  keeps) when a run starts, resumes or ends, and a `step` record per step. A step is committed when its line
-  is; a torn last line (a kill while appending) is ignored and cut off before the next append, and that step
-  is done again.
+- `steps.jsonl` holds one JSON line per record, appended and fsynced: a `run` record (the trace without its
+  steps, and how many steps it keeps) when a run starts, resumes or ends, and a `step` record per step. A step
+  is committed when its line is; a torn last line (a kill while appending) is ignored and cut off before the
+  next append, and that step is done again.
 - Agent, environment and LLM states are content-addressed JSON objects (named by the sha256 of their
   compact JSON), each the changes from the previous step's state (`base` names it): an unchanged state is the
   same name and costs nothing, a grown list stores only its new items, a dict only its changed keys. An object
@@ -28,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -427,9 +425,8 @@ class TraceLog:
         return f'{{"kind":"run","steps":{len(trace.steps)},"trace":{_trace_fields(trace)}}}\n'
 
     # ---- a step ---------------------------------------------------------------------------------
-    def append(self, trace: Trace, sync: Callable[[], None] | None = None) -> None:
-        """Commit trace's last step: its states stored, its line appended and fsynced (by `sync` when given, a
-        sync of the whole file system that also makes the step's snapshot durable), then trace.json updated.
+    def append(self, trace: Trace) -> None:
+        """Commit trace's last step: its states stored, its line appended and fsynced, then trace.json updated.
         On an error (a full disk) nothing of it stays: the log and trace.json are as before."""
         step = trace.steps[-1]
         text = _step_text(self._by_reference(step))
@@ -439,7 +436,7 @@ class TraceLog:
         before = self._log_size
         objects = self.objects.take_pending()  # new states go in the same write, before the line naming them
         try:
-            self._append(objects + line, sync)
+            self._append(objects + line)
             self._update_json(moving, text.encode(), tail)
         except BaseException:
             self._truncate_log(before)
@@ -449,23 +446,14 @@ class TraceLog:
             raise
         self._texts.append(text)
 
-    def log_fd(self) -> int:
-        """The open steps.jsonl (for a caller that makes it durable together with other files)."""
-        if self._log_fd is None:
-            raise RuntimeError("the trace log is used before begin()")
-        return self._log_fd
-
-    def _append(self, data: bytes, sync: Callable[[], None] | None = None) -> None:
+    def _append(self, data: bytes) -> None:
         fd = self._log_fd
         if fd is None:
             raise RuntimeError("the trace log is used before begin()")
         before = self._log_size
         try:
             _write_all(fd, data, before)
-            if sync is None:
-                os.fdatasync(fd)
-            else:
-                sync()
+            os.fdatasync(fd)
         except BaseException:
             self._truncate_log(before)
             raise
