@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator
 
 from mlab.core.fs.dirfd import open_dir_at
-from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries
+from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries, listing_room
 
 MIN_ENTRIES = 20_000  # below this a fork and the pipe cost more than half the walk saves
 CHILD_SHARE = 0.5  # of the recorded entries, listed by the child (the caller also handles what changed)
@@ -191,8 +191,7 @@ def _answer(root_fd: int, taken: list[tuple[str, Folder]], max_entries: int) -> 
             listed: list[str] = []
             files, folders = folder.files, folder.folders
             try:
-                others = changed_entries(fd, files, listed, max_entries + len(files) + len(folders)
-                                         + len(folder.verdicts))
+                others = changed_entries(fd, files, listed, listing_room(folder, max_entries))
             except LimitReached:
                 continue  # the caller's own listing of it stops at the limit
             described = []

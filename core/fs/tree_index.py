@@ -16,6 +16,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at
@@ -137,11 +138,9 @@ class Scanner:
             # Unchanged files are matched while the folder is listed (each stat right after its entry is read);
             # only the other entries are kept, and looked at once the listing is closed: the folder's descriptor
             # is the only one held below.
-            # Names beyond the limit's worth are not even listed (agent code may have made millions): each
-            # counts toward the limit unless a read-only pattern skips it, and at most all of the last walk's did.
-            most = limits.max_entries - limits.entries + len(files) + len(folders) + len(verdicts)
             try:
-                others: list[Any] = changed_entries(fd, files, listed, most)
+                others: list[Any] = changed_entries(fd, files, listed,
+                                                    listing_room(folder, limits.max_entries - limits.entries))
             except LimitReached:
                 limits.entries, limits.too_many = limits.max_entries + 1, True
                 raise
@@ -305,6 +304,13 @@ class Scanner:
         return True
 
 
+def listing_room(folder: Folder, entries_left: int) -> int:
+    """How many names a listing of `folder` may hold before the walk's entry limit is surely passed (agent code
+    may have made millions, never to be read): each counts toward the limit unless a read-only pattern skips it,
+    and at most all of the last walk's names did not."""
+    return entries_left + len(folder.files) + len(folder.folders) + len(folder.verdicts)
+
+
 def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
                     listed: list[str], most: int) -> list[os.DirEntry[str]]:
     """List the folder of fd into `listed` (its names); returns its entries that are not files recorded at the
@@ -313,13 +319,12 @@ def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
     cut off, at the name after the `most`-th."""
     others = []
     get, add = files.get, listed.append
+    most = max(most, 0)
     try:
         with os.scandir(fd) as listing:
-            for entry in listing:
+            for entry in islice(listing, most + 1):  # bounded here, not by a check per name
                 name = entry.name
                 add(name)
-                if len(listed) > most:
-                    raise LimitReached
                 before = get(name)
                 if before is not None and (key := before[0]) is not None:
                     try:
@@ -333,6 +338,8 @@ def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
                 others.append(entry)
     except OSError:  # unreadable: it lists as empty
         pass
+    if len(listed) > most:
+        raise LimitReached
     return others
 
 
