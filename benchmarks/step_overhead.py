@@ -55,7 +55,7 @@ def main() -> None:
         trace = Trace(run_id="bench", config=RunConfig(task="bench", agent="bench"), started_at=time.time())
         trace_log = TraceLog(run_dir)  # as the run loop writes it: one appended, fdatasynced line a step
         trace_log.begin(trace)
-        objects_before = {p for p in (run_dir / "objects").rglob("*") if p.is_file()}
+        objects_before = SnapshotStore(run_dir).digests()
         wall: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
         cpu: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
         snapshot_cpu: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
@@ -82,9 +82,10 @@ def main() -> None:
                 trace_log.append(trace)
                 wall[kind].append(time.perf_counter() - started)
                 cpu[kind].append(time.process_time() - started_cpu)
-        new_objects = [p for p in (run_dir / "objects").rglob("*") if p.is_file() and p not in objects_before]
-        listings = sum(p.stat().st_size for p in new_objects if p.read_bytes()[:2] in (b'{"', b"{}"))
-        growth = sum(p.stat().st_size for p in new_objects)
+        reader = SnapshotStore(run_dir)
+        new_objects = [reader.read_object(digest) for digest in reader.digests() - objects_before]
+        listings = sum(len(data) for data in new_objects if data[:2] in (b'{"', b"{}"))
+        growth = sum(len(data) for data in new_objects)
         print(f"per-step overhead (snapshot + trace), {FILES} x {FILE_BYTES // 1000} KB files + "
               f"{READ_ONLY_BYTES // 2**20} MB read-only, {ROUNDS} steps of each kind (median):")
         for kind, target in TARGET_CPU_MS.items():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mlab.core.run.snapshot import SnapshotStore
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -71,14 +73,15 @@ def test_run_writes_complete_trace_and_snapshots(tmp_path, mlab_home):
 def test_unchanged_files_are_stored_once(tmp_path, mlab_home):
     run_dir = tmp_path / "run"
     finish(start_harness(run_dir, "--steps", "6"))
-    objects = [p for p in (run_dir / "objects").rglob("*") if p.is_file()]
-    digests = {p.name for p in objects}
+    store = SnapshotStore(run_dir)
+    digests = store.digests()
     manifests = [json.loads(p.read_text()) for p in (run_dir / "snapshots").glob("step_*.json")]
     referenced = {entry["sha256"] for m in manifests for entry in m.values()}
     assert referenced <= digests
     # step.py never changes: one object for it across all 7 manifests
     assert len({m["step.py"]["sha256"] for m in manifests}) == 1
-    assert len(objects) == len(digests) <= len(referenced) + 1
+    packed = [line for path in (run_dir / "objects").rglob("*.idx") for line in path.read_text().splitlines()]
+    assert len(packed) == len(digests) <= len(referenced) + 1  # each stored once
 
 
 @pytest.mark.parametrize("seed", range(3))

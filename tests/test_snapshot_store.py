@@ -86,18 +86,58 @@ def test_snapshots_are_trees_of_folder_listings_and_unchanged_folders_are_shared
     root = json.loads(raw)
     assert root["top.py"]["sha256"] and set(root["d0"]) == {"tree"}
     assert raw == json.dumps(root, sort_keys=True, separators=(",", ":")).encode()  # one encoding per content
-    objects_before = {p.name for p in (tmp_path / "run" / "objects").rglob("*") if p.is_file()}
+    objects_before = SnapshotStore(tmp_path / "run").digests()
     (ws / "d3" / "inner" / "x.bin").write_bytes(b"changed")
     second = store.take(ws, "s1")
     assert manifest_state(second) == state(ws) and store.manifest("s1") == second
-    new_objects = {p.name for p in (tmp_path / "run" / "objects").rglob("*") if p.is_file()} - objects_before
+    reopened = SnapshotStore(tmp_path / "run")
+    new_objects = reopened.digests() - objects_before
     # the new file, and the listings of d3/inner and d3: nothing for the four other folders
     assert len(new_objects) == 3
     after = json.loads((tmp_path / "run" / "snapshots" / "s1.json").read_text())
     assert after["d0"] == root["d0"] and after["d3"] != root["d3"]
-    for path in (tmp_path / "run" / "objects").rglob("*"):
-        if path.is_file():
-            assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name
+    for digest in reopened.digests():
+        assert hashlib.sha256(reopened.read_object(digest)).hexdigest() == digest
+
+
+def tear(store_root: Path, digest: str, data: bytes) -> None:
+    """Overwrite a stored object's bytes in place, as a crash before the sync can leave them."""
+    found = SnapshotStore(store_root).object_location(digest)
+    assert found is not None
+    path, offset, size = found
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data[:size].ljust(size, b"\0"))
+
+
+def test_small_objects_go_into_one_pack_not_a_file_each(ws, tmp_path):
+    store = SnapshotStore(tmp_path / "run")
+    manifest = store.take(ws, "s0")
+    objects = tmp_path / "run" / "objects"
+    assert sorted(p.suffix for p in objects.rglob("*") if p.is_file()) == [".idx", ".pack"]
+    assert {e["sha256"] for e in manifest.values()} <= SnapshotStore(tmp_path / "run").digests()
+    # a later process adds its own pack; the first is never written again
+    first = {p.name: p.stat().st_size for p in objects.rglob("*") if p.is_file()}
+    (ws / "d1" / "f1.txt").write_text("changed\n")
+    later = SnapshotStore(tmp_path / "run")
+    later.take(ws, "s1")
+    now = {p.name: p.stat().st_size for p in objects.rglob("*") if p.is_file()}
+    assert len(now) == 4 and all(now[name] == size for name, size in first.items())
+    assert manifest_state(SnapshotStore(tmp_path / "run").manifest("s1")) == state(ws)
+
+
+def test_a_file_bigger_than_the_pack_limit_is_stored_as_its_own_object(ws, tmp_path):
+    big = os.urandom(3 << 20)
+    (ws / "big.bin").write_bytes(big)
+    store = SnapshotStore(tmp_path / "run")
+    digest = store.take(ws, "s0")["big.bin"]["sha256"]
+    path = tmp_path / "run" / "objects" / digest[:2] / digest
+    assert path.read_bytes() == big
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    SnapshotStore(tmp_path / "run").materialize("s0", restored)
+    assert (restored / "big.bin").read_bytes() == big and state(restored) == state(ws)
 
 
 def test_a_folder_holding_nothing_recorded_is_left_out_as_before(ws, tmp_path):
@@ -398,26 +438,36 @@ def test_a_torn_object_is_found_by_verify_and_never_reused_by_its_name(ws, tmp_p
     store = SnapshotStore(tmp_path / "run")
     manifest = store.take(ws, "s0")
     digest = manifest["d2/f7.txt"]["sha256"]
-    torn = tmp_path / "run" / "objects" / digest[:2] / digest
-    torn.chmod(0o644)
-    torn.write_bytes(b"")  # as a crash before the sync can leave it
+    torn_at = store.object_location(digest)
+    tear(tmp_path / "run", digest, b"")  # as a crash before the sync can leave it
     reopened = SnapshotStore(tmp_path / "run")  # a resumed run: a new process
     assert reopened.verify("s0") == ["d2/f7.txt"]
-    assert not torn.exists()
-    # The same content met again is stored again, not trusted because the name exists.
+    # The same content met again is stored again, not trusted because the index names it.
     (ws / "copy.txt").write_text("folder 2 file 7\n")
     reopened.take(ws, "s1")
-    assert hashlib.sha256(torn.read_bytes()).hexdigest() == digest
+    assert reopened.object_location(digest) != torn_at
     assert reopened.verify("s1") == [] and SnapshotStore(tmp_path / "run").verify("s0") == []
+    assert SnapshotStore(tmp_path / "run").read_object(digest) == b"folder 2 file 7\n"  # the later copy wins
+
+
+def test_a_torn_loose_object_is_removed_and_stored_again(ws, tmp_path):
+    (ws / "big.bin").write_bytes(os.urandom(2 << 20))
+    digest = SnapshotStore(tmp_path / "run").take(ws, "s0")["big.bin"]["sha256"]
+    torn = tmp_path / "run" / "objects" / digest[:2] / digest
+    torn.chmod(0o644)
+    torn.write_bytes(b"")
+    reopened = SnapshotStore(tmp_path / "run")
+    assert reopened.verify("s0") == ["big.bin"] and not torn.exists()
+    (ws / "big.bin").touch()
+    reopened.take(ws, "s1")
+    assert hashlib.sha256(torn.read_bytes()).hexdigest() == digest
 
 
 def test_a_torn_folder_listing_is_reported_as_its_folder(ws, tmp_path):
     store = SnapshotStore(tmp_path / "run")
     store.take(ws, "s0")
     tree = json.loads((tmp_path / "run" / "snapshots" / "s0.json").read_text())["d3"]["tree"]
-    path = tmp_path / "run" / "objects" / tree[:2] / tree
-    path.chmod(0o644)
-    path.write_bytes(b'{"f1.txt":')
+    tear(tmp_path / "run", tree, b'{"f1.txt":')
     assert SnapshotStore(tmp_path / "run").verify("s0") == ["d3"]
 
 
@@ -547,9 +597,7 @@ def test_a_resumed_run_whose_last_snapshot_was_torn_does_that_step_again(tmp_pat
         runner.start()
     runner._release_lock()
     digest = SnapshotStore(run_dir).manifest("step_0002")["b.txt"]["sha256"]
-    torn = run_dir / "objects" / digest[:2] / digest
-    torn.chmod(0o644)
-    torn.write_bytes(b"sec")  # what a power cut before the sync can leave
+    tear(run_dir, digest, b"sec")  # what a power cut before the sync can leave
     resumed = plan_run(run_dir, plan).resume()
     assert resumed.status == "finished" and [s.action.name for s in resumed.steps] == [
         "Write File", "Write File", "Final Answer"]

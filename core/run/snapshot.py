@@ -35,6 +35,7 @@ from mlab.core.fs import split_walk
 from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk
 from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
 from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
+from mlab.core.run.object_pack import Location, PackIndex, PackWriter, open_pack, read_at
 
 _BLOCK = 1 << 20
 _SMALL_FILE = 1 << 20  # files up to this size are read once, hashed and stored from memory
@@ -84,7 +85,8 @@ class WorkspaceChanges:
 
 
 class SnapshotStore:
-    """Stores objects under objects/ab/abcdef… and snapshots under snapshots/NAME.json."""
+    """Stores objects in packs under objects/pack (mlab.core.run.object_pack), those streamed from a big file under
+    objects/ab/abcdef…, and snapshots under snapshots/NAME.json."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -99,10 +101,25 @@ class SnapshotStore:
         self._good: set[str] = set()  # objects written or verified by this process
         self._listed: dict[str, set[str]] = {}  # objects/ab -> its objects, listed once
         self._objects_dir = str(self.objects)
+        self._loose_folders = set(os.listdir(self._objects_dir))  # objects/ab folders: none in a new store
         self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
+        self._packs = PackIndex(self.objects)
+        self._packs.refresh()
+        self._pack_writer = PackWriter(self._packs)
+        self._pack_fds: dict[str, int] = {}
 
-    def _object_path(self, digest: str) -> Path:
-        return self.objects / digest[:2] / digest
+    def close(self) -> None:
+        """Let go of the packs' descriptors (reading again reopens them)."""
+        self._pack_writer.close()
+        for fd in self._pack_fds.values():
+            os.close(fd)
+        self._pack_fds.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
 
     # ---- taking a snapshot ----------------------------------------------------------------------
     def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
@@ -247,7 +264,7 @@ class SnapshotStore:
                     return self._put(data), len(data), st
                 os.lseek(fd, 0, os.SEEK_SET)  # it grew meanwhile: stream it
             digest, size = _digest_fd(fd)
-            if not self._has(digest, size):
+            if not self._has(digest, size, refresh=False):
                 os.lseek(fd, 0, os.SEEK_SET)
                 digest, size = self._copy_in(fd, digest)
             return digest, size, st
@@ -258,20 +275,28 @@ class SnapshotStore:
         """The objects of folder objects/<prefix>, listed once per process."""
         names = self._listed.get(prefix)
         if names is None:
-            try:
-                names = set(os.listdir(os.path.join(self._objects_dir, prefix)))
-            except FileNotFoundError:
-                os.mkdir(os.path.join(self._objects_dir, prefix))
-                names = set()
+            names = set()
+            if prefix in self._loose_folders:
+                try:
+                    names = set(os.listdir(os.path.join(self._objects_dir, prefix)))
+                except FileNotFoundError:
+                    self._loose_folders.discard(prefix)
             self._listed[prefix] = names
         return names
 
-    def _has(self, digest: str, size: int | None = None) -> bool:
+    def _has(self, digest: str, size: int | None = None, refresh: bool = True) -> bool:
         """Whether the object is stored whole. One this process did not write is checked against its name
-        once (a crash may have left it torn: objects are written in place, unsynced); a torn one is removed,
-        to be stored again."""
+        once (a crash may have left it torn: objects are written unsynced); a torn one is forgotten (or
+        removed), to be stored again. `refresh`: look for packs other processes added since this one looked
+        (the store's only writer, which holds the run's lock, need not)."""
         if digest in self._good:
             return True
+        location = self._packs.find(digest, refresh)
+        if location is not None:
+            if (size is None or location.size == size) and self._packed_intact(digest, location):
+                self._good.add(digest)
+                return True
+            self._packs.forget(digest)
         names = self._stored_names(digest[:2])
         if digest not in names:
             return False
@@ -292,27 +317,29 @@ class SnapshotStore:
         names.discard(digest)
         return False
 
+    def _packed_intact(self, digest: str, location: Location) -> bool:
+        try:
+            data = read_at(self._pack_fd(location.pack), location)
+        except OSError:
+            return False
+        return len(data) == location.size and hashlib.sha256(data).hexdigest() == digest
+
+    def _pack_fd(self, name: str) -> int:
+        fd = self._pack_fds.get(name)
+        if fd is None:
+            fd = self._pack_fds[name] = open_pack(self._packs, name)
+        return fd
+
     def _object_file(self, digest: str) -> str:
         return os.path.join(self._objects_dir, digest[:2], digest)
 
     def _put(self, data: bytes) -> str:
-        """Store bytes (durable from the next commit on); returns their digest. Written in place under its
-        name, read-only: a crash that tears it is caught by _has before any reuse."""
+        """Store bytes (durable from the next commit on); returns their digest. Appended to this process's pack:
+        a crash that tears it is caught by _has before any reuse."""
         digest = hashlib.sha256(data).hexdigest()
-        if self._has(digest, len(data)):
+        if self._has(digest, len(data), refresh=False):
             return digest
-        path = self._object_file(digest)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except BaseException:
-            _unlink_object(path)  # e.g. a full disk: nothing half written stays
-            raise
-        finally:
-            os.close(fd)
-        self._stored_names(digest[:2]).add(digest)
+        self._pack_writer.append(digest, data)  # on a failure (a full disk) nothing of it stays
         self._good.add(digest)
         return digest
 
@@ -320,6 +347,9 @@ class SnapshotStore:
         """Copy fd into the store; returns the digest and size of what was copied (the file may have changed
         since it was hashed, so it is copied under a temporary name and named by what was copied)."""
         self._stored_names(digest[:2])
+        if digest[:2] not in self._loose_folders:
+            os.makedirs(os.path.join(self._objects_dir, digest[:2]), exist_ok=True)
+            self._loose_folders.add(digest[:2])
         tmp = os.path.join(self._objects_dir, digest[:2], f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}")
         h = hashlib.sha256()
         try:
@@ -330,6 +360,9 @@ class SnapshotStore:
                 os.close(out)
             copied = h.hexdigest()
             names = self._stored_names(copied[:2])
+            if copied[:2] not in self._loose_folders:
+                os.makedirs(os.path.join(self._objects_dir, copied[:2]), exist_ok=True)
+                self._loose_folders.add(copied[:2])
             os.replace(tmp, self._object_file(copied))  # objects are never changed in place (mode 0444)
         except BaseException:
             _unlink_object(Path(tmp))
@@ -344,7 +377,43 @@ class SnapshotStore:
         return self._put(data)
 
     def read_object(self, digest: str) -> bytes:
-        return self._object_path(digest).read_bytes()
+        location = self._packs.find(digest)
+        if location is not None:
+            return read_at(self._pack_fd(location.pack), location)
+        with open(self._object_file(digest), "rb") as f:
+            return f.read()
+
+    def object_location(self, digest: str) -> tuple[Path, int, int] | None:
+        """Where an object's bytes are: (file, offset, size), None when the store does not hold it."""
+        location = self._packs.find(digest)
+        if location is not None:
+            return Path(self._packs.folder) / f"{location.pack}.pack", location.offset, location.size
+        path = Path(self._object_file(digest))
+        return (path, 0, path.stat().st_size) if path.is_file() else None
+
+    def digests(self) -> set[str]:
+        """Every object the store holds (packed or not), whole or not."""
+        self._packs.refresh()
+        found = set(self._packs.locations)
+        for prefix in os.listdir(self._objects_dir):
+            if len(prefix) == 2:
+                found.update(n for n in os.listdir(os.path.join(self._objects_dir, prefix)) if not n.startswith("."))
+        return found
+
+    def _copy_object_at(self, digest: str, folder: int, leaf: str, mode: int) -> None:
+        """Copy a stored object to the new file `leaf` of the folder descriptor (never following a link there)."""
+        location = self._packs.find(digest)
+        if location is None:
+            _copy_object_at(Path(self._object_file(digest)), folder, leaf, mode)
+            return
+        src = self._pack_fd(location.pack)
+        dst = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=folder)
+        try:
+            _copy_range(src, dst, location.offset, location.size)
+            os.fchmod(dst, mode)
+        finally:
+            os.close(dst)
 
     # ---- reading snapshots ----------------------------------------------------------------------
     def manifest(self, name: str) -> Manifest:
@@ -482,7 +551,7 @@ class SnapshotStore:
                     os.close(fd)
         if st is not None:
             remove_at(folder, leaf)
-        _copy_object_at(self._object_path(entry["sha256"]), folder, leaf, entry["mode"])
+        self._copy_object_at(entry["sha256"], folder, leaf, entry["mode"])
         return None
 
     def materialize(self, name: str, target: Path) -> None:
@@ -500,7 +569,7 @@ class SnapshotStore:
                         links.append(target / rel)
                         os.symlink(entry["link"], leaf, dir_fd=folder)
                         continue
-                    _copy_object_at(self._object_path(entry["sha256"]), folder, leaf, entry["mode"] | 0o200)
+                    self._copy_object_at(entry["sha256"], folder, leaf, entry["mode"] | 0o200)
         finally:
             os.close(root)
         root_path = os.path.realpath(target)
@@ -548,6 +617,23 @@ def _copy_object_at(source: Path, folder: int, leaf: str, mode: int) -> None:
             os.close(dst)
     finally:
         os.close(src)
+
+
+def _copy_range(src: int, dst: int, offset: int, size: int) -> None:
+    """Copy `size` bytes of src from `offset` to dst's start, leaving src's file position alone."""
+    done = 0
+    while done < size:
+        try:
+            sent = os.sendfile(dst, src, offset + done, size - done)
+        except OSError:  # a file system without sendfile between these two
+            chunk = os.pread(src, min(size - done, _BLOCK), offset + done)
+            sent = len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(dst, view):]
+        if sent == 0:
+            raise OSError(f"an object ends {size - done} bytes early in its pack")
+        done += sent
 
 
 def _copy_all(src: int, dst: int, size: int) -> None:

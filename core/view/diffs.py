@@ -8,12 +8,16 @@ is bounded. Nothing here writes.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
 import stat
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from mlab.core.run.object_pack import PackIndex, read_packed
 
 SNAPSHOTS_DIR = "snapshots"
 OBJECTS_DIR = "objects"
@@ -26,6 +30,9 @@ MAX_ENTRIES = 2_000_000  # files of one snapshot (the harness's own walk stops t
 TREE = "tree"  # a subfolder's entry in a tree snapshot: {"tree": digest of its listing}
 MAX_DIFFED_FILE = 400_000  # bigger files are compared by size only
 MAX_DIFF = 40_000  # characters of one file's diff shown
+_INDEXES = 16  # runs whose pack indexes are kept between requests
+
+_pack_indexes: OrderedDict[Path, PackIndex] = OrderedDict()
 
 Manifest = dict[str, dict[str, Any]]
 
@@ -56,6 +63,29 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _packs(run_dir: Path) -> PackIndex:
+    """The run's pack index, kept between requests (a miss reads what was indexed since)."""
+    index = _pack_indexes.get(run_dir)
+    if index is None:
+        index = _pack_indexes[run_dir] = PackIndex(run_dir / OBJECTS_DIR)
+        if len(_pack_indexes) > _INDEXES:
+            _pack_indexes.popitem(last=False)
+    else:
+        _pack_indexes.move_to_end(run_dir)
+    return index
+
+
+def read_object(run_dir: Path, digest: str, limit: int) -> bytes | None:
+    """A stored object's bytes, packed or not; None when it is missing, unreadable, longer than `limit` or not
+    what its digest promises (a pack torn by a crash)."""
+    packs = _packs(run_dir)
+    if packs.find(digest) is not None:
+        packed = read_packed(packs, digest, limit)
+        return packed if packed is not None and hashlib.sha256(packed).hexdigest() == digest else None
+    data = read_regular(run_dir / OBJECTS_DIR / digest[:2] / digest, limit)
+    return data if data is not None and len(data) <= limit else None
 
 
 def _listing(data: bytes | None, limit: int) -> dict[str, Any] | None:
@@ -92,8 +122,7 @@ def read_manifest(run_dir: Path, name: str) -> Manifest | None:
                 continue
             tree = entry.get(TREE) if isinstance(entry, dict) else None
             if isinstance(tree, str) and DIGEST.fullmatch(tree):
-                sub = _listing(read_regular(run_dir / OBJECTS_DIR / tree[:2] / tree, MAX_MANIFEST_BYTES),
-                               MAX_MANIFEST_BYTES)
+                sub = _listing(read_object(run_dir, tree, MAX_MANIFEST_BYTES), MAX_MANIFEST_BYTES)
                 if sub is not None:
                     pending.append((sub, f"{prefix}{key}/"))
             elif _is_file_entry(entry):
@@ -108,7 +137,7 @@ def _text(run_dir: Path, entry: dict[str, Any] | None) -> str | None:
     if entry["size"] > MAX_DIFFED_FILE:
         return None
     digest = entry["sha256"]
-    data = read_regular(run_dir / OBJECTS_DIR / digest[:2] / digest, MAX_DIFFED_FILE)
+    data = read_object(run_dir, digest, MAX_DIFFED_FILE)
     if data is None or len(data) > MAX_DIFFED_FILE or b"\x00" in data[:8192]:
         return None
     text = data.decode("utf-8", errors="replace")
