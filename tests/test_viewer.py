@@ -234,6 +234,40 @@ def test_view_reads_snapshots_as_untrusted(runs_folder, tmp_path):
     assert steps[1]["changes"] == [] and steps[2]["changes"] == []  # a linked or outside snapshot: nothing read
 
 
+def test_view_checks_packed_objects_against_their_digest_and_never_follows_a_linked_index(runs_folder, tmp_path):
+    """A pack a crash tore shows as unreadable, not as the torn bytes; an index or pack that is a link is not read."""
+    from mlab.core.run.snapshot import SnapshotStore
+    from mlab.core.view.server import Viewer
+
+    root, secret = runs_folder
+    run = tmp_path / "runs" / "torn"
+    shutil.copytree(root / "plain", run, symlinks=True)
+    store = SnapshotStore(run)
+    digest = store.manifest("step_0002")["log.txt"]["sha256"]  # step 2 ran step.py, which wrote log.txt
+    found = store.object_location(digest)
+    assert found is not None and found[0].suffix == ".pack"
+    path, offset, size = found
+    outside = tmp_path / "outside.pack"  # the object's true bytes, outside the run: reachable only through links
+    outside.write_bytes(store.read_object(digest))
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"TORN-BYTES".ljust(size, b"!")[:size])
+    # a later index (names sort by time: it would win) placing that object in a pack that is a link out of the run
+    fake = tmp_path / "fake.idx"
+    fake.write_text(f"{digest} 0 {size}\n")
+    later = f"{'9' * 20}-1-abcdef01"
+    (path.parent / f"{later}.idx").symlink_to(fake)
+    (path.parent / f"{later}.pack").symlink_to(outside)
+    with Viewer(tmp_path / "runs") as viewer:
+        status, _headers, body = _get(viewer.url + "api/run?id=torn")
+    assert status == 200 and b"TOP-SECRET" not in body and b"TORN-BYTES" not in body
+    steps = json.loads(body)["steps"]  # steps[i] is step i + 1
+    step2 = {c["file"]: c["diff"] for c in steps[1]["changes"]}
+    assert "unreadable" in step2["log.txt"] and "+" in step2["counter.txt"]  # the intact file is still diffed
+    assert [c["file"] for c in steps[0]["changes"]] == ["sleep.txt"] and "+" in steps[0]["changes"][0]["diff"]
+
+
 # ---- mlab view in a real browser, following a run in progress ---------------------------------------------
 def _start(*args: object, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tests.fixtures.gated_run", "mlab", *map(str, args)], cwd=REPO,

@@ -12,9 +12,11 @@ place cannot change an earlier snapshot.
 Cost: the store remembers the workspace as it last recorded it (mlab.core.fs.tree_index). Taking a snapshot
 lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed; told what the harness
 itself changed (`changes`), it updates only those paths, or reuses the previous snapshot when nothing changed.
-Objects and listings are written without fsync and made durable together by one syncfs before take() returns
-(the caller commits the step after it); an object a crash may have torn (one this process did not write) is
-checked against its name before it is reused, and verify() checks a whole snapshot.
+Objects up to 1 MB (file contents read whole, folder listings, link targets) are appended to this process's pack
+(mlab.core.run.object_pack): creating a file costs far more than appending its bytes; bigger files are streamed
+into files of their own. Objects and listings are written without fsync and made durable together by one syncfs
+before take() returns (the caller commits the step after it); an object a crash may have torn (one this process
+did not write) is checked against its name before it is reused, and verify() checks a whole snapshot.
 
 The workspace is read and changed only through directory descriptors (mlab.core.fs.dirfd): agent code may
 swap any of its folders for a symlink while a snapshot is taken or restored.
