@@ -105,7 +105,7 @@ class SnapshotStore:
         self._objects_dir = str(self.objects)
         self._loose_folders = set(os.listdir(self._objects_dir))  # objects/ab folders: none in a new store
         self._trees: OrderedDict[str, dict[str, Entry]] = OrderedDict()
-        self._packs = PackIndex(self.objects)
+        self._packs = PackIndex(self.objects, max_index_bytes=None)
         self._packs.refresh()
         self._pack_writer = PackWriter(self._packs)
         self._pack_fds: dict[str, int] = {}
