@@ -348,10 +348,7 @@ class SnapshotStore:
     def _copy_in(self, fd: int, digest: str) -> tuple[str, int]:
         """Copy fd into the store; returns the digest and size of what was copied (the file may have changed
         since it was hashed, so it is copied under a temporary name and named by what was copied)."""
-        self._stored_names(digest[:2])
-        if digest[:2] not in self._loose_folders:
-            os.makedirs(os.path.join(self._objects_dir, digest[:2]), exist_ok=True)
-            self._loose_folders.add(digest[:2])
+        self._loose_folder(digest[:2])
         tmp = os.path.join(self._objects_dir, digest[:2], f".{digest}.tmp{os.getpid()}-{secrets.token_hex(4)}")
         h = hashlib.sha256()
         try:
@@ -361,10 +358,7 @@ class SnapshotStore:
             finally:
                 os.close(out)
             copied = h.hexdigest()
-            names = self._stored_names(copied[:2])
-            if copied[:2] not in self._loose_folders:
-                os.makedirs(os.path.join(self._objects_dir, copied[:2]), exist_ok=True)
-                self._loose_folders.add(copied[:2])
+            names = self._loose_folder(copied[:2])
             os.replace(tmp, self._object_file(copied))  # objects are never changed in place (mode 0444)
         except BaseException:
             _unlink_object(Path(tmp))
@@ -372,6 +366,14 @@ class SnapshotStore:
         names.add(copied)
         self._good.add(copied)
         return copied, size
+
+    def _loose_folder(self, prefix: str) -> set[str]:
+        """Folder objects/<prefix> made where missing; the objects it holds."""
+        names = self._stored_names(prefix)
+        if prefix not in self._loose_folders:
+            os.makedirs(os.path.join(self._objects_dir, prefix), exist_ok=True)
+            self._loose_folders.add(prefix)
+        return names
 
     def store_bytes(self, data: bytes) -> str:
         """Store bytes outside any snapshot (e.g. earlier versions of edited files); durable once the next
@@ -406,7 +408,7 @@ class SnapshotStore:
         """Copy a stored object to the new file `leaf` of the folder descriptor (never following a link there)."""
         location = self._packs.find(digest)
         if location is None:
-            _copy_object_at(Path(self._object_file(digest)), folder, leaf, mode)
+            _copy_loose_object_at(Path(self._object_file(digest)), folder, leaf, mode)
             return
         src = self._pack_fd(location.pack)
         dst = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -602,7 +604,7 @@ def _copy_sparse(src: int, dst: int, h: hashlib._Hash | None = None) -> int:
     return size
 
 
-def _copy_object_at(source: Path, folder: int, leaf: str, mode: int) -> None:
+def _copy_loose_object_at(source: Path, folder: int, leaf: str, mode: int) -> None:
     """Copy a stored object to the new file `leaf` of the folder descriptor (never following a link there)."""
     src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
