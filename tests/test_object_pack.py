@@ -11,15 +11,20 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def packed(index: PackIndex, digest: str, limit: int) -> bytes | None:
+    location = index.find(digest)
+    return None if location is None else read_packed(index, location, limit)
+
+
 def test_a_reader_finds_what_another_process_appended_once_its_index_line_is_whole(tmp_path):
     writer = PackWriter(PackIndex(tmp_path))
     writer.append(sha(b"first"), b"first")
     reader = PackIndex(tmp_path)
-    assert read_packed(reader, sha(b"first"), 100) == b"first"
-    assert read_packed(reader, sha(b"second"), 100) is None
+    assert packed(reader, sha(b"first"), 100) == b"first"
+    assert packed(reader, sha(b"second"), 100) is None
     writer.append(sha(b"second"), b"second")
-    assert read_packed(reader, sha(b"second"), 100) == b"second"  # a miss reads what was indexed since
-    assert read_packed(reader, sha(b"second"), 5) is None  # longer than the caller allows
+    assert packed(reader, sha(b"second"), 100) == b"second"  # a miss reads what was indexed since
+    assert packed(reader, sha(b"second"), 5) is None  # longer than the caller allows
     # half a line (a writer caught mid-append) is left for the next look
     index = tmp_path / "pack" / f"{writer.name}.idx"
     index.chmod(0o644)

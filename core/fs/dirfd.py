@@ -252,6 +252,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of data to fd at offset, leaving the file position alone."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
 @contextmanager
 def opened(fd: int) -> Iterator[int]:
     try:

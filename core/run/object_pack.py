@@ -20,6 +20,8 @@ import stat
 import time
 from dataclasses import dataclass
 
+from mlab.core.fs.dirfd import pwrite_all
+
 PACK_DIR = "pack"
 MAX_INDEX_BYTES = 256 << 20  # of index files read for an untrusted store: 2.5 million lines or more
 _NAME = re.compile(r"[0-9]{20}-[0-9]{1,10}-[0-9a-f]{8}")
@@ -116,8 +118,8 @@ class PackWriter:
         location = Location(self.name, self._pack_size, len(data))
         line = f"{digest} {location.offset} {location.size}\n".encode()
         try:
-            _pwrite_all(self._pack, data, self._pack_size)
-            _pwrite_all(self._idx, line, self._idx_size)
+            pwrite_all(self._pack, data, self._pack_size)
+            pwrite_all(self._idx, line, self._idx_size)
         except BaseException:
             for fd, size in ((self._pack, self._pack_size), (self._idx, self._idx_size)):
                 try:
@@ -170,11 +172,10 @@ def read_at(fd: int, location: Location) -> bytes:
     return _pread_all(fd, location.size, location.offset)
 
 
-def read_packed(index: PackIndex, digest: str, limit: int) -> bytes | None:
-    """An object's bytes when it is packed, no more than `limit` and whole (checked against its digest by the
-    caller); None when it is not packed, too big or unreadable."""
-    location = index.find(digest)
-    if location is None or location.size > limit:
+def read_packed(index: PackIndex, location: Location, limit: int) -> bytes | None:
+    """The bytes at a packed object's place, no more than `limit` and all of them (checked against its digest by
+    the caller); None when they are too many or unreadable."""
+    if location.size > limit:
         return None
     try:
         fd = open_pack(index, location.pack)
@@ -201,9 +202,3 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written

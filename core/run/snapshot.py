@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.fs import split_walk
-from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk
+from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk, write_all
 from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
 from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
 from mlab.core.run.object_pack import Location, PackIndex, PackWriter, open_pack, read_at
@@ -407,17 +407,17 @@ class SnapshotStore:
     def _copy_object_at(self, digest: str, folder: int, leaf: str, mode: int) -> None:
         """Copy a stored object to the new file `leaf` of the folder descriptor (never following a link there)."""
         location = self._packs.find(digest)
-        if location is None:
-            _copy_loose_object_at(Path(self._object_file(digest)), folder, leaf, mode)
+        if location is not None:
+            _copy_to_new_file(self._pack_fd(location.pack), location.offset, location.size, False, folder, leaf,
+                              mode)
             return
-        src = self._pack_fd(location.pack)
-        dst = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=folder)
+        src = os.open(self._object_file(digest), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _copy_range(src, dst, location.offset, location.size)
-            os.fchmod(dst, mode)
+            st = os.fstat(src)
+            sparse = st.st_blocks * 512 < st.st_size  # holes stay holes; otherwise the kernel copies fastest
+            _copy_to_new_file(src, 0, st.st_size, sparse, folder, leaf, mode)
         finally:
-            os.close(dst)
+            os.close(src)
 
     # ---- reading snapshots ----------------------------------------------------------------------
     def manifest(self, name: str) -> Manifest:
@@ -604,23 +604,18 @@ def _copy_sparse(src: int, dst: int, h: hashlib._Hash | None = None) -> int:
     return size
 
 
-def _copy_loose_object_at(source: Path, folder: int, leaf: str, mode: int) -> None:
-    """Copy a stored object to the new file `leaf` of the folder descriptor (never following a link there)."""
-    src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+def _copy_to_new_file(src: int, offset: int, size: int, sparse: bool, folder: int, leaf: str, mode: int) -> None:
+    """Copy `size` bytes of src from `offset` (a sparse one whole, holes kept) to the new file `leaf` of the folder
+    descriptor, never following a link there."""
+    dst = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
     try:
-        dst = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=folder)
-        try:
-            st = os.fstat(src)
-            if st.st_blocks * 512 >= st.st_size:  # not sparse: the kernel copies fastest
-                _copy_all(src, dst, st.st_size)
-            else:
-                _copy_sparse(src, dst)
-            os.fchmod(dst, mode)
-        finally:
-            os.close(dst)
+        if sparse:
+            _copy_sparse(src, dst)
+        else:
+            _copy_range(src, dst, offset, size)
+        os.fchmod(dst, mode)
     finally:
-        os.close(src)
+        os.close(dst)
 
 
 def _copy_range(src: int, dst: int, offset: int, size: int) -> None:
@@ -631,30 +626,11 @@ def _copy_range(src: int, dst: int, offset: int, size: int) -> None:
             sent = os.sendfile(dst, src, offset + done, size - done)
         except OSError:  # a file system without sendfile between these two
             chunk = os.pread(src, min(size - done, _BLOCK), offset + done)
+            write_all(dst, chunk)
             sent = len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(dst, view):]
         if sent == 0:
-            raise OSError(f"an object ends {size - done} bytes early in its pack")
+            raise OSError(f"a stored object ends {size - done} bytes early")
         done += sent
-
-
-def _copy_all(src: int, dst: int, size: int) -> None:
-    copied = 0
-    try:
-        while copied < size:
-            sent = os.sendfile(dst, src, copied, size - copied)
-            if sent == 0:
-                break
-            copied += sent
-    except OSError:
-        os.lseek(src, copied, os.SEEK_SET)
-        os.lseek(dst, copied, os.SEEK_SET)
-        while chunk := os.read(src, _BLOCK):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(dst, view):]
 
 
 def _read_all(fd: int, expected: int) -> bytes:

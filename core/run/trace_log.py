@@ -33,6 +33,7 @@ from typing import Any
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.dirfd import pwrite_all
 from mlab.core.models import Step, Trace
 from mlab.core.run.trace import TRACE_FILE, json_safe
 
@@ -452,7 +453,7 @@ class TraceLog:
             raise RuntimeError("the trace log is used before begin()")
         before = self._log_size
         try:
-            _write_all(fd, data, before)
+            pwrite_all(fd, data, before)
             os.fdatasync(fd)
         except BaseException:
             self._truncate_log(before)
@@ -478,10 +479,10 @@ class TraceLog:
         if len(new) < len(self._suffix):
             new = new[:-1] + b" " * (len(self._suffix) - len(new)) + b"\n"
         try:
-            _write_all(fd, new, self._last_at)
+            pwrite_all(fd, new, self._last_at)
         except BaseException:
             try:  # the bytes there were written before, so putting them back needs no new space
-                _write_all(fd, self._suffix, self._last_at)
+                pwrite_all(fd, self._suffix, self._last_at)
                 os.ftruncate(fd, self._last_at + len(self._suffix))
             except OSError:
                 pass
@@ -535,8 +536,3 @@ def _closing(tail: str) -> bytes:
     return b"\n]," + tail[1:].encode() + b"\n"
 
 
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written

@@ -81,8 +81,9 @@ def read_object(run_dir: Path, digest: str, limit: int) -> bytes | None:
     """A stored object's bytes, packed or not; None when it is missing, unreadable, longer than `limit` or not
     what its digest promises (a pack torn by a crash)."""
     packs = _packs(run_dir)
-    if packs.find(digest) is not None:
-        packed = read_packed(packs, digest, limit)
+    location = packs.find(digest)
+    if location is not None:
+        packed = read_packed(packs, location, limit)
         return packed if packed is not None and hashlib.sha256(packed).hexdigest() == digest else None
     data = read_regular(run_dir / OBJECTS_DIR / digest[:2] / digest, limit)
     return data if data is not None and len(data) <= limit else None
