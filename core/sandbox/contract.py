@@ -89,9 +89,11 @@ class Sandbox(ABC):
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
         """Start argv confined per spec, stdout and stderr merged into one pipe."""
 
-    def spawn(self, command: list[str], spec: ExecSpec, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def spawn(self, command: list[str], spec: ExecSpec, env: dict[str, str] | None = None,
+              pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
         """Start command in a new session with spec's rlimits, in a cgroup of its own where one can be made,
-        getting SIGKILL when the harness dies. For subclasses' `popen`."""
+        getting SIGKILL when the harness dies; pass_fds stay open in it (a plan read from a descriptor). For
+        subclasses' `popen`."""
         cgroup = CommandCgroup.create(spec.limits)
         nproc = None if cgroup is not None else nproc_fallback(spec.limits.max_processes)
         parent = os.getpid()
@@ -106,7 +108,8 @@ class Sandbox(ABC):
             proc = subprocess.Popen(
                 command, cwd=spec.cwd, env=spec.env if env is None else env,
                 stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=prepare)
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=prepare,
+                pass_fds=pass_fds)
         except BaseException:
             if cgroup is not None:
                 cgroup.close_fds()
