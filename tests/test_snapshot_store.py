@@ -338,8 +338,8 @@ def split_walks(monkeypatch):
     made = []
     real_start = split_walk.start
 
-    def start(root_fd, root, max_entries):
-        made.append(real_start(root_fd, root, max_entries))
+    def start(*args, **kwargs):
+        made.append(real_start(*args, **kwargs))
         return made[-1]
 
     monkeypatch.setattr(split_walk, "MIN_ENTRIES", 1)

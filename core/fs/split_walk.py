@@ -17,7 +17,7 @@ import marshal
 import os
 import signal
 import warnings
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 
 from mlab.core.fs.dirfd import open_dir_at
 from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries, listing_room
@@ -34,13 +34,15 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _folders(root: Folder) -> Iterator[tuple[str, Folder]]:
-    """(prefix, folder) of every recorded folder below the root, in the order a walk meets them."""
+def _folders(root: Folder, sealed: Container[str] = ()) -> Iterator[tuple[str, Folder]]:
+    """(prefix, folder) of every recorded folder below the root, in the order a walk meets them, but for the
+    sealed folders ("a/b") and what they hold: the walk does not enter those."""
     stack: list[tuple[str, Folder]] = [("", root)]
     while stack:
         prefix, folder = stack.pop()
         yield prefix, folder
-        stack.extend((f"{prefix}{name}/", sub) for name, sub in reversed(folder.folders.items()))
+        stack.extend((f"{prefix}{name}/", sub) for name, sub in reversed(folder.folders.items())
+                     if f"{prefix}{name}" not in sealed)
 
 
 class Listed:
@@ -132,12 +134,13 @@ class SplitWalk:
             self._answers = {}
 
 
-def start(root_fd: int, root: Folder, max_entries: int) -> SplitWalk | None:
+def start(root_fd: int, root: Folder, max_entries: int, sealed: Container[str] = ()) -> SplitWalk | None:
     """Fork a child listing the second half of the recorded tree below root_fd (no folder beyond the walk's
-    entry limit); None when the tree is small, there is no second core, or the fork fails."""
+    entry limit, none of the sealed ones); None when the tree is small, there is no second core, or the fork
+    fails."""
     if _cores() < 2:
         return None
-    layout = [(prefix, folder, len(folder.files) + len(folder.folders)) for prefix, folder in _folders(root)]
+    layout = [(prefix, folder, len(folder.files) + len(folder.folders)) for prefix, folder in _folders(root, sealed)]
     total = sum(count for _p, _f, count in layout)
     if total < MIN_ENTRIES:
         return None

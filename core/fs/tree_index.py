@@ -63,6 +63,8 @@ class Folder:
     _texts: dict[str, str] = field(default_factory=dict, repr=False)  # name -> its text in the listing
     _order: list[str] = field(default_factory=list, repr=False)  # _texts' names, sorted
     _sorted: bool = field(default=False, repr=False)  # whether _order holds exactly _texts' names
+    identity: tuple[int, int] | None = None  # (device, inode) of the folder the last scan read
+    entries_below: int = 0  # what the last scan counted below it, toward the walk's entry limit
 
     def touched(self, name: str) -> None:
         """The entry `name` (file, link or subfolder) changed, appeared or went."""
@@ -112,8 +114,12 @@ class Folder:
 class Scanner:
     """Brings a Folder up to date with the folder of a descriptor."""
 
-    def __init__(self, record: Recorder, skip: Callable[[str], bool], limits: WalkLimits, horizon_ns: int):
+    def __init__(self, record: Recorder, skip: Callable[[str], bool], limits: WalkLimits, horizon_ns: int,
+                 sealed: dict[str, tuple[int, int]] | None = None):
         self.record = record
+        # Folders ("a/b") nothing could change since they were last scanned, with their (device, inode): kept
+        # as recorded when the same folder is found there again
+        self.sealed = sealed or {}
         self.skip = skip
         self.limits = limits
         self.horizon_ns = horizon_ns  # stat keys with a change time before this vouch for the content
@@ -130,6 +136,9 @@ class Scanner:
         limits = self.limits
         skip, record, horizon = self.skip, self.record, self.horizon_ns
         files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
+        entries_before = limits.entries
+        here = os.fstat(fd)
+        folder.identity = (here.st_dev, here.st_ino)
         new_verdicts: dict[str, bool] = {}
         listed: list[str] = []
         taken = self.split.take(prefix, fd) if self.split is not None else None
@@ -212,6 +221,11 @@ class Scanner:
                 sub = folders.get(name)
                 if sub is None:
                     sub = folders[name] = Folder()
+                elif self._still_sealed(prefix + name, child, sub):
+                    os.close(child)
+                    count += sub.entries_below
+                    kept += 1
+                    continue
                 limits.entries = count
                 try:
                     if self.scan(child, f"{prefix}{name}/", sub, depth + 1):
@@ -233,6 +247,7 @@ class Scanner:
             if before is None or before[1] != entry_now:
                 folder.touched(name)
         limits.entries = count
+        folder.entries_below = count - entries_before
         folder.verdicts = new_verdicts
         if gone is not None:
             for name in gone:
@@ -243,6 +258,14 @@ class Scanner:
                 if name not in names:
                     _forget(folder, name)
         return folder.dirty
+
+    def _still_sealed(self, rel: str, fd: int, recorded: Folder) -> bool:
+        """Whether the folder rel, open as fd, is sealed and the very folder its record was read from."""
+        seen = self.sealed.get(rel)
+        if seen is None or seen != recorded.identity or recorded.dirty:
+            return False
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == seen
 
     def update_path(self, root_fd: int, root: Folder, rel: str) -> bool:
         """Bring one path (a file the harness itself wrote) up to date, creating the folders on its way;

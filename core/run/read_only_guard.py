@@ -1,17 +1,54 @@
-"""Putting back read-only files that agent code changed where the sandbox could not mount them read-only."""
+"""Keeping a task's read-only files as they were while agent code runs.
+
+Before a command the guard surveys the workspace once. The topmost entries matching a read-only pattern are
+what the sandbox mounts read-only. A folder in which every name is read-only (`images/*`) and which holds more
+than SEPARATE_MOUNTS_MAX entries is mounted as one instead, so a command costs the same with 30 or 200,000
+read-only files (one mount per file would cost a command seconds, and past a few thousand no sandbox starts).
+
+After the command the guard puts back whatever changed. In a confined sandbox a folder that was mounted
+read-only and is the same folder afterwards (device and inode) cannot have changed, so it is not walked: the
+mount is the protection, the walk only checks that the folder was not swapped out from under it (renaming a
+folder above it is allowed). The unconfined sandbox has no mounts: every read-only entry is compared.
+"""
 from __future__ import annotations
 
 import os
 import shutil
 import stat
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
-from mlab.core.fs.dirfd import WalkLimits, open_dirs, open_root, remove_at, walk
+from mlab.core.fs.dirfd import NotAFolder, open_dir_at, open_dirs, open_root, remove_at
 from mlab.core.run.env_settings import EnvSettings
-from mlab.core.run.readonly import read_only_rule
+from mlab.core.run.readonly import ReadOnlyRule, read_only_rule
 from mlab.core.run.workspace import Workspace
 
 ReadOnlyState = dict[str, tuple[int, ...]]
+FolderId = tuple[int, int]  # (device, inode)
+
+SEPARATE_MOUNTS_MAX = 32  # more read-only entries than this in one folder: the folder is mounted as one
+MAX_DEPTH = 64
+NOTE_NAMES_MAX = 20  # a note names this many files, then says how many more
+
+
+@dataclass
+class Survey:
+    """The read-only part of the workspace as one command starts."""
+
+    mounts: list[str] = field(default_factory=list)  # what the sandbox mounts read-only, workspace-relative
+    sealed: dict[str, FolderId] = field(default_factory=dict)  # mounted folders not walked (confined only)
+    state: ReadOnlyState = field(default_factory=dict)  # (type, size, mtime, ctime, inode) of what was walked
+
+
+@dataclass
+class Outcome:
+    changed: list[str]  # what was put back (files, or folders when only folders changed)
+    intact: dict[str, FolderId]  # sealed folders found as they were: the command could not change them
+
+
+def _state(st: os.stat_result) -> tuple[int, ...]:
+    return stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 class ReadOnlyGuard:
@@ -19,80 +56,165 @@ class ReadOnlyGuard:
         self.settings = settings
         self.workspace = workspace
 
+    def _rule(self) -> ReadOnlyRule:
+        return read_only_rule(tuple(self.settings.read_only_patterns))
+
+    def _confined(self) -> bool:
+        return bool(getattr(self.settings.sandbox, "confined", False))
+
     def paths(self) -> list[Path]:
-        """The topmost workspace entries matching a read-only pattern (what a sandbox mounts read-only)."""
-        rule = read_only_rule(tuple(self.settings.read_only_patterns))
-        if not rule:
-            return []
-        found: list[str] = []
-        root = open_root(self.workspace.root)
-        try:
-            matched: set[str] = set()
+        """What a sandbox mounts read-only: the topmost matching entries, or their folder when it holds many."""
+        return [self.workspace.root / rel for rel in self._survey(seal=False).mounts]
 
-            def leave_out(rel: str) -> bool:  # below a match, or in a folder no pattern can reach
-                parent = rel.rpartition("/")[0]
-                return parent in matched or not (rule.matches(rel) or rule.may_hold(rel))
+    def survey(self) -> Survey:
+        """One walk through folder descriptors (never re-resolving a path): what to mount and the state to
+        compare after the command. Only folders that can hold a read-only entry are entered."""
+        return self._survey(seal=self._confined())
 
-            for entry in walk(root, skip=leave_out, limits=WalkLimits(max_depth=64)):
-                if rule.matches(entry.rel):
-                    found.append(entry.rel)
-                    matched.add(entry.rel)
-        finally:
-            os.close(root)
-        return sorted(self.workspace.root / rel for rel in found)
+    def _survey(self, seal: bool) -> Survey:
+        found = Survey()
+        if self._rule():
+            self._walk(found, sealed=None, seal=seal)
+        found.mounts.sort()
+        return found
 
     def state(self) -> ReadOnlyState:
-        """(type, size, mtime, ctime, inode) of every entry at or below the read-only paths, unfollowed; read
-        through folder descriptors, never by re-resolving a path. Only folders that can hold a read-only
-        entry are entered, and each path is matched once: below a matching folder everything is read-only."""
-        state: ReadOnlyState = {}
-        rule = read_only_rule(tuple(self.settings.read_only_patterns))
-        if not rule:
-            return state
+        """The state of every read-only entry, unfollowed."""
+        return self.look({}).state
+
+    def look(self, sealed: dict[str, FolderId]) -> Survey:
+        """The state of every read-only entry, except below the folders of `sealed` still there as the same
+        folder: those are recorded but not entered, and are the returned survey's `sealed`."""
+        found = Survey()
+        if self._rule():
+            self._walk(found, sealed=sealed, seal=False)
+        return found
+
+    def _walk(self, found: Survey, sealed: dict[str, FolderId] | None, seal: bool) -> None:
+        """Fill `found`. sealed None: a survey (decide mounts; with `seal`, seal the folders mounted); else a
+        later look that does not enter the folders of `sealed` still there as they were."""
+        rule = self._rule()
         try:
             root = open_root(self.workspace.root)
         except OSError:
-            return state
+            return
+        # (descriptor, prefix, everything in it read-only, depth)
+        stack: list[tuple[int, str, bool, int]] = [(root, "", False, 0)]
         try:
-            read_only_dirs: set[str] = set()
-
-            def read_only(rel: str) -> bool:
-                return rel.rpartition("/")[0] in read_only_dirs or rule.matches(rel)
-
-            def leave_out(rel: str) -> bool:
-                return not (read_only(rel) or rule.may_hold(rel))
-
-            for entry in walk(root, skip=leave_out, limits=WalkLimits(max_depth=64)):
-                if read_only(entry.rel):
-                    st = entry.st
-                    if stat.S_ISDIR(st.st_mode):
-                        read_only_dirs.add(entry.rel)
-                    state[entry.rel] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                        st.st_ino)
+            while stack:
+                fd, prefix, covered, depth = stack.pop()
+                try:
+                    with os.scandir(fd) as listing:
+                        entries = list(listing)
+                except OSError:
+                    entries = []
+                try:
+                    for entry in entries:
+                        rel = prefix + entry.name
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        is_dir = stat.S_ISDIR(st.st_mode)
+                        identity = (st.st_dev, st.st_ino)
+                        if sealed and is_dir and sealed.get(rel) == identity:
+                            found.sealed[rel] = identity  # still the folder mounted read-only: not entered
+                            found.state[rel] = _state(st)
+                            continue
+                        matched = covered or rule.matches(rel)
+                        whole = False
+                        if not matched:
+                            if not (is_dir and rule.may_hold(rel)):
+                                continue
+                            whole = self._whole_folder(rule, fd, entry.name, rel)
+                        if not covered and (matched or whole):
+                            if sealed is None:
+                                found.mounts.append(rel)
+                        read_only = matched or whole
+                        if read_only:
+                            found.state[rel] = _state(st)
+                        if not is_dir or depth + 1 >= MAX_DEPTH:
+                            continue
+                        if seal and read_only and not covered:
+                            found.sealed[rel] = identity  # mounted read-only: nothing below can change
+                            continue
+                        try:
+                            child = open_dir_at(fd, entry.name)
+                        except (NotAFolder, PermissionError):
+                            continue
+                        stack.append((child, rel + "/", read_only, depth + 1))
+                finally:
+                    os.close(fd)
         finally:
-            os.close(root)
-        return state
+            for fd, *_rest in stack:
+                os.close(fd)
 
-    def restore(self, before: ReadOnlyState) -> list[str]:
-        """Belt and braces: put back what changed since `before`; returns the changed names."""
-        after = self.state()
-        changed = sorted(rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel))
+    @staticmethod
+    def _whole_folder(rule: ReadOnlyRule, parent: int, name: str, rel: str) -> bool:
+        """Whether the folder rel is mounted as one: every name in it is read-only, and it holds many."""
+        if not rule.any_name_matches(rel):
+            return False
+        try:
+            fd = open_dir_at(parent, name)
+        except (NotAFolder, PermissionError):
+            return False
+        try:
+            with os.scandir(fd) as listing:
+                return sum(1 for _ in islice(listing, SEPARATE_MOUNTS_MAX + 1)) > SEPARATE_MOUNTS_MAX
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def restore(self, before: Survey) -> Outcome:
+        """Belt and braces: put back what changed since `before` (a survey, or a look)."""
+        after = self.look(before.sealed)
+        for rel in after.sealed:
+            after.state[rel] = before.state[rel]  # mounted read-only and still there: vouched for by the mount
+        changed = sorted(rel for rel in set(before.state) | set(after.state)
+                         if before.state.get(rel) != after.state.get(rel))
+        replaced = [rel for rel in before.sealed if rel not in after.sealed]  # swapped out: every file below
         # Folders only change because something below them did; name the files.
-        dirs = {rel for rel in changed if (before.get(rel) or after[rel])[0] == stat.S_IFDIR}
+        dirs = {rel for rel in changed if (before.state.get(rel) or after.state[rel])[0] == stat.S_IFDIR}
         files = [rel for rel in changed if rel not in dirs]
         pristine = self.settings.pristine_dir
         if pristine:
-            for rel in files:
+            for rel in replaced:
+                files += self._restore_tree(rel, pristine)
+            for rel in sorted(set(files)):
                 self._restore_one(rel, pristine)
-        return files or sorted(dirs)
+        files = sorted(set(files))
+        return Outcome(files or sorted(dirs), after.sealed)
 
     def note(self, changed: list[str]) -> str:
         """What the agent is told about read-only files its code changed."""
         if not changed:
             return ""
+        shown = ", ".join(changed[:NOTE_NAMES_MAX])
+        if len(changed) > NOTE_NAMES_MAX:
+            shown += f" and {len(changed) - NOTE_NAMES_MAX} more"
         if self.settings.pristine_dir:
-            return f"\n[read-only files were changed and have been restored: {', '.join(changed)}]"
-        return f"\n[read-only files were changed and could not be restored: {', '.join(changed)}]"
+            return f"\n[read-only files were changed and have been restored: {shown}]"
+        return f"\n[read-only files were changed and could not be restored: {shown}]"
+
+    def _restore_tree(self, rel: str, pristine: Path) -> list[str]:
+        """A sealed folder was swapped for something else: remove what stands there (never following a link)
+        and name every pristine file below it, which _restore_one then copies back."""
+        *parts, leaf = rel.split("/")
+        root = open_root(self.workspace.root)
+        try:
+            folder = open_dirs(root, parts, create=True, replace=True)
+        finally:
+            os.close(root)
+        try:
+            remove_at(folder, leaf)
+        finally:
+            os.close(folder)
+        names = []
+        source = pristine / rel
+        for top, _dirs, files in os.walk(source):  # the harness's own copy, not the workspace
+            names += [str((Path(top) / name).relative_to(pristine)) for name in files]
+        return names
 
     def _restore_one(self, rel: str, pristine: Path) -> None:
         """Put back the pristine copy of rel through folder descriptors: a folder the script swapped for a

@@ -11,6 +11,7 @@ from pathlib import Path
 from mlab.core.errors import EnvError
 
 MAX_PATH_CHARS = 1024
+_NO_FILE_NAME = "\x00\x01\x02"  # a file name cannot hold NUL
 
 
 def resolve_in_workspace(root: str, given: str) -> Path:
@@ -96,6 +97,11 @@ class ReadOnlyRule:
             return False
         parts = relpath.split("/")
         return any(self._regex.match("/".join(parts[: i + 1])) for i in range(len(parts)))
+
+    def any_name_matches(self, folder: str) -> bool:
+        """Whether every name in `folder` is read-only (`images/*`): tested with a name no file can have, so
+        no pattern names it on purpose."""
+        return self.matches(f"{folder}/{_NO_FILE_NAME}")
 
     def may_hold(self, folder: str) -> bool:
         below = folder + "/"

@@ -11,7 +11,7 @@ from pathlib import Path
 from mlab.core.errors import EnvError
 from mlab.core.run.env_settings import EnvSettings
 from mlab.core.run.limit_messages import limit_messages
-from mlab.core.run.read_only_guard import ReadOnlyGuard
+from mlab.core.run.read_only_guard import FolderId, ReadOnlyGuard, Survey
 from mlab.core.run.repl import Repl
 from mlab.core.run.workspace import Workspace
 from mlab.core.sandbox.contract import ExecResult, ExecSpec
@@ -50,6 +50,7 @@ class ScriptRunner:
         self.workspace = workspace
         self.guard = ReadOnlyGuard(settings, workspace)
         self.repl: Repl | None = None  # started by the first Python REPL command
+        self._repl_sealed: dict[str, FolderId] = {}  # folders the REPL's sandbox mounted read-only at its start
         self.on_output: Callable[[bytes], None] | None = None  # sees a script's output as it comes
         self._host_prefixes = self._prefixes()
 
@@ -71,7 +72,8 @@ class ScriptRunner:
             text = re.sub(re.escape(variant) + r"(?![\w.-])", ".", text)
         return text
 
-    def exec_spec(self, timeout_s: float | None = None) -> ExecSpec:
+    def exec_spec(self, timeout_s: float | None = None, survey: Survey | None = None) -> ExecSpec:
+        """How agent code runs; `survey`, when the caller has one, saves walking the read-only files again."""
         s = self.settings
         env = {k: os.environ[k] for k in _ENV_PASSED if k in os.environ}
         writable = []
@@ -84,7 +86,11 @@ class ScriptRunner:
         env.update(s.extra_env)
         limits = s.limits if timeout_s is None else s.limits.model_copy(update={"timeout_s": timeout_s})
         return ExecSpec(cwd=self.workspace.root, env=env, limits=limits, hidden_paths=s.hidden_paths,
-                        read_only_paths=self.read_only_paths(), writable_paths=writable, network=s.network)
+                        read_only_paths=self._mounts(survey or self.guard.survey()), writable_paths=writable,
+                        network=s.network)
+
+    def _mounts(self, survey: Survey) -> list[Path]:
+        return [self.workspace.root / rel for rel in survey.mounts]
 
     def read_only_paths(self) -> list[Path]:
         return self.guard.paths()
@@ -99,17 +105,19 @@ class ScriptRunner:
         if path.suffix != ".py":
             raise EnvError(f"only Python scripts (.py) can be executed, not {script_name!r}")
         rel = self.workspace.rel(path)
-        spec = self.exec_spec()
-        before = self.guard.state()
-        self.settings.store.changes.ran_agent_code()  # the next snapshot must look at everything
+        before = self.guard.survey()
+        spec = self.exec_spec(survey=before)
+        changes = self.settings.store.changes
+        changes.ran_agent_code()  # the next snapshot must look at everything the code could change
         try:
             # "./" keeps a script named like "-c.py" from being read as an interpreter option.
             argv = [self.settings.python, "-u", "./" + rel if rel.startswith("-") else rel]
             result = self.settings.sandbox.run(argv, spec, self.on_output)
         finally:
             self.workspace.recreate_if_removed()
-            changed = self.guard.restore(before)
-        return result, changed
+            outcome = self.guard.restore(before)
+            changes.code_ended(outcome.intact)
+        return result, outcome.changed
 
     def execute_script(self, script_name: str) -> str:
         result, changed = self.run_script(script_name)
@@ -129,18 +137,28 @@ class ScriptRunner:
 
     def python_repl(self, command: str) -> str:
         s = self.settings
-        before = self.guard.state()
-        self.settings.store.changes.ran_agent_code()  # the next snapshot must look at everything
+        if self.repl is None:
+            before = self.guard.survey()
+        else:  # the REPL keeps the mounts it started with
+            before = self.guard.look(self._repl_sealed)
+        changes = self.settings.store.changes
+        changes.ran_agent_code()  # the next snapshot must look at everything the code could change
         try:
             if self.repl is None:
-                self.repl = Repl(s.sandbox, self.exec_spec(), s.python)
+                self.repl = Repl(s.sandbox, self.exec_spec(survey=before), s.python)
+                self._repl_sealed = dict(before.sealed)
             output = self.repl.run(command, s.limits.timeout_s, s.limits.output_bytes, limit_messages(s.limits))
         except EnvError as exc:
             self.workspace.recreate_if_removed()
-            raise EnvError(f"{self.relative_paths(str(exc))}{self.guard.note(self.guard.restore(before))}") from exc
+            raise EnvError(f"{self.relative_paths(str(exc))}{self._restore_note(before)}") from exc
         self.workspace.recreate_if_removed()
         output = self.relative_paths(output)
-        return _failed(output + self.guard.note(self.guard.restore(before)), TRACEBACK in output)
+        return _failed(output + self._restore_note(before), TRACEBACK in output)
+
+    def _restore_note(self, before: Survey) -> str:
+        outcome = self.guard.restore(before)
+        self.settings.store.changes.code_ended(outcome.intact)
+        return self.guard.note(outcome.changed)
 
     def close(self) -> None:
         if self.repl is not None:

@@ -69,21 +69,42 @@ def is_link(entry: Entry) -> bool:
 
 class WorkspaceChanges:
     """What the harness changed in the workspace since the last snapshot: the paths its own actions wrote,
-    or `unknown` once agent code ran (or before anything was recorded)."""
+    or `unknown` once agent code ran (or before anything was recorded). `sealed` names the folders agent code
+    could not change (mounted read-only, and found to be the same folders after every run of it since the last
+    snapshot): a walk need not enter them."""
 
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.unknown = True
+        self._sealed: dict[str, tuple[int, int]] | None = None  # None: no run of agent code vouched yet
+        self._running = 0  # runs of agent code that have not vouched (yet): nothing is sealed
 
     def wrote(self, rel: str) -> None:
         self.paths.add(rel)
 
     def ran_agent_code(self) -> None:
         self.unknown = True
+        self._running += 1
+
+    def code_ended(self, sealed: dict[str, tuple[int, int]]) -> None:
+        """The run of agent code started last could not change these folders ((device, inode) each)."""
+        self._running -= 1
+        if self._sealed is None:
+            self._sealed = dict(sealed)
+        else:
+            self._sealed = {rel: seen for rel, seen in self._sealed.items() if sealed.get(rel) == seen}
+
+    @property
+    def sealed(self) -> dict[str, tuple[int, int]]:
+        if self._running or not self._sealed:
+            return {}
+        return {rel: seen for rel, seen in self._sealed.items()
+                if not any(path.startswith(rel + "/") for path in self.paths)}  # the harness wrote there
 
     def clear(self) -> None:
         self.paths.clear()
         self.unknown = False
+        self._sealed, self._running = None, 0
 
 
 class SnapshotStore:
@@ -157,11 +178,12 @@ class SnapshotStore:
                 self._reuse(previous, name)
                 self._index = (identity, skip, tree, name)
                 return
+            sealed = changes.sealed if changes is not None else {}
             scanner = Scanner(self._record, skip, WalkLimits(),
-                              trust_horizon_ns(self.manifests / ".clock", st.st_dev))
+                              trust_horizon_ns(self.manifests / ".clock", st.st_dev), sealed)
             if not (known and changes is not None
                     and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
-                scanner.split = split_walk.start(root, tree, scanner.limits.max_entries)
+                scanner.split = split_walk.start(root, tree, scanner.limits.max_entries, sealed)
                 try:
                     scanner.scan(root, "", tree, 0)
                 except LimitReached:

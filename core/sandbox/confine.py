@@ -5,7 +5,8 @@ path, with the harness's interpreter). Two ways to run it:
     python -I -S -B confine.py --serve FD IDLE PLAN  a zygote serving a run's commands over socket FD, ending
                                                      when idle for IDLE seconds with no command running
 
-PLAN is a RootView as hex of marshal (marshal, unlike json, imports nothing).
+PLAN is a RootView in marshal (marshal, unlike json, imports nothing): `fd:N`, an inherited descriptor holding
+it, so that its size is not bounded by the command line's, or its bytes as hex.
 
 Either way it makes new user (unless root), mount, PID, IPC, UTS and network namespaces with direct system
 calls, builds the file system from an empty tmpfs as PLAN says, and runs commands with no capabilities and no
@@ -475,9 +476,26 @@ def serve(control_fd: int, idle_s: float, plan: dict) -> None:
             os.close(fd)
 
 
+def read_plan(given: str) -> dict:
+    """PLAN as given: `fd:N`, a descriptor holding its marshal bytes (a plan of any size: a command line is
+    bounded), or the bytes as hex."""
+    if not given.startswith("fd:"):
+        return marshal.loads(bytes.fromhex(given))
+    fd = int(given[3:])
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    os.close(fd)  # the command must not inherit it
+    return marshal.loads(b"".join(chunks))
+
+
 def main(argv: list[str]) -> None:
     serving = argv[1] == "--serve"
-    plan = marshal.loads(bytes.fromhex(argv[4] if serving else argv[1]))
+    try:
+        plan = read_plan(argv[4] if serving else argv[1])
+    except (OSError, ValueError, EOFError, TypeError) as exc:
+        fail(f"unreadable plan: {exc}")
     try:
         unshare_run(plan)
     except (ConfineError, OSError) as exc:

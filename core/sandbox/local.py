@@ -30,7 +30,16 @@ from pathlib import Path
 
 from mlab.core.sandbox.contract import ExecSpec, Sandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
-from mlab.core.sandbox.zygote import IDLE_S, NotForZygote, RootNotBuilt, Zygote, ZygoteGone, identity, plan_sources
+from mlab.core.sandbox.zygote import (
+    IDLE_S,
+    NotForZygote,
+    RootNotBuilt,
+    Zygote,
+    ZygoteGone,
+    identity,
+    plan_descriptor,
+    plan_sources,
+)
 
 _TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 _VIEWS_KEPT = 8  # file system plans remembered per sandbox (a run needs one or two: its commands, its scorer)
@@ -122,11 +131,15 @@ class LocalSandbox(Sandbox):
                 started = self._through_zygote(prefix, argv, spec, view, shown_identity)
                 if started is not None:
                     return started
-            command = [*prefix, plan_of(dataclasses.replace(view, protected=protected_paths(spec))), "--", *argv]
-            token = None
-        else:
-            token = secrets.token_hex(16)
-            env[_TOKEN_VAR] = token
+            plan_fd = plan_descriptor(plan_dict(dataclasses.replace(view, protected=protected_paths(spec))))
+            try:
+                proc = self.spawn([*prefix, f"fd:{plan_fd}", "--", *argv], spec, env=env, pass_fds=(plan_fd,))
+            finally:
+                os.close(plan_fd)
+            proc.mlab_token = None  # type: ignore[attr-defined]
+            return proc
+        token = secrets.token_hex(16)
+        env[_TOKEN_VAR] = token
         proc = self.spawn(command, spec, env=env)
         proc.mlab_token = token  # type: ignore[attr-defined]
         return proc
@@ -183,7 +196,7 @@ class LocalSandbox(Sandbox):
                 zygote = None
             if zygote is None:
                 try:
-                    zygote = Zygote(prefix, shown_identity, plan_of_dict(plan), self.zygote_idle_s)
+                    zygote = Zygote(prefix, shown_identity, plan, self.zygote_idle_s)
                 except RootNotBuilt:
                     # confine.py run afresh tells why (exit code 120 and its message), command by command
                     self._unbuildable.add(key)

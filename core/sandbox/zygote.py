@@ -56,6 +56,20 @@ def plan_sources(plan: dict) -> list[str]:
     return [*paths, *plan["writable"], *plan["devices"], *plan["masked_dirs"], *plan["masked_files"]]
 
 
+def plan_descriptor(plan: dict) -> int:
+    """A descriptor holding the plan as confine.py reads it (`fd:N`): a plan with thousands of paths does not
+    fit a command line. Close-on-exec here; pass_fds hands it to confine.py alone."""
+    fd = os.memfd_create("mlab-plan", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(marshal.dumps(plan))
+        while data:
+            data = data[os.write(fd, data):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def identity(paths: Sequence[str]) -> tuple[tuple[int, int] | None, ...]:
     found: list[tuple[int, int] | None] = []
     for path in paths:
@@ -69,7 +83,8 @@ def identity(paths: Sequence[str]) -> tuple[tuple[int, int] | None, ...]:
 
 class ConfinedCommand(subprocess.Popen):
     """A command the zygote started, looked after as a Popen: pid is its init's (the leader of its process
-    group), and its end comes as a message from its watcher rather than from waitpid."""
+    group), and its end comes as a message from its watcher rather than from waitpid: `end_fd()` is the socket
+    it comes on, readable from that moment (mlab.core.sandbox.wait sleeps on it)."""
 
     def __init__(self, argv: list[str], pid: int, channel: socket.socket, stdin: IO[bytes] | None,
                  stdout: IO[bytes], zygote: Zygote):
@@ -85,14 +100,21 @@ class ConfinedCommand(subprocess.Popen):
         self._lock = threading.Lock()
         self._zygote = zygote
 
+    def end_fd(self) -> int | None:
+        """A descriptor that becomes readable when the command ends; None once its end has been read."""
+        channel = self._channel
+        return channel.fileno() if channel is not None and self.returncode is None else None
+
     def _collect(self, timeout: float | None) -> int | None:
         if not self._lock.acquire(blocking=timeout != 0):  # another thread is waiting for the end: not yet
             return self.returncode
         try:
             if self.returncode is not None or self._channel is None:
                 return self.returncode
-            ready, _, _ = select.select([self._channel], [], [], timeout)
-            if not ready:
+            # poll, not select: a harness running many commands has descriptors past select's 1024
+            waiting = select.poll()
+            waiting.register(self._channel.fileno(), select.POLLIN)
+            if not waiting.poll(None if timeout is None else int(max(0.0, timeout) * 1000 + 0.999)):
                 return None
             try:
                 message = self._channel.recv(64)
@@ -130,18 +152,21 @@ class ConfinedCommand(subprocess.Popen):
 class Zygote:
     """One run's zygote for one file system plan."""
 
-    def __init__(self, prefix: Sequence[str], shown_identity: tuple, plan_hex: str, idle_s: float = IDLE_S):
+    def __init__(self, prefix: Sequence[str], shown_identity: tuple, plan: dict, idle_s: float = IDLE_S):
         self.identity = shown_identity  # taken before the build: a change during it is seen next time
         self.live = 0  # commands started and not yet ended
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        plan_fd = plan_descriptor(plan)
         try:
             self.proc = subprocess.Popen(
-                [*prefix, "--serve", str(theirs.fileno()), repr(idle_s), plan_hex], pass_fds=[theirs.fileno()], cwd="/",
+                [*prefix, "--serve", str(theirs.fileno()), repr(idle_s), f"fd:{plan_fd}"],
+                pass_fds=[theirs.fileno(), plan_fd], cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True)  # the terminal's Ctrl-C reaches the harness, which ends it
         finally:
             theirs.close()
+            os.close(plan_fd)
         self.control = ours
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * REQUEST_BYTES)  # room for the largest request
         # Dropped without close() (its sandbox collected): the zygote still sees its socket close.

@@ -44,8 +44,13 @@ def _namespace_options(network: bool = False) -> list[str]:
 
 def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list[str]:
     """The bwrap command line that runs argv confined per spec: the core's RootView, as bwrap options."""
+    return [exe or shutil.which("bwrap") or "bwrap", *options_for(spec, argv), "--", *argv]
+
+
+def options_for(spec: ExecSpec, argv: list[str]) -> list[str]:
+    """bwrap's options for the core's RootView of argv per spec (everything before `--`)."""
     view = root_view(argv, spec)
-    cmd = [exe or shutil.which("bwrap") or "bwrap", *_namespace_options(spec.network), "--hostname", "mlab-sandbox"]
+    cmd = [*_namespace_options(spec.network), "--hostname", "mlab-sandbox"]
     for path, target in view.links:
         cmd += ["--symlink", target, path]
     for source, target in view.read_only:
@@ -68,8 +73,23 @@ def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list
         cmd += ["--ro-bind", "/dev/null", path]
     # The root bwrap builds the rest on is a tmpfs: read-only, so nothing can be stored (or stashed) outside
     # the workspace, the home and /tmp.
-    cmd += ["--remount-ro", "/", "--chdir", view.writable[0], "--"]
-    return cmd + list(argv)
+    cmd += ["--remount-ro", "/", "--chdir", view.writable[0]]
+    return cmd
+
+
+def options_descriptor(options: list[str]) -> int:
+    """A descriptor holding options as `bwrap --args FD` reads them (each ended by NUL): the command line is
+    bounded, a plan is not."""
+    fd = os.memfd_create("mlab-bwrap-args", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(b"".join(os.fsencode(option) + b"\0" for option in options))
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class BwrapSandbox(Sandbox):
@@ -84,4 +104,9 @@ class BwrapSandbox(Sandbox):
         return _probe()
 
     def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
-        return self.spawn(command_for(argv, spec), spec)
+        fd = options_descriptor(options_for(spec, argv))
+        try:
+            return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(fd), "--", *argv], spec,
+                              pass_fds=(fd,))
+        finally:
+            os.close(fd)

@@ -1,0 +1,186 @@
+"""Read-only data at the scale of the original datasets: thousands of read-only files cost a command what a
+few do (one mount for their folder, no walk of them per command or per snapshot), in every confining sandbox,
+and what agent code does to them is still undone."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mlab.core.models import Action
+from mlab.core.run.environment import Environment, EnvSettings
+from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
+from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.sandbox.limits import Limits
+from tests.test_sandbox import make_sandbox
+
+IMAGES = 3_000
+SANDBOXES = ["local", "local-fresh", "bwrap", "docker", "fallback"]
+
+
+def image_bytes(number: int) -> bytes:
+    return f"image {number}\n".encode() * 4
+
+
+def make_images_env(tmp_path: Path, sandbox: str, count: int = IMAGES) -> Environment:
+    """A workspace like fathomnet's: `data/images/*` read-only, thousands of small images, and a pristine copy
+    of the task's public files to restore from."""
+    public = tmp_path / "taskdata" / "public"
+    images = public / "data" / "images"
+    images.mkdir(parents=True)
+    for number in range(count):
+        (images / f"{number:05d}.png").write_bytes(image_bytes(number))
+    (public / "data" / "train.csv").write_text("id,label\n1,0\n")
+    ws = tmp_path / "ws"
+    shutil.copytree(public, ws)
+    env = Environment(EnvSettings(
+        workspace=ws, read_only_patterns=["data/images/*", "data/train.csv"], sandbox=make_sandbox(sandbox),
+        store=SnapshotStore(tmp_path / "store"), pristine_dir=public, hidden_paths=[tmp_path / "taskdata"],
+        sandbox_home=tmp_path / "home", limits=Limits(timeout_s=60), python=sys.executable,
+        extra_env={"MLAB_TEST_MARK": uuid.uuid4().hex}))
+    return env
+
+
+def run(env: Environment, code: str) -> tuple[str, bool]:
+    (env.workspace / "probe.py").write_text(code)
+    return env.execute(Action(name="Execute Script", args={"script_name": "probe.py"}))
+
+
+@pytest.fixture(params=SANDBOXES)
+def images_env(request, tmp_path):
+    env = make_images_env(tmp_path, request.param)
+    env.sandbox_name = request.param
+    yield env
+    env.close()
+
+
+def test_a_script_runs_beside_thousands_of_read_only_files_which_stay_read_only(images_env):
+    """The failure measured before: 3,000 read-only files stopped every confining sandbox's starter (argv too
+    long, one bwrap option per file). Now the script runs; in a confining sandbox it cannot change, add or
+    remove an image, and the images are one mount, not 3,000; unconfined, the harness undoes what it did."""
+    env = images_env
+    obs, err = run(env, "import os\n"
+                        "print('read', open('data/images/00042.png').read().split()[1])\n"
+                        "for what, act in (('write', lambda: open('data/images/00001.png', 'w').write('x')),\n"
+                        "                  ('add', lambda: open('data/images/new.png', 'w').write('x')),\n"
+                        "                  ('remove', lambda: os.unlink('data/images/00002.png'))):\n"
+                        "    try:\n        act()\n        print(what, 'done')\n"
+                        "    except OSError as e:\n        print(what, 'refused', e.strerror)\n"
+                        "ws = os.getcwd()\n"
+                        "below = [l for l in open('/proc/self/mountinfo') if l.split()[4].startswith(ws + '/')]\n"
+                        "print('mounts below the workspace', len(below))\n")
+    assert not err, obs
+    assert "read 42" in obs
+    images = env.workspace / "data" / "images"
+    assert (images / "00001.png").read_bytes() == image_bytes(1)
+    assert (images / "00002.png").read_bytes() == image_bytes(2)
+    assert not (images / "new.png").exists()
+    assert len(os.listdir(images)) == IMAGES
+    if env.sandbox_name == "fallback":
+        assert "have been restored: data/images/00001.png, data/images/00002.png, data/images/new.png" in obs
+    else:
+        assert obs.count("refused") == 3, obs
+        below = int(obs.split("mounts below the workspace")[1].split()[0])
+        assert below <= 2, obs  # the images folder and train.csv
+
+
+def test_the_guard_neither_mounts_nor_walks_each_file_of_a_big_read_only_folder(tmp_path, monkeypatch):
+    """What one command costs the harness: the survey names the folder as one mount and does not list it (only
+    enough of it to know it holds more than SEPARATE_MOUNTS_MAX names), and the look after the command does not
+    list it at all."""
+    env = make_images_env(tmp_path, "local")
+    try:
+        guard = env.scripts.guard
+        listed: list[int] = []
+        real_scandir = os.scandir
+
+        class Counting:
+            def __init__(self, fd):
+                self.inner = real_scandir(fd)
+
+            def __enter__(self):
+                self.inner.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self.inner.__exit__(*exc)
+
+            def __iter__(self):
+                for entry in self.inner:
+                    listed.append(1)
+                    yield entry
+
+        monkeypatch.setattr(os, "scandir", Counting)
+        survey = guard.survey()
+        assert survey.mounts == ["data/images", "data/train.csv"]
+        assert list(survey.sealed) == ["data/images"]
+        assert len(listed) <= 10 + SEPARATE_MOUNTS_MAX, len(listed)
+        listed.clear()
+        outcome = guard.restore(survey)
+        assert outcome.changed == [] and list(outcome.intact) == ["data/images"]
+        assert len(listed) <= 10, len(listed)
+        # Without confinement nothing is sealed: every image is compared.
+        monkeypatch.setattr(type(env.s.sandbox), "confined", property(lambda self: False))
+        listed.clear()
+        assert guard.survey().sealed == {} and len(listed) > IMAGES
+    finally:
+        env.close()
+
+
+def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
+    """A sealed folder cannot be changed through its mount, but the folder above it can be renamed and a fake
+    put in its place: the guard then finds another folder there and restores every file of the real one."""
+    env = make_images_env(tmp_path, "local")
+    try:
+        obs, err = run(env, "import os\nos.rename('data', 'data_old')\nos.makedirs('data/images')\n"
+                            "open('data/images/00001.png', 'w').write('fake')\nprint('swapped')\n")
+        assert not err and "swapped" in obs, obs
+        assert "have been restored: data/images/00000.png, data/images/00001.png" in obs
+        assert f"and {IMAGES + 1 - 20} more]" in obs  # 3,000 images and train.csv, 20 of them named
+        images = env.workspace / "data" / "images"
+        assert sorted(os.listdir(images)) == [f"{n:05d}.png" for n in range(IMAGES)]
+        assert all((images / f"{n:05d}.png").read_bytes() == image_bytes(n) for n in (0, 1, 2999))
+        # The next command mounts and seals the restored folder again.
+        obs, err = run(env, "open('data/images/00003.png', 'w').write('x')\n")
+        assert err and "Read-only file system" in obs
+        assert (images / "00003.png").read_bytes() == image_bytes(3)
+    finally:
+        env.close()
+
+
+def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, monkeypatch):
+    """The snapshot after a script keeps a sealed folder's record without listing it; once agent code swapped
+    the folder (so it was not sealed), the snapshot walks it and records what the guard restored."""
+    from mlab.core.fs import tree_index
+
+    env = make_images_env(tmp_path, "local")
+    store = env.s.store
+    try:
+        store.take(env.workspace, "s0", changes=store.changes)
+        entered: list[str] = []
+        real_scan = tree_index.Scanner.scan
+
+        def scan(self, fd, prefix, folder, depth):
+            entered.append(prefix)
+            return real_scan(self, fd, prefix, folder, depth)
+
+        monkeypatch.setattr(tree_index.Scanner, "scan", scan)
+        obs, err = run(env, "open('out.txt', 'w').write('1')\n")
+        assert not err
+        manifest = store.take(env.workspace, "s1", changes=store.changes)
+        assert "data/images/" not in entered and "data/" in entered
+        assert manifest["out.txt"]["size"] == 1 and len([p for p in manifest if p.startswith("data/images/")]) == IMAGES
+        assert manifest == {**store.manifest("s0"), "out.txt": manifest["out.txt"], "probe.py": manifest["probe.py"]}
+        entered.clear()
+        obs, err = run(env, "import os\nos.rename('data', 'data_old')\nos.makedirs('data/images')\n")
+        assert not err
+        manifest = store.take(env.workspace, "s2", changes=store.changes)
+        assert "data/images/" in entered
+        images = {p: e for p, e in manifest.items() if p.startswith("data/images/")}
+        assert images == {p: e for p, e in store.manifest("s0").items() if p.startswith("data/images/")}
+    finally:
+        env.close()
