@@ -124,16 +124,24 @@ class CommandCgroup:
                 else:
                     _write(os.path.join(folder, "memory.max"), str(limits.memory_bytes))
                     _write(os.path.join(folder, "memory.swap.max"), "0", required=False)
-            for folder in {f for f, _v in folders.values()}:
-                made.fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+            for path in made.join_files():
+                made.fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             made.close_fds()
             made.remove()
             return None
         return made
 
+    def join_files(self) -> list[str]:
+        """The files a single-threaded process writes "0" into to join the cgroup. cgroup v1: `tasks`, which
+        moves the writer's one thread without the kernel's global threadgroup lock: cgroup.procs (or a pid
+        written from outside) takes it, and waits for an RCU grace period, several ms a command. v2 has only
+        cgroup.procs."""
+        return [os.path.join(folder, "tasks" if version == 1 else "cgroup.procs")
+                for folder, version in sorted(set(self.folders.values()))]
+
     def join(self) -> None:
-        """In the child before exec: move itself into the cgroup."""
+        """In the child before exec, single-threaded (as after fork): move itself into the cgroup."""
         for fd in self.fds:
             try:
                 os.write(fd, b"0")

@@ -18,9 +18,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
-from mlab.core.sandbox.deathsig import die_with
 from mlab.core.sandbox.disk import disk_limit_hit, disk_usage
-from mlab.core.sandbox.limits import Limits, apply_rlimits, nproc_fallback
+from mlab.core.sandbox.limits import Limits, nproc_fallback
+from mlab.core.sandbox.spawn import start
 
 
 class ExecSpec(BaseModel):
@@ -93,23 +93,12 @@ class Sandbox(ABC):
               pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
         """Start command in a new session with spec's rlimits, in a cgroup of its own where one can be made,
         getting SIGKILL when the harness dies; pass_fds stay open in it (a plan read from a descriptor). For
-        subclasses' `popen`."""
+        subclasses' `popen`. How, without a Python preexec_fn: mlab.core.sandbox.spawn."""
         cgroup = CommandCgroup.create(spec.limits)
         nproc = None if cgroup is not None else nproc_fallback(spec.limits.max_processes)
-        parent = os.getpid()
-
-        def prepare() -> None:  # in the child, before exec
-            if cgroup is not None:
-                cgroup.join()  # first: every later fork is counted
-            apply_rlimits(spec.limits, nproc)
-            die_with(parent)
-
         try:
-            proc = subprocess.Popen(
-                command, cwd=spec.cwd, env=spec.env if env is None else env,
-                stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=prepare,
-                pass_fds=pass_fds)
+            proc = start(command, spec.cwd, spec.env if env is None else env, spec.stdin_pipe, spec.limits, nproc,
+                         cgroup, pass_fds)
         except BaseException:
             if cgroup is not None:
                 cgroup.close_fds()

@@ -1,5 +1,6 @@
 """A command gets SIGKILL when the harness dies, so a killed run leaves no script running (it would write into
-a workspace that resuming has just restored)."""
+a workspace that resuming has just restored). This is the preexec_fn way, for where mlab.core.sandbox.spawn's
+wrapper (setpriv --pdeathsig, then a check of the parent, before exec) cannot be had."""
 from __future__ import annotations
 
 import ctypes

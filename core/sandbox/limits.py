@@ -1,4 +1,5 @@
-"""The limits a command runs under, and the per-process rlimits that carry them out in the command's child."""
+"""The limits a command runs under, and the per-process rlimits that carry them out: set by the command's child
+on itself (apply_rlimits), or by the harness on a child that has not yet started the command (set_rlimits_of)."""
 from __future__ import annotations
 
 import os
@@ -40,6 +41,16 @@ def apply_rlimits(limits: Limits, nproc: int | None) -> None:
         try:
             resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
+            pass
+
+
+def set_rlimits_of(pid: int, limits: Limits, nproc: int | None) -> None:
+    """From the harness: set the rlimits of limits on process pid (prlimit), which must not have started the
+    command yet: what it forks before this does not inherit them."""
+    for which, soft, hard in rlimit_values(limits, nproc):
+        try:
+            resource.prlimit(pid, which, (soft, hard))
+        except (ValueError, OSError):  # as apply_rlimits: a hard limit above the harness's own is left as is
             pass
 
 

@@ -1,15 +1,16 @@
 """Running a started command to its end: watching its time and limits, killing its tree when one is broken,
-and telling which limit it hit."""
+and telling which limit it hit. Its end wakes the watcher at once (mlab.core.sandbox.wait); the limits are
+looked at every POLL_S meanwhile."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 
 from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
 from mlab.core.sandbox.output import CappedOutput, pump
+from mlab.core.sandbox.wait import EndWatch
 
 # A command's pipe stays open while any child holds it; after the command exits, wait this long for EOF.
 DRAIN_GRACE_S = 0.5
@@ -28,13 +29,12 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
     limit_hit = None
     # The clock starts once popen returns: a sandbox's start-up (a container's) is not the command's time.
     deadline = time.monotonic() + spec.limits.timeout_s
+    watch: EndWatch | None = None
     try:
+        watch = EndWatch(proc)
         while True:
-            try:
-                proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+            if watch.wait(max(0.0, min(POLL_S, deadline - time.monotonic()))):
                 break
-            except subprocess.TimeoutExpired:
-                pass
             if time.monotonic() >= deadline:
                 limit_hit = "timeout"
                 break
@@ -50,6 +50,8 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
         reader.join(timeout=DRAIN_GRACE_S)
         if proc.stdout and not reader.is_alive():  # closing under a blocked reader would deadlock
             proc.stdout.close()
+        if watch is not None:
+            watch.close()
         after = sandbox.check(proc, spec) if limit_hit is None else None  # e.g. the kernel's OOM kill
         sandbox.release(proc)
     text = output.text()
