@@ -153,10 +153,13 @@ def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
 
 
 def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, monkeypatch):
-    """The snapshot after a script keeps a sealed folder's record without listing it; once agent code swapped
-    the folder (so it was not sealed), the snapshot walks it and records what the guard restored."""
+    """The walk after a script (here without change events, as after the REPL) keeps a sealed folder's record
+    without listing it; once agent code swapped the folder (so it was not sealed), the snapshot walks it and
+    records what the guard restored."""
     from mlab.core.fs import tree_index
+    from mlab.core.fs.change_watch import ChangeWatch
 
+    monkeypatch.setattr(ChangeWatch, "open", classmethod(lambda cls: None))
     env = make_images_env(tmp_path, "local")
     store = env.s.store
     try:

@@ -120,6 +120,11 @@ class Scanner:
         # Folders ("a/b") nothing could change since they were last scanned, with their (device, inode): kept
         # as recorded when the same folder is found there again
         self.sealed = sealed or {}
+        self.watch: Any = None  # a ChangeWatch (mlab.core.fs.change_watch) told of each folder newly listed
+        self.watch_all = False  # tell it of every folder listed (a new watch)
+        # Set: list only these recorded folders (prefixes "a/b/", those on their way included) and folders not
+        # recorded before; any other recorded folder still there as the same folder is kept as it is
+        self.only: set[str] | None = None
         self.skip = skip
         self.limits = limits
         self.horizon_ns = horizon_ns  # stat keys with a change time before this vouch for the content
@@ -138,7 +143,10 @@ class Scanner:
         files, folders, verdicts = folder.files, folder.folders, folder.verdicts  # the hot loop: one lookup each
         entries_before = limits.entries
         here = os.fstat(fd)
-        folder.identity = (here.st_dev, here.st_ino)
+        identity = (here.st_dev, here.st_ino)
+        if self.watch is not None and (self.watch_all or folder.identity != identity):
+            self.watch.add(fd, prefix)  # before the listing: a change after it is an event
+        folder.identity = identity
         new_verdicts: dict[str, bool] = {}
         listed: list[str] = []
         taken = self.split.take(prefix, fd) if self.split is not None else None
@@ -213,6 +221,11 @@ class Scanner:
                     if len(limits.too_deep) < 5:
                         limits.too_deep.append(prefix + name)
                     continue
+                sub = folders.get(name)
+                if sub is not None and self._unchanged(f"{prefix}{name}/", entry, sub):
+                    count += sub.entries_below
+                    kept += 1
+                    continue
                 try:
                     child = open_dir_at(fd, name)
                 except (NotAFolder, PermissionError):
@@ -258,6 +271,16 @@ class Scanner:
                 if name not in names:
                     _forget(folder, name)
         return folder.dirty
+
+    def _unchanged(self, prefix: str, entry: Any, recorded: Folder) -> bool:
+        """Whether a listing limited to `only` keeps the recorded subfolder at prefix as it is: not to be
+        listed, and the same folder (its inode, from the listing) as when it was recorded."""
+        if self.only is None or prefix in self.only or recorded.identity is None:
+            return False
+        try:
+            return bool(entry.inode() == recorded.identity[1])
+        except (AttributeError, OSError):
+            return False
 
     def _still_sealed(self, rel: str, fd: int, recorded: Folder) -> bool:
         """Whether the folder rel, open as fd, is sealed and the very folder its record was read from."""

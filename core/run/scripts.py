@@ -116,7 +116,8 @@ class ScriptRunner:
         finally:
             self.workspace.recreate_if_removed()
             outcome = self.guard.restore(before)
-            changes.code_ended(outcome.intact)
+            # Nothing of a confined script outlives it: the kernel's change events name all it changed.
+            changes.code_ended(outcome.intact, confined=bool(getattr(self.settings.sandbox, "confined", False)))
         return result, outcome.changed
 
     def execute_script(self, script_name: str) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.fs import split_walk
+from mlab.core.fs.change_watch import ChangeWatch, FolderEvents
 from mlab.core.fs.dirfd import FILE_FLAGS, DirChain, WalkLimits, lstat_at, open_root, remove_at, walk, write_all
 from mlab.core.fs.durable import sync_filesystem, trust_horizon_ns
 from mlab.core.fs.tree_index import Folder, LimitReached, Scanner, StatKey, stat_key
@@ -78,21 +79,32 @@ class WorkspaceChanges:
         self.unknown = True
         self._sealed: dict[str, tuple[int, int]] | None = None  # None: no run of agent code vouched yet
         self._running = 0  # runs of agent code that have not vouched (yet): nothing is sealed
+        self._ended_confined = False  # every run of agent code since the last snapshot ended, confined
 
     def wrote(self, rel: str) -> None:
         self.paths.add(rel)
 
     def ran_agent_code(self) -> None:
         self.unknown = True
+        if self._running == 0 and self._sealed is None:
+            self._ended_confined = True
         self._running += 1
 
-    def code_ended(self, sealed: dict[str, tuple[int, int]]) -> None:
-        """The run of agent code started last could not change these folders ((device, inode) each)."""
+    def code_ended(self, sealed: dict[str, tuple[int, int]], confined: bool = False) -> None:
+        """The run of agent code started last could not change these folders ((device, inode) each); confined:
+        it ran in a confining sandbox and nothing of it lives on (a script, not the REPL), so the kernel's
+        change events name everything it changed (mlab.core.fs.change_watch)."""
         self._running -= 1
+        self._ended_confined = self._ended_confined and confined
         if self._sealed is None:
             self._sealed = dict(sealed)
         else:
             self._sealed = {rel: seen for rel, seen in self._sealed.items() if sealed.get(rel) == seen}
+
+    @property
+    def events_tell_all(self) -> bool:
+        """Whether change events may stand in for a walk: agent code ran, and every run of it ended confined."""
+        return self.unknown and self._running == 0 and self._sealed is not None and self._ended_confined
 
     @property
     def sealed(self) -> dict[str, tuple[int, int]]:
@@ -104,7 +116,7 @@ class WorkspaceChanges:
     def clear(self) -> None:
         self.paths.clear()
         self.unknown = False
-        self._sealed, self._running = None, 0
+        self._sealed, self._running, self._ended_confined = None, 0, False
 
 
 class SnapshotStore:
@@ -130,9 +142,13 @@ class SnapshotStore:
         self._packs.refresh()
         self._pack_writer = PackWriter(self._packs)
         self._pack_fds: dict[str, int] = {}
+        self._watch: ChangeWatch | None = None  # events on the folders of the recorded tree
+        self._watch_all = True  # the next walk must watch every folder it lists (a new watch)
+        self._linked = False  # a file recorded since the walk began has other hard links
 
     def close(self) -> None:
-        """Let go of the packs' descriptors (reading again reopens them)."""
+        """Let go of the packs' descriptors (reading again reopens them) and of the change watch."""
+        self._drop_watch()
         self._pack_writer.close()
         for fd in self._pack_fds.values():
             os.close(fd)
@@ -172,32 +188,87 @@ class SnapshotStore:
             self._index = None  # until this snapshot is complete: a failure leaves no half-updated tree
             if index is None or index[0] != identity or index[1] != skip:
                 index = (identity, skip, Folder(), "")
+                self._drop_watch()  # a new tree: every folder is watched anew as it is first listed
             tree, previous = index[2], index[3]
+            events = self._drain_events()
             known = changes is not None and not changes.unknown and previous and not self.left_out
             if known and changes is not None and not changes.paths:
                 self._reuse(previous, name)
                 self._index = (identity, skip, tree, name)
                 return
-            sealed = changes.sealed if changes is not None else {}
+            sealed = changes.sealed if changes is not None and not self._watch_all else {}
             scanner = Scanner(self._record, skip, WalkLimits(),
                               trust_horizon_ns(self.manifests / ".clock", st.st_dev), sealed)
+            scanner.watch, scanner.watch_all = self._watch, self._watch_all
+            self._linked = False
+            told = changes is not None and changes.events_tell_all and events is not None and previous \
+                and not self.left_out
             if not (known and changes is not None
-                    and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))):
-                scanner.split = split_walk.start(root, tree, scanner.limits.max_entries, sealed)
-                try:
-                    scanner.scan(root, "", tree, 0)
-                except LimitReached:
-                    tree.invalidate()  # what the walk reached is kept, the rest left out: encode it all again
-                finally:
-                    if scanner.split is not None:
-                        scanner.split.close()
-                self.left_out = scanner.limits.note()
+                    and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))) \
+                    and not (told and self._apply_events(scanner, root, tree, events or {})):
+                self._full_walk(scanner, root, tree, sealed)
+            self._watch_all = False
             listing = tree.encode(self._seal)
             tree.dirty = False
             self._commit(name, listing)
             self._index = (identity, skip, tree, name)
         finally:
             os.close(root)
+
+    def _full_walk(self, scanner: Scanner, root: int, tree: Folder, sealed: dict[str, tuple[int, int]]) -> None:
+        scanner.only = None
+        scanner.split = split_walk.start(root, tree, scanner.limits.max_entries, sealed)
+        try:
+            scanner.scan(root, "", tree, 0)
+        except LimitReached:
+            tree.invalidate()  # what the walk reached is kept, the rest left out: encode it all again
+        finally:
+            if scanner.split is not None:
+                scanner.split.close()
+        self.left_out = scanner.limits.note()
+
+    def _apply_events(self, scanner: Scanner, root: int, tree: Folder, events: dict[str, FolderEvents]) -> bool:
+        """Bring the tree up to date from change events alone: written files read again, folders whose entries
+        came, went or were renamed listed again; False when a walk of the whole tree is needed instead."""
+        relist = {prefix for prefix, happened in events.items() if happened.relist}
+        for prefix, happened in events.items():
+            if not happened.relist and not all(scanner.update_path(root, tree, prefix + name)
+                                               for name in sorted(happened.names)):
+                relist.add(prefix)
+        if relist and not self._linked:
+            listed = {""}
+            for prefix in relist:  # each folder to list again, and the folders on its way
+                parts = prefix.split("/")[:-1]
+                listed.update("".join(f"{part}/" for part in parts[:depth]) for depth in range(1, len(parts) + 1))
+            scanner.only = listed
+            try:
+                scanner.scan(root, "", tree, 0)
+            except LimitReached:
+                tree.invalidate()
+                return False
+            finally:
+                scanner.only = None
+            self.left_out = scanner.limits.note()  # a new folder too deep: the next step walks everything
+        return not self._linked  # another link of a file may have changed it without an event
+
+    def _drain_events(self) -> dict[str, FolderEvents] | None:
+        """The change events since the last snapshot (a watch is made on the first); None when unknown."""
+        if self._watch is None:
+            self._watch = ChangeWatch.open()
+            self._watch_all = self._watch is not None
+            return None
+        events = self._watch.drain()
+        if events is None:  # lost some: watch afresh, every folder at the next walk
+            self._drop_watch()
+            self._watch = ChangeWatch.open()
+            self._watch_all = self._watch is not None
+        return events
+
+    def _drop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self._watch_all = True
 
     def _reuse(self, previous: str, name: str) -> None:
         """Snapshot `name` is snapshot `previous`: one more name for the same file (a copy where the file
@@ -267,6 +338,8 @@ class SnapshotStore:
         if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
             return None
         digest, size, opened = stored
+        if opened.st_nlink > 1:
+            self._linked = True
         return {"sha256": digest, "size": size, "mode": opened.st_mode & 0o777}, stat_key(opened)
 
     def _store(self, dir_fd: int, name: str) -> tuple[str, int, os.stat_result] | None:

@@ -1,0 +1,123 @@
+"""Which folders of a recorded tree changed, told by the kernel (inotify) instead of found by a stat walk.
+
+Every folder a walk records gets a watch; afterwards the events name the folders whose entries were written,
+created, removed, renamed or had their attributes changed. The snapshot store then looks only there, so a step
+costs what changed rather than what the workspace holds.
+
+What the events cannot tell, and what covers it:
+- a write through another hard link of the same file: only the link written through has an event. A file found
+  with more than one link on an event's path makes the caller walk the whole tree (a confined command can link
+  only inside its workspace: links across its mounts fail with EXDEV);
+- writes through a shared memory mapping have no event; the mapping's last release does (IN_CLOSE_WRITE), which
+  a finished command's exit brings. A process that lives on (the REPL) may still hold one: the caller trusts
+  events only for steps whose agent code ended;
+- events past the kernel's queue (IN_Q_OVERFLOW), a watch that could not be added, or no inotify at all: the
+  caller is told nothing is known and walks the whole tree.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+from dataclasses import dataclass, field
+
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF = 0x400, 0x800
+IN_Q_OVERFLOW, IN_IGNORED, IN_ONLYDIR = 0x4000, 0x8000, 0x1000000
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+# What changes a recorded entry; reads and opens are left out (they would flood the queue and change nothing).
+CONTENT = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
+LISTING = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+MASK = CONTENT | LISTING | IN_ONLYDIR
+_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
+
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+    _libc.inotify_init1.argtypes = [ctypes.c_int]
+    _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+except (OSError, AttributeError):  # not Linux, or a libc without inotify
+    _libc = None
+
+
+@dataclass
+class FolderEvents:
+    """What happened in one folder since the last drain."""
+
+    names: set[str] = field(default_factory=set)  # entries written or whose attributes changed
+    relist: bool = False  # entries appeared, went or were renamed; or the folder itself moved or went
+
+
+class ChangeWatch:
+    """An inotify instance watching the folders of one recorded tree, by their workspace-relative prefix."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._prefixes: dict[int, str] = {}  # watch descriptor -> the folder's prefix ("" or "a/b/")
+        self.broken = False  # a watch could not be added, or events were lost: nothing is known
+
+    @classmethod
+    def open(cls) -> ChangeWatch | None:
+        """A new watch; None where inotify cannot be had (no Linux, the per-user limit of instances reached)."""
+        if _libc is None:
+            return None
+        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        return cls(fd) if fd >= 0 else None
+
+    def add(self, dir_fd: int, prefix: str) -> None:
+        """Watch the folder open as dir_fd (reached through its descriptor, never by re-resolving its path)."""
+        if self.broken or _libc is None:
+            return
+        wd = _libc.inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(), MASK)
+        if wd < 0:
+            self.broken = True  # e.g. ENOSPC: past max_user_watches
+            return
+        self._prefixes[wd] = prefix
+
+    def drain(self) -> dict[str, FolderEvents] | None:
+        """The events since the last drain, by folder prefix; None when they cannot be trusted."""
+        found: dict[str, FolderEvents] = {}
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                self.broken = True
+                break
+            if not data:
+                break
+            self._parse(data, found)
+        return None if self.broken else found
+
+    def _parse(self, data: bytes, found: dict[str, FolderEvents]) -> None:
+        offset = 0
+        while offset + _HEADER.size <= len(data):
+            wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
+            name = data[offset + _HEADER.size:offset + _HEADER.size + length].rstrip(b"\0")
+            offset += _HEADER.size + length
+            if mask & IN_Q_OVERFLOW:
+                self.broken = True
+                continue
+            prefix = self._prefixes.get(wd)
+            if mask & IN_IGNORED:  # the folder went (or its watch was removed): its events are over
+                self._prefixes.pop(wd, None)
+                continue
+            if prefix is None:
+                continue
+            events = found.setdefault(prefix, FolderEvents())
+            if mask & LISTING:
+                events.relist = True
+            elif name:
+                events.names.add(os.fsdecode(name))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
