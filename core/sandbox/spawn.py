@@ -2,8 +2,8 @@
 getting SIGKILL when the harness dies, all before the command's first instruction; without a Python preexec_fn.
 
 Why no preexec_fn: with one, CPython forks the whole harness (copying its page tables) and runs Python in the
-child (after-fork hooks, the GIL) before exec: 3 to 20 ms a command, growing with the harness's memory. Without
-one it uses vfork, whose cost does not grow. What preexec_fn did is split so that each part still comes first:
+child (after-fork hooks, the GIL) before exec: 2 to 10 ms a command here, growing with the harness's memory.
+Without one it uses vfork, whose cost does not grow. What preexec_fn did is split so that each part still comes first:
 
 - The death signal: the child execs `setpriv --pdeathsig KILL` (util-linux), which asks for SIGKILL when its
   parent (the harness) dies and execs a small shell script; the script first checks that its parent is still

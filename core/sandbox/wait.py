@@ -26,7 +26,7 @@ class EndWatch:
         if fd is not None:
             self._poller = select.poll()
             self._poller.register(fd, select.POLLIN)
-        self.wakeups = 0  # how often a wait returned before its timeout or found the command still running
+        self.wakeups = 0  # how often the descriptor woke a wait (once: at the end)
 
     def _end_fd(self) -> int | None:
         proc = self.proc
@@ -55,7 +55,8 @@ class EndWatch:
                 return True
             except subprocess.TimeoutExpired:
                 return False
-        self._poller.poll(math.ceil(max(0.0, timeout) * 1000))
+        if not self._poller.poll(math.ceil(max(0.0, timeout) * 1000)):
+            return False  # not readable: still running, no need to ask
         self.wakeups += 1
         return proc.poll() is not None
 
