@@ -1,0 +1,226 @@
+"""Read-only data at the original datasets' scale: what a command and a step cost with 0 to 200,000 read-only
+files, and `mlab check-task` of a task holding thousands of them, per sandbox.
+
+1. Execute Script (the real action, in a run's environment: the guard's survey, the sandbox, the guard's look
+   after) of a script that reads one image, with N read-only files in `data/images/` (`data/images/*`), per
+   sandbox; sizes and sandboxes alternate round by round, and each size is reported as a ratio to the same
+   sandbox with none. Target: 200,000 files <= 1.2x none.
+2. The harness's CPU for a step after a script (the guard before and after, and the snapshot a run takes), in the
+   local sandbox: 200,000 read-only files in the contrails layout (train/ of 20,000 record folders of 10 files)
+   beside 1,000 writable ones (target <= 10 ms), and 50,000 writable files in folders of 100 (target <= 50 ms).
+   The script changes one writable file; the sandbox's own CPU (the command's start and wait) is not counted.
+3. `mlab check-task` of a declarative task (`mlab new-task`) whose prepare also writes N images and declares
+   `images/*` read-only, per sandbox: PASSED or not, and its time.
+
+    python benchmarks/read_only_scale.py [--sizes 0,1000,20000,200000] [--rounds 5] [--sandboxes local,bwrap,docker]
+                                         [--check-sizes 3000,200000] [--skip-curve] [--skip-steps] [--skip-check]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.fixtures.docker_engine starts an engine as the tests do
+
+from mlab.core.models import Action  # noqa: E402
+from mlab.core.plugins.registry import load_registry  # noqa: E402
+from mlab.core.run.environment import Environment, EnvSettings  # noqa: E402
+from mlab.core.run.readonly import is_read_only  # noqa: E402
+from mlab.core.run.snapshot import SnapshotStore  # noqa: E402
+from mlab.core.sandbox.contract import Sandbox  # noqa: E402
+from mlab.core.sandbox.limits import Limits  # noqa: E402
+from mlab.core.sandbox.local import LocalSandbox, namespace_prefix  # noqa: E402
+
+CURVE_TARGET = 1.2
+STEP_TARGET_MS = {"200k read-only + 1k writable": 10.0, "50k writable": 50.0}
+IMAGE = b"\x89PNG" + bytes(60)
+
+
+def sandbox_named(name: str) -> Sandbox | None:
+    if name == "local":
+        return LocalSandbox() if namespace_prefix() is not None else None
+    cls = load_registry().items["sandboxes"].get(name)
+    if cls is None:
+        return None
+    ok, _why = cls.available()
+    if not ok and name == "docker" and shutil.which("dockerd") and os.geteuid() == 0:
+        from tests.fixtures import docker_engine
+
+        if not docker_engine.ensure():
+            ok, _why = cls.available()
+    return cls() if ok else None
+
+
+def write_files(folder: Path, count: int, data: bytes = IMAGE) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for number in range(count):
+        fd = os.open(folder / f"{number:06d}.png", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+
+
+def environment(root: Path, sandbox: Sandbox, patterns: list[str], workspace: Path | None = None) -> Environment:
+    workspace = workspace or root / "ws"
+    return Environment(EnvSettings(
+        workspace=workspace, read_only_patterns=patterns, sandbox=sandbox, store=SnapshotStore(root / "store"),
+        pristine_dir=workspace, hidden_paths=[root / "hidden"], sandbox_home=root / "home",
+        limits=Limits(timeout_s=120), python=sys.executable, extra_env={"MLAB_BENCH": uuid.uuid4().hex}))
+
+
+def execute(env: Environment) -> float:
+    started = time.perf_counter()
+    observation, failed = env.execute(Action(name="Execute Script", args={"script_name": "read.py"}))
+    if failed or "ok" not in observation:
+        raise SystemExit(f"the script failed: {observation}")
+    return time.perf_counter() - started
+
+
+def curve(scratch: Path, sizes: list[int], names: list[str], rounds: int) -> None:
+    print(f"== Execute Script with N read-only files in data/images (median of {rounds} rounds, ms)")
+    envs: dict[tuple[str, int], Environment] = {}
+    for size in sizes:
+        source = scratch / f"curve-{size}"
+        write_files(source / "ws" / "data" / "images", size)
+        # reads one image (when there is one), not the folder: the script's own cost stays the same at every size
+        (source / "ws" / "read.py").write_text("import os\nos.path.exists('data/images/000000.png')\nprint('ok')\n")
+        for name in names:
+            sandbox = sandbox_named(name)
+            if sandbox is None:
+                continue
+            root = scratch / f"env-{name}-{size}"
+            root.mkdir()
+            # one workspace per size, shared by the sandboxes: the script only reads
+            envs[name, size] = env = environment(root, sandbox, ["data/images/*"], source / "ws")
+            execute(env)  # warm: the zygote, the container
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in envs}
+    keys = list(envs)
+    for round_number in range(rounds):
+        for key in keys[round_number % len(keys):] + keys[:round_number % len(keys)]:
+            times[key].append(execute(envs[key]))
+    for name in names:
+        row = [(size, statistics.median(times[name, size]) * 1000) for size in sizes if (name, size) in times]
+        if not row:
+            print(f"{name}: not usable here")
+            continue
+        base = row[0][1] if row[0][0] == 0 else None
+        cells = [f"{size:>7,}: {ms:7.1f} ms" + (f" ({ms / base:.2f}x)" if base else "") for size, ms in row]
+        verdict = ""
+        if base and row[-1][0] >= 200_000:
+            ratio = row[-1][1] / base
+            met = "met" if ratio <= CURVE_TARGET else "NOT met"
+            verdict = f"  -> 200k/none {ratio:.2f}x {met} (<= {CURVE_TARGET}x)"
+        print(f"{name:>7}: " + " | ".join(cells) + verdict)
+    for env in envs.values():
+        env.close()
+
+
+def timed(function, spent: list[float]):  # the guard's CPU inside Execute Script
+    def wrapper(*args):
+        started = time.process_time()
+        try:
+            return function(*args)
+        finally:
+            spent.append(time.process_time() - started)
+    return wrapper
+
+
+def step_costs(scratch: Path, steps: int) -> None:
+    print(f"== harness CPU of a step after a script, local sandbox (median of {steps} steps)")
+    layouts = {"200k read-only + 1k writable": (20_000, 10, 1_000), "50k writable": (0, 0, 50_000),
+               "1k writable": (0, 0, 1_000)}
+    for label, (records, per_record, writable) in layouts.items():
+        root = scratch / f"step-{label.split()[0]}"
+        ws = root / "ws"
+        for record in range(records):
+            write_files(ws / "train" / f"r{record:05d}", per_record)
+        for folder in range(max(1, writable // 100)):
+            write_files(ws / "src" / f"p{folder:03d}", min(100, writable))
+        (ws / "read.py").write_text("open('src/p000/000000.png', 'ab').write(b'x')\nprint('ok')\n")
+        patterns = ["train/*"]
+        env = environment(root, LocalSandbox(), patterns)
+        store = env.s.store
+        guard = env.scripts.guard
+        spent: list[float] = []
+        guard.survey, guard.restore = timed(guard.survey, spent), timed(guard.restore, spent)
+
+        def skip(rel: str, patterns: list[str] = patterns) -> bool:
+            return is_read_only(rel, patterns)  # as a run's snapshots leave read-only files out
+
+        store.record(ws, "s0", skip=skip, changes=store.changes)
+        cpu = []
+        for number in range(1, steps + 1):
+            spent.clear()
+            execute(env)
+            started = time.process_time()
+            store.record(ws, f"s{number}", skip=skip, changes=store.changes)
+            cpu.append((time.process_time() - started + sum(spent)) * 1000)
+        env.close()
+        median = statistics.median(cpu)
+        target = STEP_TARGET_MS.get(label)
+        verdict = f" ({'met' if median <= target else 'NOT met'}: <= {target:g} ms)" if target else ""
+        print(f"{label:>30}: {median:6.2f} ms CPU (min {min(cpu):.2f}, max {max(cpu):.2f}){verdict}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check_task(scratch: Path, sizes: list[int], names: list[str]) -> None:
+    print("== mlab check-task of a declarative task with N read-only images (images/*)")
+    mlab = str(Path(sys.executable).with_name("mlab"))
+    for size in sizes:
+        task = scratch / f"ro-task-{size}"
+        subprocess.run([mlab, "new-task", str(task)], check=True, capture_output=True)
+        prepare = task / "prepare.py"
+        prepare.write_text(prepare.read_text() + (
+            "\nimages = public / 'images'\nimages.mkdir()\n"
+            f"for n in range({size}):\n"
+            "    (images / f'{n:06d}.png').write_bytes(b'image %d' % n)\n"))
+        spec = task / "task.yaml"
+        spec.write_text(spec.read_text().replace("read_only: [train.csv, test.csv, valid.csv]",
+                                                 "read_only: [train.csv, test.csv, valid.csv, \"images/*\"]"))
+        for name in names:
+            if sandbox_named(name) is None:
+                print(f"{size:>7,} files, {name:>6}: skipped (not usable here)")
+                continue
+            started = time.perf_counter()
+            done = subprocess.run([mlab, "check-task", str(task), "--sandbox", name], capture_output=True,
+                                  text=True, env={**os.environ, "MLAB_HOME": str(scratch / f"home-{size}-{name}")})
+            seconds = time.perf_counter() - started
+            verdict = "PASSED" if done.returncode == 0 and "PASSED" in done.stdout else f"FAILED ({done.returncode})"
+            print(f"{size:>7,} files, {name:>6}: {verdict} in {seconds:.1f} s")
+            if not verdict.startswith("PASSED"):
+                print((done.stdout + done.stderr)[-2000:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="0,1000,20000,200000")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--sandboxes", default="local,bwrap,docker")
+    parser.add_argument("--check-sizes", default="3000,200000")
+    parser.add_argument("--skip-curve", action="store_true")
+    parser.add_argument("--skip-steps", action="store_true")
+    parser.add_argument("--skip-check", action="store_true")
+    args = parser.parse_args()
+    names = [n for n in args.sandboxes.split(",") if n]
+    with tempfile.TemporaryDirectory(prefix="mlab-ro-scale-") as folder:
+        scratch = Path(folder)
+        if not args.skip_curve:
+            curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
+        if not args.skip_steps:
+            step_costs(scratch, args.steps)
+        if not args.skip_check:
+            check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
