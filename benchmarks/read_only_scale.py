@@ -39,6 +39,7 @@ from mlab.core.run.snapshot import SnapshotStore  # noqa: E402
 from mlab.core.sandbox.contract import Sandbox  # noqa: E402
 from mlab.core.sandbox.limits import Limits  # noqa: E402
 from mlab.core.sandbox.local import LocalSandbox, namespace_prefix  # noqa: E402
+from tests.fixtures.read_only_task import make_read_only_task  # noqa: E402
 
 CURVE_TARGET = 1.2
 STEP_TARGET_MS = {"200k read-only + 1k writable": 10.0, "50k writable": 50.0}
@@ -175,16 +176,7 @@ def check_task(scratch: Path, sizes: list[int], names: list[str]) -> None:
     print("== mlab check-task of a declarative task with N read-only images (images/*)")
     mlab = str(Path(sys.executable).with_name("mlab"))
     for size in sizes:
-        task = scratch / f"ro-task-{size}"
-        subprocess.run([mlab, "new-task", str(task)], check=True, capture_output=True)
-        prepare = task / "prepare.py"
-        prepare.write_text(prepare.read_text() + (
-            "\nimages = public / 'images'\nimages.mkdir()\n"
-            f"for n in range({size}):\n"
-            "    (images / f'{n:06d}.png').write_bytes(b'image %d' % n)\n"))
-        spec = task / "task.yaml"
-        spec.write_text(spec.read_text().replace("read_only: [train.csv, test.csv, valid.csv]",
-                                                 "read_only: [train.csv, test.csv, valid.csv, \"images/*\"]"))
+        task = make_read_only_task(scratch / f"ro-task-{size}", size, mlab)
         for name in names:
             if sandbox_named(name) is None:
                 print(f"{size:>7,} files, {name:>6}: skipped (not usable here)")
