@@ -14,7 +14,8 @@ STRESS_CPUS ?= 4
 STRESS_RUNS ?= 1
 TEST_WORKERS ?= 2
 
-.PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools
+.PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools \
+	gpu-check
 
 setup: $(VENV)/.installed
 
@@ -130,6 +131,21 @@ bench: setup
 	$(PY) benchmarks/agent_prompt_tokens.py
 	$(PY) benchmarks/bench_parallel.py
 	$(PY) benchmarks/bench_eval.py
+
+# On a machine with one NVIDIA GPU, from a fresh clone: a CUDA training step as agent code in each sandbox (local,
+# bwrap, docker; those not available here are skipped), the cifar10 starter for one epoch and llama-inference's
+# timing on a tiny model, then one table. benchmarks/gpu_check/check.py exits 0 passed, 1 failed, 3 no GPU (one
+# line, nothing set up); make shows a non-zero code as "Error N" and itself exits 2. It sets up a venv of its own,
+# GPU_VENV, over the machine's CUDA torch (--system-site-packages, never the CPU pin of `setup`). GPU_WHEELS=DIR:
+# what such a machine lacks (pydantic, tenacity, setuptools) from that folder of wheels, offline, else from PyPI;
+# DIR/debs/bubblewrap_*.deb is unpacked (not installed) when bwrap is missing. GPU_CHECK_ARGS: check.py's options
+# (--device cpu: a dry run without a GPU; --log-dir DIR: every check's output).
+GPU_VENV ?= build/gpu-venv
+GPU_WHEELS ?=
+GPU_CHECK_ARGS ?=
+
+gpu-check:
+	@PYTHON="$(PYTHON)" GPU_VENV="$(GPU_VENV)" GPU_WHEELS="$(GPU_WHEELS)" bash benchmarks/gpu_check/run.sh $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) runs build/mypy-path build/mypy-cache build/ruff-cache
