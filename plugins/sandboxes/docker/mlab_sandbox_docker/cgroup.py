@@ -1,8 +1,10 @@
-"""Reading a running container's cgroup counters from the host: which bound (processes, memory) it hit.
+"""Reading a running container's cgroup from the host: which bound (processes, memory) it hit, and which
+processes it holds.
 
 The engine enforces the bounds; the harness only needs to tell which one stopped a command, while it runs (a
-fork bomb blocked by pids.max keeps running until killed). Where the container's cgroup is not visible here
-(a remote engine), nothing is read and the engine's record (OOMKilled) is all there is.
+fork bomb blocked by pids.max keeps running until killed), and, for a kept container, which processes are left
+to kill when a command ends. Where the container's cgroup is not visible here (a remote engine), nothing is
+read and the engine's record (OOMKilled) is all there is.
 """
 from __future__ import annotations
 
@@ -75,12 +77,30 @@ def _counter(path: str, key: str) -> int:
     return 0
 
 
-def limit_hit(folders: dict[str, tuple[str, int]]) -> str | None:
-    if "pids" in folders and _counter(os.path.join(folders["pids"][0], "pids.events"), "max") > 0:
-        return "processes"
+def counts(folders: dict[str, tuple[str, int]]) -> tuple[int, int]:
+    """(forks refused at the process bound, OOM kills) so far: a kept container's counters only grow, so a
+    command is judged by how much they grew while it ran."""
+    refused = _counter(os.path.join(folders["pids"][0], "pids.events"), "max") if "pids" in folders else 0
+    oom = 0
     if "memory" in folders:
         folder, version = folders["memory"]
-        events = "memory.oom_control" if version == 1 else "memory.events"
-        if _counter(os.path.join(folder, events), "oom_kill") > 0:
-            return "memory"
+        oom = _counter(os.path.join(folder, "memory.oom_control" if version == 1 else "memory.events"), "oom_kill")
+    return refused, oom
+
+
+def limit_hit(folders: dict[str, tuple[str, int]], since: tuple[int, int] = (0, 0)) -> str | None:
+    """The bound hit since the counters stood at `since` (see counts)."""
+    refused, oom = counts(folders)
+    if refused > since[0]:
+        return "processes"
+    if oom > since[1]:
+        return "memory"
+    return None
+
+
+def procs_file(folders: dict[str, tuple[str, int]]) -> str | None:
+    """The file that lists every process of the cgroup (the pids hierarchy's, or the unified one's)."""
+    for controller in ("pids", "memory"):
+        if controller in folders:
+            return os.path.join(folders[controller][0], "cgroup.procs")
     return None
