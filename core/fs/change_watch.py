@@ -33,12 +33,17 @@ LISTING = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF |
 MASK = CONTENT | LISTING | IN_ONLYDIR
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
-try:
-    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-    _libc.inotify_init1.argtypes = [ctypes.c_int]
-    _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-except (OSError, AttributeError):  # not Linux, or a libc without inotify
-    _libc = None
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):  # not Linux, or a libc without inotify
+        return None
+    return libc
+
+
+_libc = _load_libc()
 
 
 @dataclass

@@ -480,14 +480,16 @@ def read_plan(given: str) -> dict:
     """PLAN as given: `fd:N`, a descriptor holding its marshal bytes (a plan of any size: a command line is
     bounded), or the bytes as hex."""
     if not given.startswith("fd:"):
-        return marshal.loads(bytes.fromhex(given))
+        plan: dict = marshal.loads(bytes.fromhex(given))
+        return plan
     fd = int(given[3:])
     chunks, offset = [], 0
     while chunk := os.pread(fd, 1 << 20, offset):
         chunks.append(chunk)
         offset += len(chunk)
     os.close(fd)  # the command must not inherit it
-    return marshal.loads(b"".join(chunks))
+    plan = marshal.loads(b"".join(chunks))
+    return plan
 
 
 def main(argv: list[str]) -> None:
