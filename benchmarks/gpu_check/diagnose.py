@@ -41,7 +41,58 @@ VARIANTS = {
 }
 
 
+def bwrap_variants() -> None:
+    """The same probe under bwrap, from the whole host shown (namespaces alone) toward mlab's own plan, and
+    mlab's plan with one part of the host added: which difference CUDA trips on."""
+    import shutil
+
+    from mlab_sandbox_bwrap.sandbox import options_for
+
+    exe = shutil.which("bwrap")
+    if exe is None:
+        print("bwrap: not here")
+        return
+    spec = ExecSpec(cwd=Path(tempfile.mkdtemp()), env={"PATH": "/usr/bin:/bin"})
+    plan = options_for(spec, [sys.executable])
+    at = next(i for i in range(len(plan) - 1) if plan[i:i + 2] == ["--remount-ro", "/"])
+
+    def plan_with(*extra: str) -> list[str]:  # extra mounts go before the root is made read-only
+        return [*plan[:at], *extra, *plan[at:]]
+
+    whole = ["--dev-bind", "/", "/"]
+    variants = {
+        "whole host": whole,
+        "whole host, own /proc": [*whole, "--proc", "/proc"],
+        "whole host, own /proc read-only": [*whole, "--proc", "/proc", "--remount-ro", "/proc"],
+        "whole host, own /dev": ["--bind", "/", "/", "--dev", "/dev",
+                                 *[a for d in NODES for a in ("--dev-bind", d, d)]],
+        "whole host, own /tmp": [*whole, "--tmpfs", "/tmp"],
+        "whole host, namespaces of the plan": [*whole, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                                               "--unshare-net", "--cap-drop", "ALL"],
+        "the plan": plan,
+        "the plan + /etc": plan_with("--ro-bind", "/etc", "/etc"),
+        "the plan + /sys": plan_with("--ro-bind", "/sys", "/sys"),
+        "the plan + host /dev": plan_with("--dev-bind", "/dev", "/dev"),
+        "the plan + writable /proc": plan_with("--proc", "/proc"),
+        "the plan + /opt /var /run /root /home": plan_with(*[a for d in ("/opt", "/var", "/run", "/root", "/home")
+                                                           if os.path.isdir(d) for a in ("--ro-bind", d, d)]),
+        "the plan + /etc /sys /dev /proc": plan_with("--ro-bind", "/etc", "/etc", "--ro-bind", "/sys", "/sys",
+                                                     "--dev-bind", "/dev", "/dev", "--proc", "/proc"),
+    }
+    for label, options in variants.items():
+        done = subprocess.run([exe, *options, "--", sys.executable, "-c", PROBE], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin"}, timeout=60)
+        print(f"{'bwrap, ' + label:>48}: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+
+
+NODES = [f"/dev/{name}" for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")]
+
+
 def main() -> int:
+    try:
+        bwrap_variants()
+    except Exception as exc:  # the rest of the diagnosis still runs
+        print(f"bwrap variants failed: {exc!r}")
     print("host:", subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True).stdout.strip())
     print("host /dev/nvidia*:", sorted(p for p in os.listdir("/dev") if p.startswith("nvidia")))
     # outside mlab: without capabilities, and in new PID and mount namespaces, one at a time
@@ -50,7 +101,7 @@ def main() -> int:
                           ("pid+mount namespaces", ["unshare", "--pid", "--fork", "--mount", "--mount-proc"]),
                           ("ipc+uts+net namespaces", ["unshare", "--ipc", "--uts", "--net"])):
         done = subprocess.run([*prefix, sys.executable, "-c", PROBE], capture_output=True, text=True)
-        print(f"{'host, ' + label:>40}: {(done.stdout + done.stderr).strip().splitlines()[:1]}")
+        print(f"{'host, ' + label:>40}: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
     base = os.environ.get("MLAB_SANDBOX_RO", "")
     with tempfile.TemporaryDirectory() as folder:
         for label, extra in VARIANTS.items():
