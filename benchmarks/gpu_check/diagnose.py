@@ -82,7 +82,7 @@ def bwrap_variants() -> None:
     for label, options in variants.items():
         done = subprocess.run([exe, *options, "--", sys.executable, "-c", PROBE], capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin"}, timeout=60)
-        print(f"{'bwrap, ' + label:>48}: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+        print(f"{'bwrap, ' + label:>48}: {' | '.join((done.stdout + done.stderr).strip().splitlines()[-2:])}")
 
 
 NODES = [f"/dev/{name}" for name in ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")]
@@ -93,6 +93,8 @@ def main() -> int:
         bwrap_variants()
     except Exception as exc:  # the rest of the diagnosis still runs
         print(f"bwrap variants failed: {exc!r}")
+    if "--bwrap-only" in sys.argv:
+        return 0
     print("host:", subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True).stdout.strip())
     print("host /dev/nvidia*:", sorted(p for p in os.listdir("/dev") if p.startswith("nvidia")))
     # outside mlab: without capabilities, and in new PID and mount namespaces, one at a time
@@ -101,7 +103,7 @@ def main() -> int:
                           ("pid+mount namespaces", ["unshare", "--pid", "--fork", "--mount", "--mount-proc"]),
                           ("ipc+uts+net namespaces", ["unshare", "--ipc", "--uts", "--net"])):
         done = subprocess.run([*prefix, sys.executable, "-c", PROBE], capture_output=True, text=True)
-        print(f"{'host, ' + label:>40}: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+        print(f"{'host, ' + label:>40}: {' | '.join((done.stdout + done.stderr).strip().splitlines()[-2:])}")
     base = os.environ.get("MLAB_SANDBOX_RO", "")
     with tempfile.TemporaryDirectory() as folder:
         for label, extra in VARIANTS.items():
