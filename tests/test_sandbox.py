@@ -572,3 +572,16 @@ def test_interpreter_below_tmp_is_usable_and_read_only(tmp_path, sandbox, where)
         env.close()
     finally:
         shutil.rmtree(venvs, ignore_errors=True)
+
+
+def test_proc_is_writable_where_the_process_owns_it_and_not_where_the_kernel_is(env):
+    """CUDA's driver does not start with a read-only /proc (found on an H100: cuInit fails with
+    CUDA_ERROR_OPERATING_SYSTEM): a command may write its own /proc files, never the host kernel's knobs."""
+    obs, err = run(env, "import os\n"
+                        "open(f'/proc/{os.getpid()}/comm', 'w').write('renamed')\n"
+                        "print('comm', open('/proc/self/comm').read().strip())\n"
+                        "for p in ('/proc/sys/vm/swappiness', '/proc/sysrq-trigger'):\n"
+                        "    try:\n        open(p, 'a').close()\n        print('OPENED', p)\n"
+                        "    except OSError as e:\n        print('refused', p)\n")
+    assert not err, obs
+    assert "comm renamed" in obs and "OPENED" not in obs and obs.count("refused") == 2, obs

@@ -87,6 +87,15 @@ def remount_read_only(target: str, extra: int = 0) -> None:
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept | extra)
 
 
+def protect_proc(proc: str, names: list[str]) -> None:
+    """The plan's parts of /proc read-only (the rest stays writable: see rootfs.PROC_READ_ONLY)."""
+    for name in names:
+        path = f"{proc}/{name}"
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            remount_read_only(path, MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
 def pivot_root(new: str, old: str) -> None:
     machine = os.uname().machine
     number = PIVOT_ROOT.get(machine)
@@ -179,8 +188,7 @@ def build_root(plan: dict) -> None:
         bind(source, target, new, read_only=True)
     os.mkdir(new + "/proc")
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    # read-only: uid 0 without capabilities still owns /proc/sys and /proc/sysrq-trigger of the host kernel
-    remount_read_only(new + "/proc")
+    protect_proc(new + "/proc", plan["proc_read_only"])
     os.mkdir(new + "/dev")
     mount("mlab-dev", new + "/dev", "tmpfs", MS_NOSUID, "mode=755,size=64k")
     for name in plan["basic_devices"]:
@@ -336,7 +344,7 @@ def command_mounts(plan: dict, protected: list[str]) -> None:
     """In a command's init, in its own mount namespace (a copy of the run's): a /proc of its own PID namespace,
     an empty /tmp and /dev/shm, and the read-only binds over protected files of the workspace."""
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    remount_read_only("/proc")
+    protect_proc("/proc", plan["proc_read_only"])
     mount("mlab-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
     # What the run shows below /tmp (a workspace, a venv) is taken along by descriptor onto the fresh /tmp.
     kept = [(path, os.open(path, os.O_PATH | os.O_NOFOLLOW)) for path in below_tmp(plan)]

@@ -56,7 +56,7 @@ def plan_dict(view: RootView) -> dict:
         "links": view.links, "read_only": view.read_only, "late_read_only": view.late_read_only,
         "devices": view.devices, "basic_devices": list(BASIC_DEVICES), "writable": view.writable,
         "protected": view.protected, "masked_dirs": view.masked_dirs, "masked_files": view.masked_files,
-        "network": view.network, "tmp_bytes": view.tmp_bytes}
+        "network": view.network, "tmp_bytes": view.tmp_bytes, "proc_read_only": view.proc_read_only}
 
 
 def plan_of(view: RootView) -> str:

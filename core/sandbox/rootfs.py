@@ -38,6 +38,10 @@ GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
 GPU_DEVICES_VAR = "MLAB_GPU_DEVICES"
 # The character devices every program expects.
 BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+# Parts of /proc that uid 0 without capabilities could still write, changing the host kernel (sysctls, the magic
+# SysRq key, interrupt affinity, buses): read-only. The rest of /proc stays writable: CUDA's driver does not start
+# with a read-only /proc (cuInit: CUDA_ERROR_OPERATING_SYSTEM), and a process's own files are its to change.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 TMP_BYTES = 1 << 30  # the private /tmp: memory-backed, so also within the command's memory limit
 PLUGIN_GROUP = "mlab"  # the entry-point group of every plugin (mlab.core.plugins.manager)
 
@@ -121,6 +125,7 @@ class RootView:
     masked_files: list[str] = field(default_factory=list)
     network: bool = False  # the host's network (else a loopback of its own)
     tmp_bytes: int = TMP_BYTES
+    proc_read_only: list[str] = field(default_factory=lambda: list(PROC_READ_ONLY))  # names below /proc
 
     def shown(self) -> list[str]:
         return [target for _, target in (*self.read_only, *self.late_read_only)] + self.writable

@@ -55,10 +55,12 @@ def options_for(spec: ExecSpec, argv: list[str]) -> list[str]:
         cmd += ["--symlink", target, path]
     for source, target in view.read_only:
         cmd += ["--ro-bind", source, target]
-    # /proc read-only: the command may run as uid 0 (without capabilities), which still owns /proc/sys and
-    # /proc/sysrq-trigger of the host kernel.
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--size", str(view.tmp_bytes),
-            "--tmpfs", "/tmp"]
+    # The command may run as uid 0 (without capabilities), which still owns /proc/sys and /proc/sysrq-trigger of
+    # the host kernel: those are read-only; the rest of /proc is not (CUDA's driver does not start without it).
+    cmd += ["--dev", "/dev", "--proc", "/proc"]
+    for name in view.proc_read_only:
+        cmd += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    cmd += ["--size", str(view.tmp_bytes), "--tmpfs", "/tmp"]
     for source, target in view.late_read_only:  # after the private /tmp: a Python environment below /tmp
         cmd += ["--ro-bind", source, target]
     for device in view.devices:
