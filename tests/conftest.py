@@ -81,3 +81,19 @@ def _docker_engine_stopped_at_the_end():
     from tests.fixtures import docker_engine
 
     docker_engine.stop()
+
+
+@pytest.fixture
+def entered(monkeypatch):
+    """The folders each snapshot walk lists (Scanner.scan), by prefix: what a step cost the store."""
+    from mlab.core.fs import tree_index
+
+    found: list[str] = []
+    real_scan = tree_index.Scanner.scan
+
+    def scan(self, fd, prefix, folder, depth):
+        found.append(prefix)
+        return real_scan(self, fd, prefix, folder, depth)
+
+    monkeypatch.setattr(tree_index.Scanner, "scan", scan)
+    return found

@@ -7,11 +7,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
-from mlab.core.fs import tree_index
 from mlab.core.models import Action
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
@@ -50,18 +48,15 @@ def walked(env: Environment, tmp_path: Path) -> dict:
     return SnapshotStore(tmp_path / f"fresh-{uuid.uuid4().hex}").take(env.workspace, "all")
 
 
-@pytest.fixture
-def entered(monkeypatch):
-    """The folders each walk lists, by prefix."""
-    found: list[str] = []
-    real_scan = tree_index.Scanner.scan
-
-    def scan(self, fd, prefix, folder, depth):
-        found.append(prefix)
-        return real_scan(self, fd, prefix, folder, depth)
-
-    monkeypatch.setattr(tree_index.Scanner, "scan", scan)
-    return found
+@contextmanager
+def recorded_env(tmp_path: Path, sandbox: str = "local"):
+    """make_env's environment with its first snapshot taken."""
+    env = make_env(tmp_path, sandbox)
+    try:
+        env.s.store.take(env.workspace, "s0", changes=env.s.store.changes)
+        yield env
+    finally:
+        env.close()
 
 
 STEPS = [
@@ -83,45 +78,30 @@ STEPS = [
 
 
 def test_every_kind_of_change_is_recorded_as_a_walk_records_it(tmp_path, entered):
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         for number, (what, code) in enumerate(STEPS, 1):
             entered.clear()
             manifest = step(env, code, f"s{number}")
             assert len(entered) < FOLDERS, (what, entered)  # not a walk of every folder
             assert manifest == walked(env, tmp_path), what
-    finally:
-        env.close()
 
 
 def test_a_step_lists_only_the_folders_on_the_changed_path(tmp_path, entered):
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         entered.clear()
         step(env, "open('src/p007/f003.py', 'a').write('x')\n", "s1")  # a file changed: read again, nothing listed
         assert entered == []
         step(env, "open('src/p007/new.py', 'w').write('x')\n", "s2")  # a new name: its folder and those above
         assert entered == ["", "src/", "src/p007/"]
-    finally:
-        env.close()
 
 
 def test_a_write_through_another_hard_link_is_recorded(tmp_path):
     """Only the link written through has an event: finding a file with other links makes the store walk all."""
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         step(env, "import os\nos.link('src/p009/f000.py', 'src/p010/alias.py')\n", "s1")
         manifest = step(env, "open('src/p010/alias.py', 'a').write('through the alias\\n')\n", "s2")
         assert manifest["src/p009/f000.py"] == manifest["src/p010/alias.py"]
         assert manifest == walked(env, tmp_path)
-    finally:
-        env.close()
 
 
 def test_more_events_than_the_kernel_queues_fall_back_to_a_walk(tmp_path, entered, monkeypatch):
@@ -130,10 +110,7 @@ def test_more_events_than_the_kernel_queues_fall_back_to_a_walk(tmp_path, entere
     drained = []
     real_drain = ChangeWatch.drain
     monkeypatch.setattr(ChangeWatch, "drain", lambda self: drained.append(real_drain(self)) or drained[-1])
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         # 20,000 new files in a watched folder: two events each, past the kernel's queue of 16,384
         manifest = step(env, "for n in range(20000):\n    open(f'src/p015/new{n}', 'w').close()\n", "s1")
         assert drained[-1] is None  # the events were lost, and the store knew it
@@ -142,17 +119,13 @@ def test_more_events_than_the_kernel_queues_fall_back_to_a_walk(tmp_path, entere
         manifest = step(env, "open('src/p011/f000.py', 'a').write('x')\n", "s2")  # events again after the walk
         listed = len(entered)
         assert drained[-1] is not None and listed < FOLDERS and manifest == walked(env, tmp_path)
-    finally:
-        env.close()
 
 
 def test_after_the_repl_or_unconfined_code_the_store_walks_everything(tmp_path, entered):
     """A REPL lives on between actions (a mapping it holds can write without an event), and unconfined code can
     reach the workspace's files from anywhere: neither step trusts the events."""
-    env = make_env(tmp_path / "repl")
-    try:
+    with recorded_env(tmp_path / "repl") as env:
         store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
         obs, err = env.execute(Action(name="Python REPL", args={"command": (
             "import mmap\nf = open('src/p012/f000.py', 'r+b')\nm = mmap.mmap(f.fileno(), 0)\nf.close()")}))
         assert not err, obs
@@ -162,43 +135,26 @@ def test_after_the_repl_or_unconfined_code_the_store_walks_everything(tmp_path, 
         assert not err, obs
         manifest = store.take(env.workspace, "s2", changes=store.changes)
         assert len(entered) > FOLDERS and manifest == walked(env, tmp_path)
-    finally:
-        env.close()
-    env = make_env(tmp_path / "fallback", sandbox="fallback")
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path / "fallback", sandbox="fallback") as env:
         entered.clear()
         step(env, "open('src/p013/f000.py', 'a').write('x')\n", "s1")
         assert len(entered) > FOLDERS
-    finally:
-        env.close()
 
 
 def test_without_inotify_every_step_walks(tmp_path, entered, monkeypatch):
     from mlab.core.fs.change_watch import ChangeWatch
 
     monkeypatch.setattr(ChangeWatch, "open", classmethod(lambda cls: None))
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         entered.clear()
         manifest = step(env, "open('src/p014/f000.py', 'a').write('x')\n", "s1")
         assert len(entered) > FOLDERS and manifest == walked(env, tmp_path)
-    finally:
-        env.close()
 
 
 def test_the_watch_follows_folders_made_after_it_began(tmp_path):
     """A folder made by one step is watched from then on: a later change inside it is an event."""
-    env = make_env(tmp_path)
-    try:
-        store = env.s.store
-        store.take(env.workspace, "s0", changes=store.changes)
+    with recorded_env(tmp_path) as env:
         step(env, "import os\nos.makedirs('late/inner')\nopen('late/inner/a.txt', 'w').write('1')\n", "s1")
         manifest = step(env, "open('late/inner/a.txt', 'w').write('22')\n", "s2")
         assert manifest["late/inner/a.txt"]["size"] == 2 and manifest == walked(env, tmp_path)
         assert os.path.exists(env.workspace / "late" / "inner" / "a.txt")
-    finally:
-        env.close()

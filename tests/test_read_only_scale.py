@@ -152,11 +152,10 @@ def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
         env.close()
 
 
-def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, monkeypatch):
+def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, monkeypatch, entered):
     """The walk after a script (here without change events, as after the REPL) keeps a sealed folder's record
     without listing it; once agent code swapped the folder (so it was not sealed), the snapshot walks it and
     records what the guard restored."""
-    from mlab.core.fs import tree_index
     from mlab.core.fs.change_watch import ChangeWatch
 
     monkeypatch.setattr(ChangeWatch, "open", classmethod(lambda cls: None))
@@ -164,14 +163,7 @@ def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tm
     store = env.s.store
     try:
         store.take(env.workspace, "s0", changes=store.changes)
-        entered: list[str] = []
-        real_scan = tree_index.Scanner.scan
-
-        def scan(self, fd, prefix, folder, depth):
-            entered.append(prefix)
-            return real_scan(self, fd, prefix, folder, depth)
-
-        monkeypatch.setattr(tree_index.Scanner, "scan", scan)
+        entered.clear()
         obs, err = run(env, "open('out.txt', 'w').write('1')\n")
         assert not err
         manifest = store.take(env.workspace, "s1", changes=store.changes)

@@ -200,12 +200,7 @@ class ReadOnlyGuard:
     def _restore_tree(self, rel: str, pristine: Path) -> list[str]:
         """A sealed folder was swapped for something else: remove what stands there (never following a link)
         and name every pristine file below it, which _restore_one then copies back."""
-        *parts, leaf = rel.split("/")
-        root = open_root(self.workspace.root)
-        try:
-            folder = open_dirs(root, parts, create=True, replace=True)
-        finally:
-            os.close(root)
+        folder, leaf = self._open_parent(rel)
         try:
             remove_at(folder, leaf)
         finally:
@@ -216,17 +211,21 @@ class ReadOnlyGuard:
             names += [str((Path(top) / name).relative_to(pristine)) for name in files]
         return names
 
+    def _open_parent(self, rel: str) -> tuple[int, str]:
+        """The descriptor of rel's folder (made, and a file or link standing in its way removed) and rel's name."""
+        *parts, leaf = rel.split("/")
+        root = open_root(self.workspace.root)
+        try:
+            return open_dirs(root, parts, create=True, replace=True), leaf
+        finally:
+            os.close(root)
+
     def _restore_one(self, rel: str, pristine: Path) -> None:
         """Put back the pristine copy of rel through folder descriptors: a folder the script swapped for a
         symlink is removed as a link, never followed."""
-        *parts, leaf = rel.split("/")
-        if not (pristine / "/".join(parts)).is_dir():
+        if not (pristine / rel).parent.is_dir():
             return  # nothing pristine down this path; what the script added is already gone
-        root = open_root(self.workspace.root)
-        try:
-            folder = open_dirs(root, parts, create=True, replace=True)
-        finally:
-            os.close(root)
+        folder, leaf = self._open_parent(rel)
         try:
             remove_at(folder, leaf)
             source = self.settings.pristine_files.get(rel, pristine / rel)
