@@ -128,9 +128,11 @@ def test_tmp_shm_dev_and_ipc_are_fresh_for_each_command(docker_env):
              "print('tmp', sorted(os.listdir('/tmp')))\n")
     first, err = run(env, leave)
     assert not err and "tmp [" in first and "'left.txt'" in first, first
-    look = (INIT_STARTED + "import os\n"
-            "keep = set()\n"  # the folders that lead to the workspace and the home (mounted below /tmp here)
-            "for p in (os.getcwd(), os.environ['HOME']):\n"
+    look = (INIT_STARTED + "import os, sys\n"
+            # the folders that lead to the workspace, the home and the Python environment (mounted below /tmp
+            # when the tests run there: a checkout under /tmp)
+            "keep = set()\n"
+            "for p in (os.getcwd(), os.environ['HOME'], sys.prefix, sys.base_prefix, sys.exec_prefix):\n"
             "    while p != '/':\n        keep.add(p)\n        p = os.path.dirname(p)\n"
             "left = []\n"
             "for top in ('/tmp', '/dev/shm', '/dev/mqueue'):\n"
