@@ -53,7 +53,8 @@ Action:
 {{"action": "Final Answer", "action_input": "what you did and the result you measured"}}
 ```
 
-Measure the provided script before changing it, trust only numbers you saw in output, use only installed \
+Measure a baseline first (the given script if it runs; if it is unfinished on purpose, your first complete \
+version), trust only numbers you saw in output, use only installed \
 packages, and give the Final Answer once: it ends the work. Each reply holds one Thought and one Action and \
 then stops; the Observation will come from the tool."""
 

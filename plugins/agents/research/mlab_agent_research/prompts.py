@@ -20,8 +20,10 @@ ENTRY_GUIDE = {
 }
 
 GUIDANCE = """How to work:
-1. First understand the problem and the files you were given. Then, before changing anything, run the provided \
-script as it is and note its score: that baseline is what every change is measured against.
+1. First understand the problem and the files you were given. Some tasks give a script that runs and prints a \
+score; others give one that is unfinished on purpose and must be completed first. Establish a baseline before \
+changing the approach: the score of the given script if it runs, otherwise of the first complete version you \
+write. Every change is measured against that baseline.
 2. Keep one straightforward high-level plan and follow it. Change one thing at a time, run it, and compare the \
 result with the baseline.
 3. A number counts as a result only after you have seen it in the output of code you ran. Never state a score \
