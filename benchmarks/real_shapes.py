@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -110,6 +111,8 @@ def main() -> None:
     parser.add_argument("--allow-no-gpu", action="store_true", help="run the GPU tasks without a GPU")
     parser.add_argument("--no-own-engine", action="store_true", help="never start a Docker engine for docker")
     args = parser.parse_args()
+    # Stopped (timeout, kill): the finally below still stops the engine and removes the scratch folder.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     root = (args.root or real_shapes.cache_root()).resolve()
     scratch = root / f"bench-{os.getpid()}"  # of this run: two runs may share the data
