@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from mlab.core.plugins.lazy import Lazy
+    from mlab.core.run.scoring_context import ScoringContext, scoring_context
     from mlab.core.run.taskdata import DataFile
     from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
     from mlab.core.sandbox.limits import Limits
@@ -42,10 +43,8 @@ if TYPE_CHECKING:
         Metric,
         PrepareContext,
         Resources,
-        ScoringContext,
         Task,
         ValidationSplit,
-        scoring_context,
     )
 
 # name -> the module defining it. Importing mlab.core imports none of them: a plugin's registration module
@@ -69,8 +68,9 @@ _EXPORTS: dict[str, str] = {
     "Limits": "mlab.core.sandbox.limits",
     "LocalSandbox": "mlab.core.sandbox.local",
     **dict.fromkeys(["RootView", "extra_read_only", "root_view"], "mlab.core.sandbox.rootfs"),
-    **dict.fromkeys(["BaselineContext", "Metric", "PrepareContext", "Resources", "ScoringContext", "Task",
-                     "ValidationSplit", "scoring_context"], "mlab.core.task"),
+    **dict.fromkeys(["ScoringContext", "scoring_context"], "mlab.core.run.scoring_context"),
+    **dict.fromkeys(["BaselineContext", "Metric", "PrepareContext", "Resources", "Task", "ValidationSplit"],
+                    "mlab.core.task"),
 }
 
 __all__ = [

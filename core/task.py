@@ -1,13 +1,12 @@
-"""The Task contract: what a task pack registers."""
+"""The Task contract: what a task pack implements and registers (`register_tasks`).
+
+Running agent code from evaluate (a saved model) goes through `mlab.core.scoring_context()`; the harness that
+calls these methods lives in `mlab.core.run`.
+"""
 from __future__ import annotations
 
-import contextvars
-import os
-import shutil
-import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -15,8 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from mlab.core.sandbox.contract import ExecResult, Sandbox
-    from mlab.core.sandbox.limits import Limits
+    from mlab.core.sandbox.contract import ExecResult
 
 DEFAULT_SUCCESS_MARGIN = 0.10  # the original's "more than 10% better than the baseline"
 
@@ -49,11 +47,10 @@ class PrepareContext:
 
 @dataclass(frozen=True)
 class ValidationSplit:
-    """Rows of a task's training data that prepare also writes as a validation split: their inputs to the public
-    folder, their answers to the hidden one, and (held_out) the training files without them. `Validate
-    Submission` scores predictions for them with the task's own evaluate: the predictions are put where evaluate
-    reads a submission and the validation answers where it reads the test answers, so a validation score means
-    exactly what a test score means."""
+    """Rows of the training data that prepare also writes as a validation split: inputs to the public folder,
+    answers to the hidden one. `Validate Submission` puts the agent's predictions where evaluate reads a
+    submission and the answers where it reads the test answers, so a validation score means what a test score
+    means. Never take rows from the test set."""
 
     inputs: str  # public file of the validation inputs (no target), e.g. "data/valid.csv"
     predictions: str  # the default name of the agent's predictions for them, e.g. "valid_submission.csv"
@@ -74,101 +71,29 @@ class BaselineContext:
     run_script: Callable[[str], ExecResult]  # runs a workspace script in the sandbox
 
 
-# Host variables a scoring command gets, as agent code does: nothing that could carry a secret of the harness.
-_SCORING_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "CUDA_VISIBLE_DEVICES")
-
-
-@dataclass
-class ScoringContext:
-    """How Task.evaluate runs anything the agent wrote (a saved model, the module that loads it): in the run's
-    sandbox, under the run's limits with the task's scoring timeout, without network, with every task's data
-    (`$MLAB_HOME/tasks`: answers, other tasks, this task's hidden folder) invisible. Get the current one with
-    `scoring_context()`."""
-
-    new_sandbox: Callable[[], Sandbox]  # the run's sandbox (bwrap in a bwrap run)
-    limits: Limits  # the run's limits; timeout_s is the task's scoring_timeout_s
-    hidden_paths: list[Path] = field(default_factory=list)  # never visible to a scoring command
-
-    @contextmanager
-    def scratch(self) -> Iterator[Path]:
-        """A fresh folder outside every task's data, writable by scoring commands and removed afterwards: put
-        the inputs a command needs there (copies of hidden files it may see) and let it write its results."""
-        folder = Path(tempfile.mkdtemp(prefix="mlab-score-"))
-        try:
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def run(self, argv: list[str], workspace: Path, scratch: Path, *, env: Mapping[str, str] | None = None,
-            timeout_s: float | None = None) -> ExecResult:
-        """Run argv in the sandbox with the submission folder as its working directory (read-only), `scratch`
-        writable and its HOME. Symlinks of the submission into the task's public folder do not resolve there:
-        copy what the command needs into scratch."""
-        from mlab.core.sandbox.contract import ExecSpec
-
-        workspace, scratch = Path(workspace), Path(scratch)
-        limits = self.limits if timeout_s is None else self.limits.model_copy(update={"timeout_s": timeout_s})
-        command_env = {k: os.environ[k] for k in _SCORING_ENV if k in os.environ}
-        command_env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
-                            "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", **(env or {})})
-        if os.path.realpath(workspace).startswith("/dev/"):
-            # A folder in /dev/shm (small snapshots are scored in memory) is not there under a private /dev.
-            copy = scratch / ".submission"
-            shutil.copytree(workspace, copy, symlinks=True)
-            workspace = copy
-        spec = ExecSpec(cwd=workspace, env=command_env, limits=limits, hidden_paths=list(self.hidden_paths),
-                        read_only_paths=[workspace], writable_paths=[scratch], network=False)
-        return self.new_sandbox().run(list(argv), spec)
-
-
-_SCORING: contextvars.ContextVar[ScoringContext | None] = contextvars.ContextVar("mlab_scoring", default=None)
-
-
-def scoring_context() -> ScoringContext:
-    """The ScoringContext of the evaluate call in progress: the harness's (the run's sandbox and limits) while
-    it scores; outside the harness (a task's own tests) the local sandbox with default limits, hiding
-    $MLAB_HOME/tasks."""
-    current = _SCORING.get()
-    if current is not None:
-        return current
-    from mlab.core.run.taskdata import TaskHome
-    from mlab.core.sandbox.limits import Limits
-    from mlab.core.sandbox.local import LocalSandbox
-
-    return ScoringContext(new_sandbox=LocalSandbox, limits=Limits(), hidden_paths=[TaskHome.from_env().data_root])
-
-
-@contextmanager
-def scoring_with(context: ScoringContext) -> Iterator[ScoringContext]:
-    """Make context the one scoring_context() returns while the block runs (the harness, around evaluate)."""
-    token = _SCORING.set(context)
-    try:
-        yield context
-    finally:
-        _SCORING.reset(token)
-
-
 class Task(ABC):
-    """One benchmark task. Subclasses set the class attributes and implement prepare and evaluate."""
+    """One benchmark task. Subclass it, set the class attributes, implement `prepare` and `evaluate`; the other
+    methods are optional overrides. The core makes one instance (no arguments) and calls it from the harness.
+
+    Optional, read by `mlab data` when present: `data_files()`, `fetch_data(root, log)`, `data_folder`.
+    """
 
     name: str = ""
-    """Registered name, `pack/task`."""
+    """`pack/name`, lowercase words joined by hyphens; `pack` is the plugin's entry-point name. Required."""
     description: str = ""
-    """One line for `mlab tasks`."""
+    """One line for `mlab tasks`. Required."""
     research_problem: str = ""
-    """What the agent is asked to do."""
+    """What the agent is asked to do: the files, the metric, what to submit."""
     metric: Metric = Metric(name="score", higher_is_better=True)
     """The score's name and direction."""
     read_only_files: list[str] = []
-    """Glob patterns of workspace files no action and no agent code may change."""
+    """Glob patterns of workspace files (a folder covers its contents) no action and no agent code may change."""
     resources: Resources = Resources()
     """What the task needs of the machine."""
     starter_script: str = "train.py"
-    """The script the baseline runs."""
+    """The script the default baseline runs."""
     fixed_baseline: float | None = None
-    """A baseline fixed by the task (as the original fixes six) instead of one measured by running the starter;
-    must be a valid score (finite, above 0)."""
+    """A baseline fixed by the task instead of measured; must be a valid score (finite, above 0)."""
     fixed_baseline_source: str = ""
     """Where a fixed baseline comes from (required with one), e.g. the original's aggregation script."""
     success_margin: float = DEFAULT_SUCCESS_MARGIN
@@ -176,31 +101,55 @@ class Task(ABC):
     scoring_timeout_s: float = 3600.0
     """How long one scoring command (ScoringContext.run) may take before it is killed."""
     max_submission_bytes: int = 256 * 2**20
-    """The largest submission file evaluate reads; a larger one is refused unread (InvalidSubmission)."""
+    """The largest submission file evaluate reads; check it with os.stat and refuse a larger one unread."""
     validation: ValidationSplit | None = None
-    """The validation split prepare writes from the training data, when the task has one; runs started with
-    --allow-validate may score predictions on it (the Validate Submission action)."""
-
-    def check_runnable(self) -> None:  # noqa: B027 (optional: runnable everywhere by default)
-        """Raise MlabError when this machine cannot run the task (no GPU, a missing extra); called before a run."""
+    """The validation split prepare writes, if any; runs with --allow-validate may score predictions on it."""
 
     @abstractmethod
     def prepare(self, ctx: PrepareContext) -> None:
-        """Write starter files and data to ctx.public_dir and answers to ctx.hidden_dir."""
+        """Write the agent's starting files to ctx.public_dir and the answers to ctx.hidden_dir.
+
+        Must be deterministic: two prepares write byte-identical files (seeded generators only, no times or host
+        names); `mlab check-task` compares two. The core runs it in a staging folder and moves that into place,
+        so a failure leaves nothing behind.
+
+        Raises:
+            MlabError: the data cannot be had (say where to get it).
+        """
 
     @abstractmethod
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
-        """Score the submission in workspace; raise InvalidSubmission when there is none usable."""
+        """Score the submission in workspace against the answers in hidden_dir.
+
+        Runs in the harness, not the sandbox: read the submission as bounded data (stat it against
+        max_submission_bytes, cap rows), never import, unpickle or execute it; run agent code through
+        `scoring_context()`.
+
+        Returns:
+            The metric's value.
+        Raises:
+            InvalidSubmission: no usable submission (missing, malformed, NaN); the message is shown to users.
+        """
+
+    def check_runnable(self) -> None:  # noqa: B027 (optional: runnable everywhere by default)
+        """Called before a run starts or resumes.
+
+        Raises:
+            MlabError: this machine cannot run the task (no GPU, a missing extra), in one line.
+        """
 
     def baseline(self, ctx: BaselineContext) -> float:
-        """Run the starter script and score it; InvalidSubmission when it submits nothing usable (such a run
-        does not count towards the measured baseline)."""
+        """The starter's score: by default run starter_script in the sandbox and evaluate.
+
+        Raises:
+            InvalidSubmission: the starter submits nothing usable (the run does not count).
+        """
         ctx.run_script(self.starter_script)
         return self.evaluate(ctx.workspace, ctx.hidden_dir)
 
     def reference_solution(self, workspace: Path) -> str | None:
-        """Put a reference solution into a fresh copy of the public workspace and return the script to run;
-        None when the task has none. `mlab check-task` checks it beats the baseline by the success margin."""
+        """Put a better solution into workspace (a fresh copy of the public files) and return the script to run,
+        or None when there is none. `mlab check-task` checks it beats the baseline by success_margin."""
         return None
 
     @property

@@ -18,7 +18,8 @@ from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.run.held_out import held_out_problem
-from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit, scoring_context
+from mlab.core.run.scoring_context import scoring_context
+from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
 # submission's author's to influence, so it is read bounded.

@@ -14,6 +14,7 @@ from typing import TypeGuard
 
 from mlab.core.errors import InvalidSubmission
 from mlab.core.run.readonly import is_read_only
+from mlab.core.run.scoring_context import ScoringContext, scoring_with
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.contract import Sandbox
