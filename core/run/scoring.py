@@ -19,7 +19,7 @@ from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
-from mlab.core.task import DEFAULT_SUCCESS_MARGIN, ScoringContext, Task, scoring_with
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
 
 # ---- what a score means ------------------------------------------------------------------------------
