@@ -97,7 +97,7 @@ def agents(as_json: bool) -> None:
     import json
 
     registry = load_registry()
-    from mlab.core.agent import option_rows
+    from mlab.core.agentkit.options import option_rows
 
     rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
              "provider": registry.provider("agents", name), "options": option_rows(cls),

@@ -176,7 +176,7 @@ def test_an_agent_exception_is_an_agent_error_not_a_harness_error(tmp_path, opti
     assert (trace.status, trace.end_reason) == ("failed", reason)
     assert len(trace.steps) == 1 and classify(trace) == "agent_error"
     errors = (tmp_path / "run" / "errors.log").read_text()
-    assert "mlab.core.agent.AgentFailed: " + reason.removeprefix("agent error: ") in errors
+    assert "mlab.core.run.agent_step.AgentFailed: " + reason.removeprefix("agent error: ") in errors
     assert ("in step\n" in errors) == (not options)  # the agent's own frame, when it raised
 
 

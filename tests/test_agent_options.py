@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import RunConfig
-from mlab.core.agent import check_agent_options, option_rows
+from mlab.core.agentkit.options import check_agent_options, option_rows
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
@@ -106,7 +106,7 @@ def test_required_options_are_listed_as_required():
 
 
 def test_a_bench_gives_each_agent_the_options_it_declares():
-    from mlab.core.agent import bench_agent_options
+    from mlab.core.bench.agent_options import bench_agent_options
 
     agents = load_registry().items["agents"]
     research, baseline = agents["research"], agents["baseline"]

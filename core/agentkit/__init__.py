@@ -26,11 +26,7 @@ from mlab.core.agentkit.options import (
     RESEARCH_ACTIONS,
     ActionNames,
     AgentOptions,
-    bool_option,
-    check_option_names,
-    int_option,
     pick_actions,
-    positive_int_option,
 )
 from mlab.core.agentkit.problem import packages_line, research_problem
 from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
@@ -39,8 +35,8 @@ from mlab.core.run.validation import read_validation
 __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
     "OBSERVATION_STOP", "RESEARCH_ACTIONS", "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text",
-    "args_example", "ask_until_valid", "bool_option", "check_args", "check_option_names", "int_option",
+    "args_example", "ask_until_valid", "check_args",
     "loads_lenient", "match_name", "needs_summary", "packages_line", "parse_named_entries", "pick_actions",
-    "positive_int_option", "research_problem", "split_named_entries", "strip_fences", "summarize_observation",
+    "research_problem", "split_named_entries", "strip_fences", "summarize_observation",
     "truncate_middle", "read_validation",
 ]

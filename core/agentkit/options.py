@@ -1,20 +1,23 @@
-"""Checking an agent's options (`--agent-option KEY=VALUE`), so every agent words its option errors alike.
+"""An agent's options (`--agent-option KEY=VALUE`): the one check of given values against the agent's Options
+model, worded alike for every agent, and the field type and check of options that name actions.
 
 Each check raises MlabError with a one-line message; the CLI shows it as the run's error.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Annotated, Any
+import json
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationError
 
 from mlab.core.actions import ActionSpec
 from mlab.core.agent import AgentOptions
 from mlab.core.errors import MlabError
 
-__all__ = ["ActionNames", "AgentOptions", "RESEARCH_ACTIONS", "bool_option", "check_option_names", "int_option",
-           "pick_actions", "positive_int_option"]
+if TYPE_CHECKING:
+    from mlab.core.agent import Agent
+
+__all__ = ["ActionNames", "AgentOptions", "RESEARCH_ACTIONS", "check_agent_options", "option_rows", "pick_actions"]
 
 # The actions the original research agent was shown: a sensible default for an agent's list of actions.
 RESEARCH_ACTIONS = ["List Files", "Copy File", "Undo Edit Script", "Execute Script", "Final Answer",
@@ -33,12 +36,35 @@ def _names(value: Any) -> Any:
 ActionNames = Annotated[list[str], BeforeValidator(_names), Field(min_length=1)]
 
 
-def check_option_names(agent: str, options: dict[str, Any], allowed: Iterable[str]) -> None:
-    """Reject options the agent does not have, naming those it does."""
-    allowed = list(allowed)
-    unknown = sorted(set(options) - set(allowed))
+def check_agent_options(agent_cls: type[Agent], given: dict[str, Any]) -> AgentOptions:
+    """The agent's Options from `--agent-option` values; MlabError in one line naming the valid options when a
+    key is unknown or a value does not fit."""
+    fields = agent_cls.Options.model_fields
+    valid = ", ".join(fields) or "none (it takes no options)"
+    unknown = sorted(set(given) - set(fields))
     if unknown:
-        raise MlabError(f"agent {agent!r} has no option {', '.join(unknown)}; options: {', '.join(allowed)}")
+        raise MlabError(f"agent {agent_cls.name!r} has no option {', '.join(unknown)}; options: {valid}")
+    try:
+        return agent_cls.Options.model_validate(given)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"]) or "options"
+        message = str(error["msg"])
+        message = message.removeprefix("Value error, ")
+        raise MlabError(f"agent {agent_cls.name!r}: option {key}: {message[:1].lower()}{message[1:]} "
+                        f"(got {json.dumps(error.get('input'), default=str)[:100]})") from None
+
+
+def option_rows(agent_cls: type[Agent]) -> list[dict[str, Any]]:
+    """The agent's options for listings: name, type, whether required, default and description of each."""
+    rows = []
+    for name, info in agent_cls.Options.model_fields.items():
+        kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        required = info.is_required()
+        rows.append({"name": name, "type": kind, "required": required,
+                     "default": None if required else info.get_default(call_default_factory=True),
+                     "description": info.description or ""})
+    return rows
 
 
 def pick_actions(names: Any, option: str, actions: dict[str, ActionSpec]) -> list[str]:
@@ -50,33 +76,3 @@ def pick_actions(names: Any, option: str, actions: dict[str, ActionSpec]) -> lis
         raise MlabError(f"unknown action(s) {', '.join(map(repr, unknown))} in option {option}; "
                         f"valid: {', '.join(actions)}")
     return names
-
-
-def positive_int_option(options: dict[str, Any], name: str, default: int) -> int:
-    """A whole-number option of at least 1, given as a JSON number."""
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MlabError(f"option {name} must be a positive whole number, not {value!r}")
-    return value
-
-
-def bool_option(options: dict[str, Any], name: str, default: bool) -> bool:
-    """A yes/no option: a JSON boolean, or true/false, yes/no, 1/0 written as text."""
-    value = options.get(name, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-        return value.lower() in ("true", "yes", "1")
-    raise MlabError(f"option {name} must be true or false, not {value!r}")
-
-
-def int_option(options: dict[str, Any], name: str, default: int, minimum: int) -> int:
-    """A whole-number option of at least minimum; text holding a number is accepted."""
-    value = options.get(name, default)
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise MlabError(f"option {name} must be a whole number, not {value!r}") from None
-    if number < minimum:
-        raise MlabError(f"option {name} must be at least {minimum}")
-    return number

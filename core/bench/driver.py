@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlab.core.agent import bench_agent_options
+from mlab.core.bench.agent_options import bench_agent_options
 from mlab.core.bench.evaluate import registry_from
 from mlab.core.bench.results import DB_FILE, ResultsDB, Row, judge_runs
 from mlab.core.errors import MlabError

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from mlab.core.agent import AgentContext, AgentFailed, RunState, agent_step, check_agent_options
+from mlab.core.agent import AgentContext, RunState
+from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.llm.client import LLMClient
@@ -27,6 +28,7 @@ from mlab.core.models import (
     Trace,
 )
 from mlab.core.plugins.registry import Registry, load_registry
+from mlab.core.run.agent_step import AgentFailed, agent_step
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import held_out_files
