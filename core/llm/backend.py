@@ -35,12 +35,30 @@ class LLM(ABC):
     """The roles (main, fast, edit) this backend serves in the run; set by the core after building it."""
 
     def __init__(self, model: str = "", **options: Any):
+        """Override to check the model string or options; call `super().__init__(model, **options)`.
+
+        Raises:
+            ValueError, LookupError (a model it does not know), OSError, MlabError: shown as one line.
+        """
         self.model = model
         self.options = options
 
     @abstractmethod
     def complete(self, messages: list[Message], **params: Any) -> Completion:
-        """Return the completion of messages; raise LLMError on failure."""
+        """Complete messages. Retries, budgets, the response cache and the call log are the core's, not the
+        backend's; import heavy client libraries here, never at module level.
+
+        Args:
+            messages: the conversation, oldest first.
+            params: generation parameters, OpenAI-named (`temperature`, `top_p`, `seed`, `max_completion_tokens`,
+                `stop` as a list) plus the user's `-M KEY=VALUE`: send them all on, drop none silently.
+        Returns:
+            The text with honest token counts, and `cost_usd` when known (None: shown as unknown).
+        Raises:
+            LLMError: the call failed; `transient=True` for what a retry may mend (rate limits, timeouts),
+                `context_too_long=True` when the prompt does not fit, non-transient for a parameter the model
+                cannot take.
+        """
 
     def state_dict(self) -> dict[str, Any]:
         """State to save with each step so a resumed run continues where it was (e.g. a replay cursor)."""
