@@ -259,7 +259,6 @@ def run_size(files: int, args: argparse.Namespace, old: ModuleType | None, scrat
     for step in range(args.steps + 1, 2 * args.steps + 1):  # Write File, then List Files: new only
         target = paths[(step * 7919) % files]
         target.write_bytes(os.urandom(1000))
-        new.changes.wrote(target.relative_to(ws).as_posix())
         write.append(timed(lambda s=step: new.record(ws, f"step_{s:04d}w", changes=new.changes)))
         idle.append(timed(lambda s=step: new.record(ws, f"step_{s:04d}i", changes=new.changes)))
     row["walk_ms"] = median_ms([w for w, _c in walks])

@@ -70,8 +70,6 @@ def main() -> None:
                     changed += 1
                     if kind == "script":
                         store.changes.ran_agent_code()
-                    else:
-                        store.changes.wrote(target.relative_to(workspace).as_posix())
                 os.sync()  # each step pays for its own durability only
                 started, started_cpu = time.perf_counter(), time.process_time()
                 name = f"step_{index:04d}"

@@ -37,7 +37,6 @@ def make_env(tmp_path: Path, sandbox: str = "local") -> Environment:
 def step(env: Environment, code: str, name: str) -> dict:
     """Agent code, then the snapshot a run takes after it."""
     (env.workspace / "step.py").write_text(code)
-    env.s.store.changes.wrote("step.py")
     obs, err = env.execute(Action(name="Execute Script", args={"script_name": "step.py"}))
     assert not err, obs
     return env.s.store.take(env.workspace, name, changes=env.s.store.changes)

@@ -218,20 +218,21 @@ def test_no_change_reuses_the_previous_snapshot_without_reading_the_workspace(ws
     assert store.manifest("s1") == store.manifest("s0")
 
 
-def test_paths_the_harness_wrote_are_updated_alone_and_agent_code_means_a_full_walk(ws, tmp_path, monkeypatch):
+def test_the_paths_written_are_updated_alone_and_agent_code_means_a_full_walk(ws, tmp_path, monkeypatch, entered):
     store = SnapshotStore(tmp_path / "run")
     store.take(ws, "s0", changes=store.changes)
     (ws / "d1" / "new" / "deep").mkdir(parents=True)
     (ws / "d1" / "new" / "deep" / "n.txt").write_text("written by Write File\n")
     (ws / "d4" / "f0.txt").write_text("overwritten\n")
-    store.changes.wrote("d1/new/deep/n.txt")
-    store.changes.wrote("d4/f0.txt")
     counter = OpenCounter(monkeypatch)
     scanned = []
     real_scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda *a: scanned.append(a) or real_scandir(*a))
+    entered.clear()
     manifest = store.take(ws, "s1", changes=store.changes)
-    assert sorted(counter.names) == ["f0.txt", "n.txt"] and scanned == []
+    # the change events name d4/f0.txt (read again) and a new name in d1: d1 and the folders on the way are listed
+    assert sorted(counter.names) == ["f0.txt", "n.txt"]
+    assert entered == ["", "d1/", "d1/new/", "d1/new/deep/"]
     assert manifest_state(manifest) == state(ws)
     # Agent code may have changed anything: everything is listed again.
     (ws / "d0" / "f3.txt").unlink()
@@ -247,7 +248,6 @@ def test_a_written_path_whose_folder_became_a_link_falls_back_to_a_walk(ws, tmp_
     store.take(ws, "s0", changes=store.changes)
     shutil.rmtree(ws / "d1")
     os.symlink("d2", ws / "d1")
-    store.changes.wrote("d1/f1.txt")
     manifest = store.take(ws, "s1", changes=store.changes)
     assert manifest["d1"]["link"] == "d2" and not any(rel.startswith("d1/") for rel in manifest)
     assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items()
@@ -348,20 +348,18 @@ def split_walks(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("how", ["walk", "told-the-paths", "walk-split"])
+@pytest.mark.parametrize("how", ["walk", "change-events", "walk-split"])
 def test_listings_kept_up_to_date_step_by_step_are_the_bytes_a_fresh_store_writes(ws, tmp_path, how, request):
     """Each folder re-encodes only its changed names: after every kind of change the listings must be byte
     for byte those of a store that records the workspace from scratch (also when a forked child listed half
     the folders)."""
-    told = how == "told-the-paths"
+    told = how == "change-events"
     splits = request.getfixturevalue("split_walks") if how == "walk-split" else None
     kept = SnapshotStore(tmp_path / "kept")
     kept.take(ws, "s0", changes=kept.changes)
     for step in range(1, 15):
         path = change_kinds(ws, step - 1)
-        if told and path is not None:
-            kept.changes.wrote(path)
-        else:
+        if not (told and path is not None):
             kept.changes.ran_agent_code()
         manifest = kept.take(ws, f"s{step}", changes=kept.changes)
         fresh = SnapshotStore(tmp_path / f"fresh{step}")
@@ -553,8 +551,8 @@ def test_a_run_reuses_snapshots_of_steps_that_changed_nothing_and_walks_after_ag
     real_scan = tree_index.Scanner.scan
 
     def counting_scan(self, fd, prefix, *rest):
-        if not prefix:
-            scans.append("walk")  # a walk of the whole workspace starts at its root
+        if not prefix and self.only is None:
+            scans.append("walk")  # a walk of the whole workspace starts at its root, limited to no folders
         return real_scan(self, fd, prefix, *rest)
 
     monkeypatch.setattr(tree_index.Scanner, "scan", counting_scan)

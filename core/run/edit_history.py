@@ -62,8 +62,6 @@ class EditHistory:
                 return self.save(path, old[:MAX_WRITE_BYTES + 1] + data, given)
             rel = path.relative_to(self.workspace.root).as_posix()
             note = self._keep(rel, old)
-            # the next snapshot looks at this path alone, unless agent code ran too
-            self.workspace.settings.store.changes.wrote(rel)
             try:
                 write_all(fd, data)
             except BaseException:

@@ -10,8 +10,10 @@ nothing recorded are not kept. Objects are private copies, so a script that late
 place cannot change an earlier snapshot.
 
 Cost: the store remembers the workspace as it last recorded it (mlab.core.fs.tree_index). Taking a snapshot
-lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed; told what the harness
-itself changed (`changes`), it updates only those paths, or reuses the previous snapshot when nothing changed.
+lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed. Between snapshots the
+kernel's change events (mlab.core.fs.change_watch) name what anyone wrote, the harness's actions and a plugin's
+plain open() alike: the store looks only there, or reuses the previous snapshot when nothing changed. Nothing
+has to announce its writes; without events (no inotify, events lost) every snapshot walks.
 Objects up to 1 MB (file contents read whole, folder listings, link targets) are appended to this process's pack
 (mlab.core.run.object_pack): creating a file costs far more than appending its bytes; bigger files are streamed
 into files of their own. Objects and listings are written without fsync and made durable together by one syncfs
@@ -69,20 +71,17 @@ def is_link(entry: Entry) -> bool:
 
 
 class WorkspaceChanges:
-    """What the harness changed in the workspace since the last snapshot: the paths its own actions wrote,
-    or `unknown` once agent code ran (or before anything was recorded). `sealed` names the folders agent code
-    could not change (mounted read-only, and found to be the same folders after every run of it since the last
-    snapshot): a walk need not enter them."""
+    """Whether agent code ran since the last snapshot (`unknown`), and how. The store's change events name
+    whatever the harness process wrote; agent code is another matter: a process that lives on (the REPL) or an
+    unconfined one may change files with no event (a shared mapping, another hard link), so its runs say here
+    whether the events tell all. `sealed` names the folders agent code could not change (mounted read-only, and
+    found to be the same folders after every run of it since the last snapshot): a walk need not enter them."""
 
     def __init__(self) -> None:
-        self.paths: set[str] = set()
         self.unknown = True
         self._sealed: dict[str, tuple[int, int]] | None = None  # None: no run of agent code vouched yet
         self._running = 0  # runs of agent code that have not vouched (yet): nothing is sealed
         self._ended_confined = False  # every run of agent code since the last snapshot ended, confined
-
-    def wrote(self, rel: str) -> None:
-        self.paths.add(rel)
 
     def ran_agent_code(self) -> None:
         self.unknown = True
@@ -103,18 +102,16 @@ class WorkspaceChanges:
 
     @property
     def events_tell_all(self) -> bool:
-        """Whether change events may stand in for a walk: agent code ran, and every run of it ended confined."""
-        return self.unknown and self._running == 0 and self._sealed is not None and self._ended_confined
+        """Whether change events may stand in for a walk: no agent code ran, or every run of it ended confined."""
+        return not self.unknown or (self._running == 0 and self._sealed is not None and self._ended_confined)
 
     @property
     def sealed(self) -> dict[str, tuple[int, int]]:
         if self._running or not self._sealed:
             return {}
-        return {rel: seen for rel, seen in self._sealed.items()
-                if not any(path.startswith(rel + "/") for path in self.paths)}  # the harness wrote there
+        return dict(self._sealed)
 
     def clear(self) -> None:
-        self.paths.clear()
         self.unknown = False
         self._sealed, self._running, self._ended_confined = None, 0, False
 
@@ -163,10 +160,10 @@ class SnapshotStore:
     # ---- taking a snapshot ----------------------------------------------------------------------
     def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
              changes: WorkspaceChanges | None = None) -> Manifest:
-        """Record the workspace under `name`; returns the manifest. `changes`, when given, is trusted to
-        name everything that changed since the last snapshot of this store (see WorkspaceChanges); without
-        it every entry is lstatted. What a bounded walk left out (a tree too deep or too large) is described
-        by `self.left_out` afterwards."""
+        """Record the workspace under `name`; returns the manifest. `changes`, when given, says whether agent
+        code ran since the last snapshot of this store (see WorkspaceChanges), so change events may stand in for
+        a walk; without it every entry is lstatted. What a bounded walk left out (a tree too deep or too large)
+        is described by `self.left_out` afterwards."""
         self.record(workspace, name, skip, changes)
         return self.manifest(name)
 
@@ -191,21 +188,20 @@ class SnapshotStore:
                 self._drop_watch()  # a new tree: every folder is watched anew as it is first listed
             tree, previous = index[2], index[3]
             events = self._drain_events()
-            known = changes is not None and not changes.unknown and previous and not self.left_out
-            if known and changes is not None and not changes.paths:
+            # The events name every write since the last snapshot, whoever made it, unless agent code may have
+            # written without one; None when they cannot be had: then the whole tree is walked.
+            told = changes is not None and changes.events_tell_all and events is not None and previous \
+                and not self.left_out
+            if told and changes is not None and not changes.unknown and not events:
                 self._reuse(previous, name)
                 self._index = (identity, skip, tree, name)
                 return
-            sealed = changes.sealed if changes is not None and not self._watch_all else {}
+            sealed = self._sealed(changes, events)
             scanner = Scanner(self._record, skip, WalkLimits(),
                               trust_horizon_ns(self.manifests / ".clock", st.st_dev), sealed)
             scanner.watch, scanner.watch_all = self._watch, self._watch_all
             self._linked = False
-            told = changes is not None and changes.events_tell_all and events is not None and previous \
-                and not self.left_out
-            if not (known and changes is not None
-                    and all(scanner.update_path(root, tree, rel) for rel in sorted(changes.paths))) \
-                    and not (told and self._apply_events(scanner, root, tree, events or {})):
+            if not (told and self._apply_events(scanner, root, tree, events or {})):
                 self._full_walk(scanner, root, tree, sealed)
             self._watch_all = False
             listing = tree.encode(self._seal)
@@ -214,6 +210,15 @@ class SnapshotStore:
             self._index = (identity, skip, tree, name)
         finally:
             os.close(root)
+
+    def _sealed(self, changes: WorkspaceChanges | None,
+                events: dict[str, FolderEvents] | None) -> dict[str, tuple[int, int]]:
+        """The folders a walk need not enter: sealed against agent code, and with no event inside (the harness
+        process may have written there); none when the events are unknown."""
+        if changes is None or events is None or self._watch_all:
+            return {}
+        return {rel: seen for rel, seen in changes.sealed.items()
+                if not any(prefix.startswith(rel + "/") for prefix in events)}
 
     def _full_walk(self, scanner: Scanner, root: int, tree: Folder, sealed: dict[str, tuple[int, int]]) -> None:
         scanner.only = None

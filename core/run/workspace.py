@@ -141,8 +141,6 @@ class Workspace:
         if len(data) > MAX_WRITE_BYTES:
             raise EnvError(f"content of {len(data)} bytes is more than the {MAX_WRITE_BYTES} allowed")
         dir_fd = self.open_parent(path, given)
-        # the next snapshot looks at this path alone, unless agent code ran too
-        self.settings.store.changes.wrote(path.relative_to(self.root).as_posix())
         try:
             try:
                 mode = stat.S_IMODE(os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
