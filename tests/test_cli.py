@@ -3,14 +3,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-
-def mlab(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+from tests.fixtures.cli import entry, mlab, mlab_in_process
+from tests.fixtures.harness import fixture_registry
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -40,37 +37,35 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
     (["baseline", "no-such-task"], ["unknown task"]),
     (["nosuchcommand"], ["No such command"]),
 ])
-@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(args, fragments):
-    assert_one_line_error(mlab(*args), *fragments)
+    assert_one_line_error(mlab_in_process(*args), *fragments)
+
+
+def test_bad_input_from_a_process_is_one_line_and_exit_2():
+    assert_one_line_error(mlab("run", "--task", "no-such-task"), "unknown task 'no-such-task'")
 
 
 def test_corrupt_trace_is_one_line_error(tmp_path):
     (tmp_path / "trace.json").write_text("{not json")
-    assert_one_line_error(mlab("eval", str(tmp_path)), "not a valid trace")
+    assert_one_line_error(mlab_in_process("eval", tmp_path), "not a valid trace")
 
 
 def test_run_dir_that_is_not_empty_is_refused(tmp_path):
     (tmp_path / "keep.txt").write_text("precious")
-    result = mlab("run", "--task", "lite/wine", "--run-dir", str(tmp_path))
+    result = mlab_in_process("run", "--task", "lite/wine", "--run-dir", tmp_path)
     assert_one_line_error(result, "not empty")
     assert (tmp_path / "keep.txt").read_text() == "precious"
 
 
-def test_eval_reports_each_run(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path.parent)
-    import os
+def test_eval_reports_each_run(tmp_path):
     runs = []
     for n in (2, 4):
         run_dir = tmp_path / f"run{n}"
-        subprocess.run([sys.executable, "-m", "tests.fixtures.harness", str(run_dir), "--steps", str(n)],
-                       check=True, capture_output=True, cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
+        made = mlab(run_dir, "--steps", n, entry=entry("tests.fixtures.harness"))
+        assert made.returncode == 0, made.stderr
         runs.append(run_dir)
     # eval through the fixture registry: the fixture task is registered in-process only
-    code = ("import json,sys; from tests.fixtures.harness import fixture_registry; fixture_registry();"
-            "from mlab.cli.main import main; main(['eval','--json',*sys.argv[1:]])")
-    result = subprocess.run([sys.executable, "-c", code, *map(str, runs)], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.dirname(__file__)), timeout=120)
+    result = mlab_in_process("eval", "--json", *runs, registry=fixture_registry)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [r["score"] for r in rows] == [None, 1.0]
@@ -81,11 +76,9 @@ def test_eval_reports_each_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("command, key, column", [("tasks", "name", "task"), ("list-plugins", "name", "plugin")])
 def test_listings_in_an_80_column_terminal_show_names_whole_and_name_what_they_leave_out(command, key, column):
-    import os
-
-    listed = json.loads(mlab(command, "--json").stdout)
+    listed = json.loads(mlab_in_process(command, "--json").stdout)
     names = [row[key] for row in (listed["plugins"] if command == "list-plugins" else listed)]
-    narrow = mlab(command, env={**os.environ, "COLUMNS": "80"})
+    narrow = mlab_in_process(command, env={"COLUMNS": "80"})
     assert narrow.returncode == 0, narrow.stderr
     lines = narrow.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
