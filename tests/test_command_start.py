@@ -220,7 +220,7 @@ def test_environment_and_stdin_are_the_commands(tmp_path):
         box.kill(proc)
         box.release(proc)
     environ = [line for line in out.splitlines() if "=" in line]
-    given = {**spec.env, "MLAB_SANDBOX_TOKEN": proc.mlab_token}  # the unconfined sandbox's own mark
+    given = {**spec.env, "MLAB_SANDBOX_TOKEN": proc.token}  # the unconfined sandbox's own mark
     assert environ == sorted(f"{k}={v}" for k, v in given.items()), out
     assert out.splitlines()[-1] == "request" and "go" not in out.splitlines(), out
 

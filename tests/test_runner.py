@@ -182,6 +182,7 @@ def test_sandbox_auto_prefers_bwrap_and_falls_back_to_local():
 
     class Unusable(Sandbox):
         name = "bwrap"
+        auto_rank = 10
 
         @classmethod
         def available(cls):

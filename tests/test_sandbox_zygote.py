@@ -18,6 +18,7 @@ import pytest
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, confine_program, namespace_prefix, plan_of
+from mlab.core.sandbox.process import ProcessCommand
 from mlab.core.sandbox.rootfs import root_view
 from mlab.core.sandbox.zygote import NotForZygote
 from tests.fixtures.users import as_nobody
@@ -230,7 +231,7 @@ def test_a_command_whose_init_cannot_be_set_up_exits_120_with_the_sandbox_messag
         assert box.run(["true"], spec).exit_code == 0
         elsewhere = tmp_path / "not-shown"
         elsewhere.mkdir()
-        proc = the_zygote(box).start(["true"], spec.model_copy(update={"cwd": elsewhere}), [])
+        proc = ProcessCommand(*the_zygote(box).start(["true"], spec.model_copy(update={"cwd": elsewhere}), []))
         assert proc.wait(timeout=20) == 120
         assert proc.stdout.read().decode().startswith("mlab sandbox: ")
         box.release(proc)

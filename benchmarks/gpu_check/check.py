@@ -248,7 +248,7 @@ def sandbox_class(registry: Any, name: str) -> tuple[Any, str]:
     ok, why = cls.available()
     if not ok and name == "docker" and "has no image" in why:
         # The image is an empty root imported offline (the docker sandbox's own build-image).
-        from mlab_sandbox_docker import DEFAULT_IMAGE, IMAGE_VAR, build_image
+        from mlab_sandbox_docker.engine import DEFAULT_IMAGE, IMAGE_VAR, build_image
 
         try:
             build_image(os.environ.get(IMAGE_VAR) or DEFAULT_IMAGE)

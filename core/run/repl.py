@@ -5,7 +5,6 @@ import json
 import os
 import queue
 import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from mlab.core.errors import EnvError
-from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import Command, ExecSpec, Sandbox
 from mlab.core.sandbox.output import CappedOutput
 
 # The child's program, passed as text so the sandbox needs neither mlab nor a path to this package.
@@ -28,7 +27,7 @@ class Repl:
         self.sandbox = sandbox
         self.spec = spec.model_copy(update={"stdin_pipe": True})
         self.python = python
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Command | None = None
         self.chunks: queue.Queue[bytes | None] = queue.Queue()
         self.pending = bytearray()  # output after the last end marker (e.g. from a background thread)
         self.marker = b""
@@ -38,7 +37,7 @@ class Repl:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> Command:
         self.proc = proc = self.sandbox.popen([self.python, "-u", "-c", _SERVER], self.spec)
         self.chunks = queue.Queue()
         self.pending = bytearray()
@@ -59,7 +58,7 @@ class Repl:
             pass
         chunks.put(None)
 
-    def _send(self, proc: subprocess.Popen[bytes], code: str, deadline: float) -> None:
+    def _send(self, proc: Command, code: str, deadline: float) -> None:
         nonce = secrets.token_hex(16)  # new for each command: an end marker printed earlier ends nothing
         self.marker = b"\x00MLAB-REPL-END " + nonce.encode()
         data = (json.dumps({"code": code, "nonce": nonce}) + "\n").encode()
@@ -95,7 +94,7 @@ class Repl:
             if self.proc is proc and proc.poll() is None:
                 self.sandbox.freeze(proc)  # its threads and children wait for the next command
 
-    def _run(self, proc: subprocess.Popen[bytes], code: str, timeout_s: float, output_cap: int,
+    def _run(self, proc: Command, code: str, timeout_s: float, output_cap: int,
              limit_messages: dict[str, str] | None) -> str:
         deadline = time.monotonic() + timeout_s
         self._send(proc, code, deadline)
@@ -158,7 +157,7 @@ class Repl:
                 proc.stdout.close()
 
 
-def _exit_code(proc: subprocess.Popen[bytes]) -> int | None:
+def _exit_code(proc: Command) -> int | None:
     try:
         return proc.wait(timeout=2)
     except Exception:

@@ -1,54 +1,53 @@
-"""The sandbox contract: what the core asks of a sandbox, and what one command's start and end look like.
+"""The sandbox contract: what the core asks of a sandbox, and the rules every sandbox keeps.
 
-Every sandbox runs a command in the workspace with limits, streams its output, kills the whole process tree
-on a timeout or a broken limit, and reports the exit status and which limit was hit. The base class declares
-everything the core reads from a sandbox, and gives subclasses `spawn` (a new session with rlimits, a
-per-command cgroup where the kernel allows, death with the harness) and `run` (watching a command to its end).
+A sandbox runs commands of agent code (and of scorers) in a task's workspace. The core starts a command with
+`popen` (a lasting one, the REPL) or `run` (to its end), looks at it with `check`, stops it with `kill`, pauses
+it between actions with `freeze` and `thaw`, and lets go of it with `release`. It reads four declarations:
+`name`, `confined`, `auto_rank` and `available()`, and names no sandbox itself.
+
+Writing one: subclass mlab.core.sandbox.process.ProcessSandbox when commands are processes of this machine
+(it spawns them in a session of their own with rlimits and a cgroup, and kills, freezes and reaps their
+trees), and override `popen` alone; subclass Sandbox when they live elsewhere. Register the class with the
+`register_sandboxes` hook, then run `mlab check-sandbox NAME`: the conformance suite
+(mlab.core.sandbox.self_check) holds it to these rules.
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from pathlib import Path
+from typing import IO, ClassVar, Protocol
 
-from pydantic import BaseModel, Field
+from mlab.core.sandbox.spec import LIMIT_NAMES, ExecResult, ExecSpec
+from mlab.core.sandbox.supervise import run_to_end
 
-from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
-from mlab.core.sandbox.disk import disk_limit_hit, disk_usage
-from mlab.core.sandbox.limits import Limits, nproc_fallback
-from mlab.core.sandbox.spawn import start
+__all__ = ["LIMIT_NAMES", "Command", "ExecResult", "ExecSpec", "Sandbox"]
 
 
-class ExecSpec(BaseModel):
-    """Everything a sandbox needs to start one command."""
+class Command(Protocol):
+    """A started command as `Sandbox.popen` returns it; a subprocess.Popen is one. Its pid leads the process
+    group of everything it starts. A command that can tell its end on a descriptor (without waitpid) may
+    also have `end_fd() -> int | None`, which the core's waiter sleeps on."""
 
-    cwd: Path
-    env: dict[str, str] = Field(default_factory=dict)
-    limits: Limits = Field(default_factory=Limits)
-    hidden_paths: list[Path] = Field(default_factory=list)  # must not be visible to the command
-    read_only_paths: list[Path] = Field(default_factory=list)  # visible but not writable
-    writable_paths: list[Path] = Field(default_factory=list)  # besides cwd, e.g. the sandbox home
-    stdin_pipe: bool = False
-    network: bool = False  # share the host's network (the task declares it needs one); else loopback of its own
+    @property
+    def pid(self) -> int: ...
 
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
 
-LIMIT_NAMES = ("timeout", "memory", "output", "cpu", "file_size", "processes", "disk")
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
 
+    @property
+    def returncode(self) -> int | None: ...
 
-class ExecResult(BaseModel):
-    exit_code: int | None
-    output: str
-    output_truncated: bool = False
-    limit_hit: str | None = None  # one of LIMIT_NAMES
-    duration_s: float
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class Sandbox(ABC):
-    """A way of confining commands. `popen` must start the command in a new process group (use `spawn`)."""
+    """A way of confining commands. One instance serves one run (or one scorer), from several threads; the
+    class is looked at (`available`, `auto_rank`) before any instance is made."""
 
     name: str = ""
     """The name `--sandbox` selects it by, unique among installed sandboxes."""
@@ -56,172 +55,132 @@ class Sandbox(ABC):
     description: str = ""
     """One line on how it confines commands, for listings."""
 
+    auto_rank: ClassVar[int | None] = None
+    """Its place in `--sandbox auto` (the default): of the sandboxes available here, the one with the lowest
+    rank is chosen. None: never chosen by auto, only by name. A sandbox with a rank must confine (`confined`)
+    wherever `available()` says yes. mlab's own: bwrap 10, local 20; docker and unconfined have none."""
+
     @property
     def confined(self) -> bool:
-        """True when a command cannot see hidden paths nor write read-only ones (namespaces, a container);
-        False when only the harness's restoring afterwards protects them."""
+        """True when a command cannot see `spec.hidden_paths` nor change `spec.read_only_paths` (namespaces, a
+        container); False when only the harness's restoring afterwards protects them. The harness shares
+        read-only files with the workspace by hard links only in a confined sandbox, and the report marks runs
+        of an unconfined one. Override with a property or a class attribute."""
         return False
 
     @property
     def signal_exit_codes(self) -> bool:
         """True when the command runs under an init of its own that exits with 128+N when the command dies of
-        signal N: such codes are reported as -N, the way Popen does."""
+        signal N: `run` then reports such codes as -N, the way Popen does."""
         return False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        """(usable on this machine, reason when not)."""
+        """Whether this sandbox works on this machine; cheap after the first call (cache a probe).
+
+        Returns:
+            (True, "") when usable; (False, one line saying why not and what to do) otherwise.
+        """
         return True, ""
 
     def limitations(self) -> list[str]:
-        """What this sandbox cannot enforce here; the runner shows and records each as a warning."""
-        if os.geteuid() == 0 and "pids" not in cgroup_parents():
-            return ["no cgroup for process counts can be made here, and root ignores RLIMIT_NPROC: the number of "
-                    "processes an agent's code starts is not bounded (a fork bomb is stopped only by the timeout)"]
+        """What this sandbox cannot enforce here; the runner shows and records each as a warning.
+
+        Returns:
+            One sentence per gap (e.g. no bound on processes), empty when it enforces everything.
+        """
         return []
 
-    def close(self) -> None:
-        """Let go of what the sandbox keeps between commands (the local sandbox's zygote); the owner of a run's
-        sandbox calls it when the run ends. A later command starts afresh."""
+    @abstractmethod
+    def popen(self, argv: list[str], spec: ExecSpec) -> Command:
+        """Start argv confined per spec and return at once.
+
+        Rules: the command runs in spec.cwd with exactly spec.env; stdout and stderr merged into one pipe
+        (`stdout`); stdin a pipe (`stdin`) when spec.stdin_pipe, else empty; spec.limits applied to the whole
+        tree it starts (rlimits, and processes and memory where the sandbox can bound them); a confined sandbox
+        hides spec.hidden_paths, keeps spec.read_only_paths read-only, leaves writable only cwd,
+        spec.writable_paths and a private /tmp, and gives no network unless spec.network. Nothing it starts may
+        outlive the harness.
+
+        Args:
+            argv: the program and its arguments; a bare name is looked up in spec.env's PATH.
+            spec: where, with what and under which limits.
+
+        Returns:
+            The running command. The caller ends it with `kill` and `release`.
+
+        Raises:
+            FileNotFoundError, PermissionError: argv[0] cannot be executed (as Popen raises them).
+        """
+
+    def check(self, command: Command, spec: ExecSpec) -> str | None:
+        """A limit the command has broken; the caller then kills it. Called every 0.1 s while it runs, and once
+        after it ended (a kernel's OOM kill is known only then).
+
+        Args:
+            command: what `popen` returned.
+            spec: what it was started with.
+
+        Returns:
+            One of LIMIT_NAMES, or None.
+        """
         return None
 
     @abstractmethod
-    def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
-        """Start argv confined per spec, stdout and stderr merged into one pipe."""
+    def kill(self, command: Command) -> None:
+        """Kill the command and everything it started, daemonized children included, at once (SIGKILL). Safe
+        on a command that has ended and to call twice; never raises for a process already gone.
 
-    def spawn(self, command: list[str], spec: ExecSpec, env: dict[str, str] | None = None,
-              pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
-        """Start command in a new session with spec's rlimits, in a cgroup of its own where one can be made,
-        getting SIGKILL when the harness dies; pass_fds stay open in it (a plan read from a descriptor). For
-        subclasses' `popen`. How, without a Python preexec_fn: mlab.core.sandbox.spawn."""
-        cgroup = CommandCgroup.create(spec.limits)
-        nproc = None if cgroup is not None else nproc_fallback(spec.limits.max_processes)
-        try:
-            proc = start(command, spec.cwd, spec.env if env is None else env, spec.stdin_pipe, spec.limits, nproc,
-                         cgroup, pass_fds)
-        except BaseException:
-            if cgroup is not None:
-                cgroup.close_fds()
-                cgroup.remove()
-            raise
-        if cgroup is not None:
-            cgroup.close_fds()
-        proc.mlab_cgroup = cgroup  # type: ignore[attr-defined]
-        proc.mlab_disk = disk_usage(spec.cwd)  # type: ignore[attr-defined]
-        return proc
+        Args:
+            command: what `popen` returned.
+        """
 
-    def check(self, proc: subprocess.Popen, spec: ExecSpec) -> str | None:
-        """A limit the running command has broken (it is then killed), or None."""
-        cgroup: CommandCgroup | None = getattr(proc, "mlab_cgroup", None)
-        if cgroup is not None:
-            hit = cgroup.limit_hit()
-            if hit:
-                return hit
-        return disk_limit_hit(getattr(proc, "mlab_disk", None), spec.cwd, spec.limits)
+    @abstractmethod
+    def freeze(self, command: Command) -> None:
+        """Stop every process of a lasting command (the REPL between two actions), so that nothing of the agent
+        runs while the harness works; return only once they have all stopped.
 
-    def kill(self, proc: subprocess.Popen) -> None:
-        """Kill the command and everything it started."""
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        cgroup = getattr(proc, "mlab_cgroup", None)
-        if cgroup is not None:
-            cgroup.kill()
+        Args:
+            command: a running command of `popen`.
+        """
 
-    def freeze(self, proc: subprocess.Popen) -> None:
-        """Stop every process of a lasting command (the REPL) between actions, so nothing of the agent runs
-        while the harness works: each process of its cgroup, and its process group, gets SIGSTOP until no new
-        one appears (a stopped process cannot fork); then wait until every thread of them has really stopped
-        (a signal is delivered when the target is next scheduled, which on a loaded machine is later)."""
-        signalled = _signal_tree(proc, signal.SIGSTOP, rounds=50)
-        _wait_stopped(signalled | _group_members(proc.pid), FREEZE_WAIT_S)
+    @abstractmethod
+    def thaw(self, command: Command) -> None:
+        """Let a frozen command run again.
 
-    def thaw(self, proc: subprocess.Popen) -> None:
-        """Let a frozen command run again."""
-        _signal_tree(proc, signal.SIGCONT, rounds=1)
+        Args:
+            command: a command `freeze` stopped.
+        """
 
-    def release(self, proc: subprocess.Popen) -> None:
-        """Free what the command needed once it is dead (its cgroup)."""
-        cgroup = getattr(proc, "mlab_cgroup", None)
-        if cgroup is not None:
-            cgroup.remove()
-            proc.mlab_cgroup = None  # type: ignore[attr-defined]
+    def release(self, command: Command) -> None:
+        """Free what the command held once it is dead (its cgroup, its container). Called exactly once per
+        command, after `kill`.
+
+        Args:
+            command: what `popen` returned.
+        """
+        return None
 
     def run(self, argv: list[str], spec: ExecSpec,
             on_output: Callable[[bytes], None] | None = None) -> ExecResult:
-        """Run argv to its end under spec's limits, showing its output to on_output as it comes."""
-        from mlab.core.sandbox.supervise import run_to_end  # here: that module builds on this one
+        """Run argv to its end under spec's limits. The default starts it with `popen` and watches it with
+        `check` (mlab.core.sandbox.supervise): the time limit counts from when `popen` returned; output past
+        spec.limits.output_bytes is cut in the middle; on a broken limit the tree is killed.
 
+        Args:
+            argv: as for `popen`.
+            spec: as for `popen`.
+            on_output: shown each chunk of output as it comes.
+
+        Returns:
+            The exit code (-N for a death by signal N; None when unknown), the output, and the limit hit.
+
+        Raises:
+            FileNotFoundError, PermissionError: as `popen`.
+        """
         return run_to_end(self, argv, spec, on_output)
 
-
-FREEZE_WAIT_S = 5.0  # a process that has not stopped by then is stuck in the kernel (uninterruptible I/O)
-_STOPPED_STATES = "TtZX"  # stopped, traced, zombie, dead
-
-
-def _group_members(pgid: int) -> set[int]:
-    """The processes of process group pgid (they may have left the cgroup's view, never the group)."""
-    found: set[int] = set()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            found.add(int(name))
-    return found
-
-
-def _threads_running(pid: int) -> bool:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False  # gone
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0].decode()
-        except (OSError, IndexError):
-            continue
-        if state not in _STOPPED_STATES:
-            return True
-    return False
-
-
-def _wait_stopped(pids: set[int], limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    pending = {pid for pid in pids if pid != os.getpid()}
-    while pending and time.monotonic() < deadline:
-        pending = {pid for pid in pending if _threads_running(pid)}
-        if pending:
-            time.sleep(0.001)
-
-
-def _signal_tree(proc: subprocess.Popen, sig: int, rounds: int) -> set[int]:
-    cgroup: CommandCgroup | None = getattr(proc, "mlab_cgroup", None)
-    signalled: set[int] = {proc.pid}
-    me = os.getpid()
-    for _round in range(rounds):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        members = (cgroup.pids() if cgroup is not None else set()) - {me}
-        fresh = members - signalled
-        for pid in fresh:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        signalled |= fresh
-        if not fresh:
-            break
-    return signalled
+    def close(self) -> None:
+        """Let go of what the sandbox keeps between commands (the local sandbox's zygotes, docker's kept
+        containers); the owner of a run's sandbox calls it when the run ends. A later command starts afresh."""
+        return None

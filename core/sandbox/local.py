@@ -20,15 +20,15 @@ import functools
 import importlib.resources
 import marshal
 import os
-import secrets
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.disk import disk_usage
+from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
 from mlab.core.sandbox.zygote import (
     IDLE_S,
@@ -41,7 +41,6 @@ from mlab.core.sandbox.zygote import (
     plan_sources,
 )
 
-_TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 _VIEWS_KEPT = 8  # file system plans remembered per sandbox (a run needs one or two: its commands, its scorer)
 
 
@@ -82,10 +81,11 @@ def namespace_prefix() -> tuple[str, ...] | None:
     return prefix if probe.returncode == 0 else None
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(ProcessSandbox):
     name = "local"
     description = ("namespaces and a file system built from nothing (workspace read-write, system and Python "
                    "read-only, no network), with direct system calls; refuses where the kernel allows none")
+    auto_rank = 20  # after bwrap: both confine as well, bwrap is the more widely reviewed
 
     def __init__(self, namespaces: bool = True, zygotes: bool = True, zygote_idle_s: float = IDLE_S):
         self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)
@@ -121,28 +121,20 @@ class LocalSandbox(Sandbox):
                          f"harness can read; use --sandbox bwrap (or docker) for a real benchmark")
         return notes + super().limitations()
 
-    def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
-        command = list(argv)
-        env = dict(spec.env)
+    def popen(self, argv: list[str], spec: ExecSpec) -> ProcessCommand:
         prefix = namespace_prefix() if self.use_namespaces else None
-        if prefix is not None:
-            view, shown_identity = self._view(argv, spec)
-            if self.use_zygotes:
-                started = self._through_zygote(prefix, argv, spec, view, shown_identity)
-                if started is not None:
-                    return started
-            plan_fd = plan_descriptor(plan_dict(dataclasses.replace(view, protected=protected_paths(spec))))
-            try:
-                proc = self.spawn([*prefix, f"fd:{plan_fd}", "--", *argv], spec, env=env, pass_fds=(plan_fd,))
-            finally:
-                os.close(plan_fd)
-            proc.mlab_token = None  # type: ignore[attr-defined]
-            return proc
-        token = secrets.token_hex(16)
-        env[_TOKEN_VAR] = token
-        proc = self.spawn(command, spec, env=env)
-        proc.mlab_token = token  # type: ignore[attr-defined]
-        return proc
+        if prefix is None:  # daemonized children are found by a token in their environment
+            return self.spawn(list(argv), spec, mark=True)
+        view, shown_identity = self._view(argv, spec)
+        if self.use_zygotes:
+            started = self._through_zygote(prefix, argv, spec, view, shown_identity)
+            if started is not None:
+                return started
+        plan_fd = plan_descriptor(plan_dict(dataclasses.replace(view, protected=protected_paths(spec))))
+        try:
+            return self.spawn([*prefix, f"fd:{plan_fd}", "--", *argv], spec, pass_fds=(plan_fd,))
+        finally:
+            os.close(plan_fd)
 
     def _view(self, argv: list[str], spec: ExecSpec) -> tuple[RootView, tuple]:
         """The plan for argv per spec without its protected files, and the identity of every host path it shows.
@@ -165,7 +157,7 @@ class LocalSandbox(Sandbox):
         return view, shown_identity
 
     def _through_zygote(self, prefix: tuple[str, ...], argv: list[str], spec: ExecSpec, view: RootView,
-                        shown_identity: tuple) -> subprocess.Popen | None:
+                        shown_identity: tuple) -> ProcessCommand | None:
         """argv started by the zygote of its plan (made, or remade when it died or what it shows was replaced
         on the host); None when no zygote can start it."""
         plan = plan_dict(view)
@@ -175,7 +167,8 @@ class LocalSandbox(Sandbox):
                 return None
             try:
                 zygote = self._zygote_for(prefix, plan, key, shown_identity)
-                return zygote.start(argv, spec, protected_paths(spec))
+                process, cgroup = zygote.start(argv, spec, protected_paths(spec))
+                return ProcessCommand(process, cgroup, disk_usage(spec.cwd))
             except NotForZygote:
                 return None
             except ZygoteGone:
@@ -226,12 +219,6 @@ class LocalSandbox(Sandbox):
     def signal_exit_codes(self) -> bool:  # the namespace's init shell tells a death by signal N as 128+N
         return self.confined
 
-    def kill(self, proc: subprocess.Popen) -> None:
-        super().kill(proc)
-        token = getattr(proc, "mlab_token", None)
-        if token:
-            _kill_by_token(token)
-
 
 def _lstat_identity(paths: list[str]) -> tuple:
     found: list[tuple[int, int, int] | None] = []
@@ -242,31 +229,6 @@ def _lstat_identity(paths: list[str]) -> tuple:
         except OSError:
             found.append(None)
     return tuple(found)
-
-
-def _kill_by_token(token: str) -> None:
-    """Kill every process whose environment carries token: what escaped the process group by setsid."""
-    needle = f"{_TOKEN_VAR}={token}".encode() + b"\x00"
-    me = os.getpid()
-    for _round in range(3):  # a process may fork while we sweep
-        found = False
-        try:
-            pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-        except OSError:
-            return
-        for pid in pids:
-            if pid == me:
-                continue
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if needle not in f.read() + b"\x00":
-                        continue
-                os.kill(pid, signal.SIGKILL)
-                found = True
-            except (OSError, ValueError):
-                continue
-        if not found:
-            return
 
 
 class UnconfinedSandbox(LocalSandbox):
@@ -284,4 +246,4 @@ class UnconfinedSandbox(LocalSandbox):
 
     def limitations(self) -> list[str]:
         return ["--sandbox unconfined: agent code runs without confinement and can read the task's hidden answers "
-                "and everything the harness's user can; its scores prove nothing"] + Sandbox.limitations(self)
+                "and everything the harness's user can; its scores prove nothing"] + ProcessSandbox.limitations(self)

@@ -1,4 +1,5 @@
-"""Finding the sandbox class for a `--sandbox` name, `auto` included."""
+"""Finding the sandbox class for a `--sandbox` name, `auto` included: the available sandbox of lowest
+`auto_rank`, whoever registered it."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,11 +8,10 @@ from mlab.core.errors import MlabError
 from mlab.core.sandbox.contract import Sandbox
 
 AUTO = "auto"
-AUTO_ORDER = ("bwrap", "local")  # what `--sandbox auto` (the default) tries, strongest first; never `unconfined`
 
 
 def resolve_sandbox(registry: Any, name: str) -> type[Sandbox]:
-    """The sandbox class for a `--sandbox` name; `auto` is the first of AUTO_ORDER usable here."""
+    """The sandbox class for a `--sandbox` name; `auto` is the available one of lowest `auto_rank`."""
     if name != AUTO:
         cls: type[Sandbox] = registry.get("sandboxes", name)
         ok, why = cls.available()
@@ -19,14 +19,27 @@ def resolve_sandbox(registry: Any, name: str) -> type[Sandbox]:
             raise MlabError(f"sandbox {name!r} is not available here: {why}")
         return cls
     reasons = []
-    for candidate in AUTO_ORDER:
-        found: type[Sandbox] | None = registry.items["sandboxes"].get(candidate)
-        if found is None:
-            reasons.append(f"{candidate}: not installed")
-            continue
+    for _rank, candidate, found in auto_candidates(registry):
         ok, why = found.available()
         if ok:
             return found
         reasons.append(f"{candidate}: {why}")
-    raise MlabError(f"no confining sandbox is available here ({'; '.join(reasons)}); --sandbox unconfined runs "
-                    "agent code without confinement")
+    tried = "; ".join(reasons) or "none installed declares an auto_rank"
+    raise MlabError(f"no confining sandbox is available here ({tried}); --sandbox unconfined runs agent code "
+                    "without confinement")
+
+
+def auto_candidates(registry: Any) -> list[tuple[int, str, type[Sandbox]]]:
+    """(rank, name, class) of every installed sandbox that takes part in `auto`, in the order tried. A sandbox
+    whose plugin fails to load takes no part (`mlab list-plugins` shows why)."""
+    items = registry.items["sandboxes"]
+    found = []
+    for candidate in list(items):
+        try:
+            cls = items[candidate]
+        except MlabError:
+            continue
+        rank = getattr(cls, "auto_rank", None)
+        if isinstance(rank, int):
+            found.append((rank, candidate, cls))
+    return sorted(found, key=lambda entry: (entry[0], entry[1]))

@@ -7,10 +7,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
 from mlab.core.sandbox.output import CappedOutput, pump
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 from mlab.core.sandbox.wait import EndWatch
+
+if TYPE_CHECKING:  # the contract's default `run` is this function
+    from mlab.core.sandbox.contract import Sandbox
 
 # A command's pipe stays open while any child holds it; after the command exits, wait this long for EOF.
 DRAIN_GRACE_S = 0.5

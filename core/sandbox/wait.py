@@ -13,12 +13,16 @@ import math
 import os
 import select
 import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlab.core.sandbox.contract import Command
 
 
 class EndWatch:
     """Waits for proc's end; close() when done with it."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: Command):
         self.proc = proc
         self._own_fd: int | None = None  # a pidfd this opened
         self._poller: select.poll | None = None

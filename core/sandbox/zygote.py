@@ -29,7 +29,6 @@ from typing import IO
 from mlab.core.sandbox.cgroups import CommandCgroup
 from mlab.core.sandbox.confine import MAX_FDS, REQUEST_BYTES
 from mlab.core.sandbox.contract import ExecSpec
-from mlab.core.sandbox.disk import disk_usage
 from mlab.core.sandbox.limits import nproc_fallback, rlimit_values
 
 IDLE_S = 300.0  # longer than an agent's usual thinking between two commands; a rebuild costs one start-up
@@ -193,8 +192,9 @@ class Zygote:
         with self._lock:
             self.live -= 1
 
-    def start(self, argv: list[str], spec: ExecSpec, protected: list[str]) -> ConfinedCommand:
-        """Start argv per spec (its rlimits, cgroup and stdin) through the zygote."""
+    def start(self, argv: list[str], spec: ExecSpec,
+              protected: list[str]) -> tuple[ConfinedCommand, CommandCgroup | None]:
+        """Start argv per spec (its rlimits, cgroup and stdin) through the zygote; the command and its cgroup."""
         cgroup = CommandCgroup.create(spec.limits)
         nproc = None if cgroup is not None else nproc_fallback(spec.limits.max_processes)
         request = marshal.dumps({
@@ -243,9 +243,7 @@ class Zygote:
                     cgroup.remove()
         stdin = os.fdopen(in_write, "wb") if spec.stdin_pipe else None
         proc = ConfinedCommand(list(argv), pid, ours, stdin, os.fdopen(out_read, "rb"), self)
-        proc.mlab_cgroup = cgroup  # type: ignore[attr-defined]
-        proc.mlab_disk = disk_usage(spec.cwd)  # type: ignore[attr-defined]
-        return proc
+        return proc, cgroup
 
     def close(self) -> None:
         """End the zygote and wait for it (every command it started ends with it)."""

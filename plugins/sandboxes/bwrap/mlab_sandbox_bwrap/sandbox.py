@@ -13,7 +13,8 @@ import os
 import shutil
 import subprocess
 
-from mlab.core import ExecSpec, Sandbox, root_view
+from mlab.core import ExecSpec, root_view
+from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,10 +95,11 @@ def options_descriptor(options: list[str]) -> int:
     return fd
 
 
-class BwrapSandbox(Sandbox):
+class BwrapSandbox(ProcessSandbox):
     name = "bwrap"
     description = ("bubblewrap: only the workspace (read-write), the Python environment and system libraries "
                    "(read-only); no network; own PID namespace")
+    auto_rank = 10  # first in `--sandbox auto`
     confined = True  # the command sees only what is bound into its container
     signal_exit_codes = True  # bwrap's init exits with 128+N when the command dies of signal N
 
@@ -105,7 +107,7 @@ class BwrapSandbox(Sandbox):
     def available(cls) -> tuple[bool, str]:
         return _probe()
 
-    def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
+    def popen(self, argv: list[str], spec: ExecSpec) -> ProcessCommand:
         fd = options_descriptor(options_for(spec, argv))
         try:
             return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(fd), "--", *argv], spec,

@@ -5,23 +5,12 @@ and models it needs) is imported when the sandbox is used.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from mlab.core import Lazy, hookimpl
 
 SANDBOX = Lazy("docker", "mlab_sandbox_docker.sandbox:DockerSandbox",
                "a Docker container: the workspace read-write, the Python environment read-only, no network")
-# Names of sandbox.py that users import from the package; sandbox.py is imported when one is first read.
-FORWARDED = ("BUILD_HINT", "DEFAULT_IMAGE", "IMAGE_VAR", "DockerSandbox", "build_image", "command_for")
 
 
 @hookimpl
 def register_sandboxes(register):
     register(SANDBOX)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in FORWARDED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.sandbox"), name)

@@ -54,7 +54,9 @@ import threading
 import time
 import weakref
 
-from mlab.core import ExecSpec, RootView, Sandbox, root_view
+from mlab.core import ExecSpec, RootView, root_view
+from mlab.core.sandbox.contract import Command
+from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
 from mlab_sandbox_docker import cgroup, engine
 from mlab_sandbox_docker.engine import BUILD_HINT, DEFAULT_IMAGE, IMAGE_VAR, build_image
 
@@ -368,7 +370,7 @@ class _Container:
         self.ended_hit: str | None = None
         self.ended_checked = False
 
-    def wait_running(self, proc: subprocess.Popen) -> None:
+    def wait_running(self, proc: Command) -> None:
         """Until the engine runs it (or the client gave up), so that start-up is not the command's time."""
         if engine.socket_path() is None:
             return  # no cheap way to ask: the time limit then includes the start-up
@@ -408,6 +410,13 @@ class _Container:
         return self.ended_hit
 
 
+class DockerCommand(ProcessCommand):
+    """A command's `docker` client, and the container it runs in: a kept one (job) or its own (box)."""
+
+    job: _Exec | None = None
+    box: _Container | None = None
+
+
 def _remove_all(kept: list[_Kept], owner: int, wait: bool) -> None:
     """Remove the kept containers (only in the process that made them: a forked child has copies)."""
     if os.getpid() != owner:
@@ -424,7 +433,7 @@ def _remove_all(kept: list[_Kept], owner: int, wait: bool) -> None:
         thread.join(timeout=60)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(ProcessSandbox):
     name = "docker"
     description = "a Docker container: the workspace read-write, the Python environment read-only, no network"
     confined = True  # the command sees only what is bound into its container
@@ -452,7 +461,7 @@ class DockerSandbox(Sandbox):
             self._kept.clear()
         _remove_all(kept, os.getpid(), True)
 
-    def popen(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
+    def popen(self, argv: list[str], spec: ExecSpec) -> DockerCommand:
         if not spec.stdin_pipe and self._reuse:
             key, options, workspace = plan_of(argv, spec)
             kept = self._acquire(key, options)
@@ -460,20 +469,20 @@ class DockerSandbox(Sandbox):
                 return self._exec(kept, argv, spec, workspace)
         return self._run(argv, spec)
 
-    def _client(self, command: list[str], spec: ExecSpec) -> subprocess.Popen:
+    def _client(self, command: list[str], spec: ExecSpec) -> DockerCommand:
         env = dict(spec.env)
         env.update(engine.client_env())
         # The limits go to the container; the client itself must not be starved by them.
         client = spec.model_copy(update={"limits": spec.limits.model_copy(update={
             "memory_bytes": None, "cpu_seconds": None, "file_size_bytes": None, "max_processes": None})})
-        return self.spawn(command, client, env=env)
+        return self.spawn(command, client, env=env, kind=DockerCommand)
 
-    def _run(self, argv: list[str], spec: ExecSpec) -> subprocess.Popen:
+    def _run(self, argv: list[str], spec: ExecSpec) -> DockerCommand:
         """A container of the command's own (`docker run`): the REPL's, or any command's on a remote engine."""
         name = f"mlab-{os.getpid()}-{secrets.token_hex(6)}"
         proc = self._client(command_for(argv, spec, name, engine.harness_label()), spec)
         box = _Container(name)
-        proc.mlab_container = box  # type: ignore[attr-defined]
+        proc.box = box
         try:
             box.wait_running(proc)
         except BaseException:
@@ -481,7 +490,7 @@ class DockerSandbox(Sandbox):
             raise
         return proc
 
-    def _exec(self, kept: _Kept, argv: list[str], spec: ExecSpec, workspace: str) -> subprocess.Popen:
+    def _exec(self, kept: _Kept, argv: list[str], spec: ExecSpec, workspace: str) -> DockerCommand:
         command = [engine.docker_exe() or "docker", "exec", "--user", f"{os.getuid()}:{os.getgid()}",
                    "--workdir", workspace, *_env_options(spec), kept.name,
                    "/bin/sh", "-c", EXEC.replace("@ULIMIT@", _ulimit(spec)), "mlab-exec", *argv]
@@ -491,7 +500,7 @@ class DockerSandbox(Sandbox):
         except BaseException:
             self._give_back(kept, retire=False)
             raise
-        proc.mlab_exec = job  # type: ignore[attr-defined]
+        proc.job = job
         return proc
 
     def _acquire(self, key: tuple, options: list[str]) -> _Kept | None:
@@ -541,21 +550,21 @@ class DockerSandbox(Sandbox):
             engine.kill(kept.name)  # now: a command the harness lost track of must not outlive its action
             engine.remove_later(kept.name)
 
-    def check(self, proc: subprocess.Popen, spec: ExecSpec) -> str | None:
+    def check(self, proc: Command, spec: ExecSpec) -> str | None:
         hit = super().check(proc, spec)
         if hit:
             return hit
-        job: _Exec | None = getattr(proc, "mlab_exec", None)
+        job = proc.job if isinstance(proc, DockerCommand) else None
         if job is not None:
             job.hit = job.hit or cgroup.limit_hit(job.kept.folders, job.since)
             return job.hit
-        box: _Container | None = getattr(proc, "mlab_container", None)
+        box = proc.box if isinstance(proc, DockerCommand) else None
         if box is None:
             return None
         return box.running_hit() if proc.poll() is None else box.end_hit()
 
-    def kill(self, proc: subprocess.Popen) -> None:
-        job: _Exec | None = getattr(proc, "mlab_exec", None)
+    def kill(self, proc: Command) -> None:
+        job = proc.job if isinstance(proc, DockerCommand) else None
         if job is not None:
             running = proc.poll() is None
             if not job.kept.kill_commands():
@@ -570,41 +579,39 @@ class DockerSandbox(Sandbox):
                     proc.wait(timeout=CLIENT_GRACE_S)
                 except subprocess.TimeoutExpired:
                     job.kept.broken = True
-        box: _Container | None = getattr(proc, "mlab_container", None)
+        box = proc.box if isinstance(proc, DockerCommand) else None
         if box is not None and proc.poll() is None:
             engine.kill(box.name)
         super().kill(proc)
 
-    def freeze(self, proc: subprocess.Popen) -> None:
+    def freeze(self, proc: Command) -> None:
         """The engine's pause: every process of the container stops at once (its freezer cgroup), which no
         signal to the client's process group would do. A command exec'd into a kept container (never lasting
         today) gets SIGSTOP in each of its processes instead: the container is not all its own."""
-        job: _Exec | None = getattr(proc, "mlab_exec", None)
+        job = proc.job if isinstance(proc, DockerCommand) else None
         if job is not None:
             job.kept.signal_commands(signal.SIGSTOP)
             return
-        box: _Container | None = getattr(proc, "mlab_container", None)
+        box = proc.box if isinstance(proc, DockerCommand) else None
         if box is not None and proc.poll() is None:
             engine.pause(box.name)
 
-    def thaw(self, proc: subprocess.Popen) -> None:
-        job: _Exec | None = getattr(proc, "mlab_exec", None)
+    def thaw(self, proc: Command) -> None:
+        job = proc.job if isinstance(proc, DockerCommand) else None
         if job is not None:
             job.kept.signal_commands(signal.SIGCONT)
             return
-        box: _Container | None = getattr(proc, "mlab_container", None)
+        box = proc.box if isinstance(proc, DockerCommand) else None
         if box is not None and proc.poll() is None:
             engine.unpause(box.name)
 
-    def release(self, proc: subprocess.Popen) -> None:
-        job: _Exec | None = getattr(proc, "mlab_exec", None)
-        if job is not None:
-            proc.mlab_exec = None  # type: ignore[attr-defined]
-            # 126: the engine could not start the exec (its folder cannot be entered: a command may have made
-            # the folders leading to it unusable); a container that may be damaged is not reused.
-            self._give_back(job.kept, retire=job.kept.broken or proc.returncode == 126)
-        box: _Container | None = getattr(proc, "mlab_container", None)
-        if box is not None:
-            engine.remove_later(box.name)
-            proc.mlab_container = None  # type: ignore[attr-defined]
+    def release(self, proc: Command) -> None:
+        if isinstance(proc, DockerCommand):
+            job, box, proc.job, proc.box = proc.job, proc.box, None, None
+            if job is not None:
+                # 126: the engine could not start the exec (its folder cannot be entered: a command may have
+                # made the folders leading to it unusable); a container that may be damaged is not reused.
+                self._give_back(job.kept, retire=job.kept.broken or proc.returncode == 126)
+            if box is not None:
+                engine.remove_later(box.name)
         super().release(proc)
