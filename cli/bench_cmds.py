@@ -132,10 +132,12 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     if as_json and table_format != "table":
         raise click.UsageError("--json prints the metrics; --format prints the tables: give one of them")
     data = rep.load_any(folder, compare or None)
-    if not data.rows:
-        raise MlabError(f"bench {str(folder)!r} has no runs yet")
     data_on_stdout = as_json or table_format != "table"
     console = make_console(stderr=data_on_stdout)
+    for line in data.skipped:  # rows of an untrusted results.db that could not be used
+        console.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
+    if not data.rows:
+        raise MlabError(f"bench {str(folder)!r} has no runs yet")
     target = out_dir or folder / "report"
     written = rep.write(data, target, plots=not no_plots, html=not no_html,
                         log=lambda msg: console.print(msg, highlight=False))
@@ -146,7 +148,9 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
         for table in tables:
             console.print(rep.to_rich(table))
         sources = ", ".join(f"{t}: {s}" for t, s in data.baseline_sources.items())
-        console.print(f"baselines — {sources}", highlight=False)
+        console.print(f"baselines — {sources}", highlight=False, markup=False)
+        for note in sorted({f"{g.task}: {g.baseline_note}" for g in data.groups if g.baseline_note}):
+            console.print(f"note: {note}", highlight=False, markup=False)
     else:
         tables_dir = target / "tables"
         tables_dir.mkdir(parents=True, exist_ok=True)

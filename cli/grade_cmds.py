@@ -23,22 +23,19 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool) -> None
     """Score FILE_OR_DIR with TASK's scorer: a folder is scored as a run's workspace would be, a file as the only
     file in one (under its own name, e.g. submission.csv). Prints the score, the baseline, the improvement and
     whether it counts as a success; exits 1 when the submission is invalid."""
-    from mlab.core.run.baseline import known_baseline
+    from mlab.core.bench.verdict import judged, known_baseline, recorded_reference, success_text
     from mlab.core.run.harness import Harness
-    from mlab.core.run.scoring import judge
+    from mlab.core.run.scoring import ScoreRule
 
     harness = Harness(load_registry(), sandbox=sandbox)
     task = harness.task(task_name)
     harness.ensure_prepared(task)
     score, error = harness.scorer.score_path(task, submission)
     harness.scored(task, (score, error))
-    baseline, source = known_baseline(task, harness.home)
-    verdict = judge(score, baseline, task)
+    verdict = judged(score, known_baseline(task, harness.home), ScoreRule.of(task),
+                     recorded_reference(harness.home, task.name))
     result = {"task": task.name, "submission": str(submission), "metric": task.metric.name,
-              "higher_is_better": task.metric.higher_is_better, "score": score, "error": error,
-              "baseline": baseline, "baseline_source": source, "baseline_refused": verdict.refused,
-              "valid": verdict.valid, "improvement": verdict.improvement, "success": verdict.success,
-              "success_margin": float(task.success_margin)}
+              "higher_is_better": task.metric.higher_is_better, "score": score, "error": error, **verdict.fields()}
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -48,17 +45,10 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool) -> None
             console.print(f"{task.name}: no {task.metric.name}: {error}", highlight=False, soft_wrap=True)
         else:
             console.print(f"{task.name}: {task.metric.name} = {score:.6g} ({arrow} is better)", highlight=False)
-        if baseline is None:
+        if verdict.baseline is None:
             console.print(f"baseline: not known (run: mlab baseline {task.name})", highlight=False)
         else:
-            console.print(f"baseline: {baseline:.6g} ({source})", highlight=False)
-        if verdict.improvement is not None:
-            outcome = "a success" if verdict.success else "not a success"
-            console.print(f"improvement: {verdict.improvement:+.1%}, {outcome} (success: more than "
-                          f"{task.success_margin:.0%} better than the baseline)", highlight=False)
-        elif verdict.refused:
-            console.print(f"improvement: none ({verdict.refused})", highlight=False)
-        else:
-            console.print("improvement: none", highlight=False)
+            console.print(f"baseline: {verdict.baseline:.6g} ({verdict.baseline_source})", highlight=False)
+        console.print(success_text(verdict), highlight=False, soft_wrap=True)
     if score is None:
         sys.exit(1)

@@ -301,19 +301,28 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    from rich.markup import escape
+
     table = Table(title="mlab results")
-    columns = ["run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement"]
+    columns = ["run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement",
+               "success\n(original)", "of\nreference", "model\ncalls", "tokens", "time s"]
     for column in columns + (["best step"] if intermediate else []):
         table.add_column(column)
     for r in rows:
-        score = f"{r['score']:.6g}" if r["score"] is not None else f"[red]{r['error']}[/red]"
+        score = f"{r['score']:.6g}" if r["score"] is not None else f"[red]{escape(str(r['error']))}[/red]"
         base = f"{r['baseline']:.6g}" if r["baseline"] is not None else "not measured"
         imp = f"{r['improvement']:+.1%}" if r["improvement"] is not None else (
-            f"[red]refused: {r['baseline_refused']}[/red]" if r["baseline_refused"] else "-")
+            f"[red]refused: {escape(r['baseline_refused'])}[/red]" if r["baseline_refused"] else "-")
+        success = ("yes" if r["success"] else "no") + (" *" if r["baseline_note"] else "")
+        ratio = "-" if r["of_reference"] is None else f"{r['of_reference']:.3g}"
         best = [] if not intermediate else [
             "-" if r["best_step"] is None else f"{r['best_score']:.6g} at step {r['best_step']}"]
-        table.add_row(Path(r["run_dir"]).name, r["task"], r["agent"], r["status"], str(r["steps"]),
-                      r["metric"] + (" ↑" if r["higher_is_better"] else " ↓"), score, base, imp, *best)
+        table.add_row(escape(Path(r["run_dir"]).name), escape(r["task"]), escape(r["agent"]), r["status"],
+                      str(r["steps"]), escape(r["metric"]) + (" ↑" if r["higher_is_better"] else " ↓"), score, base,
+                      imp, success, ratio, str(r["llm_calls"]), f"{r['tokens']:,}", f"{r['time_s']:.1f}", *best)
+    notes = sorted({f"{r['task']}: {r['baseline_note']}" for r in rows if r["baseline_note"]})
+    if notes:
+        table.caption = "* " + "; ".join(notes)
     console = make_console()
     console.print(table)
     validated = [Path(r["run_dir"]).name for r in rows if r.get("allow_validate")]

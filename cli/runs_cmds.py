@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,33 +10,54 @@ import click
 from rich.table import Table
 
 from mlab.core.bench.run_folders import runs_in
+from mlab.core.bench.verdict import VERDICT_FIELDS, RunJudge, spent
 from mlab.core.errors import MlabError
+from mlab.core.models import Trace
+from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
 from mlab.core.view.live import run_in_progress
 
 from .console import make_console
 
 
-def run_row(root: Path, run_dir: Path) -> dict[str, Any]:
-    """What the listing shows of one run; an unreadable trace is listed with its problem, not skipped."""
+def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What the listing shows of one run: its verdict (the one rule's, through `judge`) and what it spent; an
+    unreadable trace is listed with its problem, not skipped."""
     where = "." if run_dir == root else run_dir.relative_to(root).as_posix()
     try:
         trace = read_trace(run_dir)
     except MlabError as exc:
         return {"run": where, "run_dir": str(run_dir), "status": "unreadable", "error": str(exc), "task": None,
-                "agent": None, "llm": None, "seed": None, "steps": None, "max_steps": None, "end_reason": None,
-                "score": None, "score_error": None, "tokens": None, "cost_usd": None, "time_s": None,
-                "started_at": None}
+                "agent": None, "llm": None, "seed": None, "max_steps": None, "end_reason": None,
+                "score": None, "score_error": None, "started_at": None,
+                **dict.fromkeys(("steps", "llm_calls", "tokens", "cost_usd", "time_s")),
+                **dict.fromkeys(VERDICT_FIELDS)}
     c = trace.config
     status: str = trace.status
     if status == "running" and run_in_progress(run_dir) is False:
         status = "interrupted"  # its process is gone: `mlab run --resume` continues it
     return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
-            "agent": c.agent, "llm": c.llm, "seed": c.seed, "steps": len(trace.steps), "max_steps": c.max_steps,
+            "agent": c.agent, "llm": c.llm, "seed": c.seed, "max_steps": c.max_steps,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
-            "tokens": trace.usage.total_tokens,
-            "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,  # None: a call had no price
-            "time_s": round(trace.total_time_s, 2), "started_at": trace.started_at}
+            **spent(trace), "started_at": trace.started_at,
+            **(judge(run_dir, trace) if judge else dict.fromkeys(VERDICT_FIELDS))}
+
+
+def verdicts(home: TaskHome | None = None) -> Callable[[Path, Trace], dict[str, Any]]:
+    """A run's verdict fields by the one rule; a run of a task that is not installed has none."""
+    from mlab.core.plugins.registry import load_registry
+
+    registry = load_registry()
+    judge = RunJudge(home or TaskHome.from_env())
+
+    def of(run_dir: Path, trace: Trace) -> dict[str, Any]:
+        try:
+            task = registry.get("tasks", trace.config.task)
+        except MlabError:
+            return {**dict.fromkeys(VERDICT_FIELDS), "baseline_source": "task not installed"}
+        return judge.judge(run_dir, task, trace.final_score).fields()
+
+    return of
 
 
 _STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted": "yellow", "unreadable": "red"}
@@ -47,12 +69,13 @@ _STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted"
 def runs(folder: Path, as_json: bool) -> None:
     """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench. A run
     whose process is gone before it ended is shown as interrupted (mlab run --resume continues it)."""
-    rows = [run_row(folder, run_dir) for run_dir in runs_in(folder)]
+    judge = verdicts()
+    rows = [run_row(folder, run_dir, judge) for run_dir in runs_in(folder)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title=f"runs in {folder}")
-    for column in ("run", "status", "task", "agent", "steps", "score", "end"):
+    for column in ("run", "status", "task", "agent", "steps", "score", "improvement", "end"):
         table.add_column(column, overflow="fold")
     for r in rows:
         style = _STYLE.get(r["status"], "")
@@ -60,5 +83,14 @@ def runs(folder: Path, as_json: bool) -> None:
         score = f"{r['score']:.6g}" if r["score"] is not None else "-"
         steps = f"{r['steps']}/{r['max_steps']}" if r["steps"] is not None else "-"
         table.add_row(r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"], r["task"] or "-",
-                      agent or "-", steps, score, r["end_reason"] or r["error"] or r["score_error"] or "")
+                      agent or "-", steps, score, improvement_cell(r),
+                      r["end_reason"] or r["error"] or r["score_error"] or "")
     make_console().print(table)
+
+
+def improvement_cell(r: dict[str, Any]) -> str:
+    """The improvement and the original's success, with a placeholder baseline's note: people read success here."""
+    if r["improvement"] is None:
+        return "-"
+    text = f"{r['improvement']:+.1%}" + (" success" if r["success"] else "")
+    return text + (" (any valid submission succeeds)" if r["baseline_note"] else "")

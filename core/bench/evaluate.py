@@ -11,12 +11,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, TypedDict
 
-from mlab.core.bench.results import DB_FILE, Judged, ResultsDB, classify, judge_runs
+from mlab.core.bench.results import DB_FILE, ResultsDB, classify, judge_runs
 from mlab.core.bench.run_folders import runs_in
+from mlab.core.bench.verdict import Judged, RunJudge, spent
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import Registry
-from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import Score, judge
 from mlab.core.run.trace import read_trace
@@ -160,32 +160,28 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
         with ResultsDB(bench / DB_FILE) as db:
             judged[bench] = judge_runs(db, harness.home, store=True)
     rows = []
+    loose = RunJudge(harness.home)  # a run given by its folder: its bench's baseline if a bench holds it
     for res in results:
         if res["run_dir"] in bench_of:
             bench, key = bench_of[res["run_dir"]]
-            known = judged[bench][key].baseline, judged[bench][key].baseline_source
+            verdict = judged[bench][key]  # judged after this scoring was stored
         else:
-            known = known_baseline(res["task"], harness.home)
-        rows.append(_row(res, known, intermediate))
+            verdict = loose.judge(res["run_dir"], res["task"], res["final"][0])
+        rows.append(_row(res, verdict, intermediate))
     return rows
 
 
-def _row(res: Evaluated, known: tuple[float | None, str], intermediate: bool) -> dict[str, Any]:
-    base, source = known
+def _row(res: Evaluated, verdict: Judged, intermediate: bool) -> dict[str, Any]:
     trace, task = res["trace"], res["task"]
     (score, error), steps = res["final"], res["steps"]
     trace.final_score, trace.final_score_error = score, error
-    verdict = judge(score, base, task)
     valid = [(i, s) for i, _snap, s, _e in steps if s is not None and judge(s, None, task).valid]
     pick = max if task.metric.higher_is_better else min
     best = pick(valid, key=lambda p: p[1]) if valid else None
     row = {"run_dir": str(res["run_dir"]), "task": task.name, "agent": trace.config.agent, "status": trace.status,
-           "steps": len(trace.steps), "metric": task.metric.name, "higher_is_better": task.metric.higher_is_better,
-           "score": score, "error": error, "baseline": base, "baseline_source": source,
-           "baseline_refused": verdict.refused, "valid": verdict.valid,
-           "improvement": verdict.improvement, "success": verdict.success, "failure": classify(trace),
-           "tokens": trace.usage.total_tokens, "time_s": round(trace.total_time_s, 2),
-           "allow_validate": trace.config.allow_validate}
+           "metric": task.metric.name, "higher_is_better": task.metric.higher_is_better,
+           "score": score, "error": error, **verdict.fields(), "failure": classify(trace),
+           **spent(trace), "allow_validate": trace.config.allow_validate}
     if intermediate:
         row.update({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
                     "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]})

@@ -17,11 +17,14 @@ Per task and agent (a group: one task, one agent and model, many seeds)
 
 Two denominators of success, both reported
 - success (all runs): every finished or failed run counts; what mlab has always reported.
-- success (original): runs the original left out before counting are dropped from the denominator: its plot.py
-  filters out runs that ended in an error (`harness_error` here), a connection or quota error with the LLM
-  (`llm_error`) or a (CUDA) out-of-memory error (`out_of_memory`, and any run whose scripts ran out of memory on the
-  way when the record carries its incidents). Runs that scored badly, ran out of steps or time, answered in a
-  broken format or submitted nothing stay in. This column is the one comparable to the paper's numbers.
+- success (original): runs the original left out before counting are dropped from the denominator. Its plot.py
+  drops every run folder holding an error.txt, which its runner writes for any exception that ends a run: an error
+  of the harness (`harness_error` here), of the agent's own code (`agent_error`), a connection or quota error with
+  the LLM (`llm_error`) and the run's time limit (a run that ended "time limit reached"); and it drops runs whose
+  log shows a (CUDA) out-of-memory error (`out_of_memory`, and any run whose scripts ran out of memory on the way).
+  Runs that scored badly, ran out of steps, answered in a broken format or submitted nothing stay in. One
+  difference is kept: the original never filters its GPT-4 runs, mlab filters every model's (README, deviations).
+  This column is the one comparable to the paper's numbers.
 
 Across tasks, per agent (tasks weigh equally, as in the paper)
 - success: the macro average, the mean over tasks of each task's success rate. Its interval is a percentile
@@ -69,7 +72,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from mlab.core.run.scoring import ScoreRule, is_valid, judge
+from mlab.core.run.scoring import ScoreRule, is_valid, judge, reference_ratio
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN
 
 if TYPE_CHECKING:
@@ -79,13 +82,14 @@ if TYPE_CHECKING:
     Array = npt.NDArray[np.float64]
 
 THRESHOLDS = (0.05, 0.10, 0.15, 0.20, 0.30)
-SUCCESS = 0.10  # the original's headline threshold: more than 10% better than the baseline at the last step
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 9999  # bootstrap resamples and permutations (scipy's default); fewer arrangements are enumerated
 SEED = 1729  # every bootstrap and permutation test starts from this seed: the same report every time
-# Failure classes (mlab.core.bench.results.FAILURES) of runs the original drops before counting success.
-ORIGINAL_EXCLUDES = ("harness_error", "llm_error", "out_of_memory")
+# Failure classes (mlab.core.bench.results.FAILURES) of runs the original drops before counting success: each
+# writes the original's error.txt (or, out of memory, shows in its log).
+ORIGINAL_EXCLUDES = ("harness_error", "agent_error", "llm_error", "out_of_memory")
+ORIGINAL_EXCLUDED_END = "time limit reached"  # the run's own time limit: the original's runner raises, error.txt
 AUP_EPSILON = 0.05  # MLGym's margin beyond the worst feasible ratio when choosing tau_max
 BASELINE_METHOD = "(task baseline)"  # the task's baseline as a method of the performance profiles
 
@@ -237,11 +241,13 @@ class RunRecord:
     success_margin: float = DEFAULT_SUCCESS_MARGIN
     failure: str | None = None
     tokens: int = 0
+    llm_calls: int = 0
     cost_usd: float | None = 0.0  # None: a model call had no price
     time_s: float = 0.0
     steps: int = 0
     step_scores: list[tuple[int, float | None]] = field(default_factory=list)
     incidents: tuple[str, ...] = ()
+    end_reason: str | None = None
 
     @property
     def label(self) -> str:
@@ -253,9 +259,11 @@ class RunRecord:
 
     @property
     def counted_by_original(self) -> bool:
-        """Whether the original's plot.py would count this run: not one that ended in a harness, LLM-connection or
-        out-of-memory error (it drops a run whose log shows an out-of-memory error at all)."""
-        return self.failure not in ORIGINAL_EXCLUDES and "out_of_memory" not in self.incidents
+        """Whether the original's plot.py would count this run: not one that wrote its error.txt (an error of the
+        harness, the agent's code or the LLM connection, or the run's time limit), nor one whose log shows an
+        out-of-memory error at all."""
+        return (self.failure not in ORIGINAL_EXCLUDES and "out_of_memory" not in self.incidents
+                and not (self.end_reason or "").startswith(ORIGINAL_EXCLUDED_END))
 
 
 @dataclass
@@ -291,6 +299,9 @@ class Outcome:
     tokens: float
     time_s: float
     cost_usd: float | None
+    steps: float = 0.0
+    llm_calls: float = 0.0
+    of_reference: float | None = None
 
 
 # ---- a group of runs (one task, one agent and model, many seeds) -----------------------------------
@@ -312,6 +323,11 @@ class GroupMetrics:
     time_s: Estimate
     cost_usd: Estimate
     failures: dict[str, int]
+    steps: Estimate = field(default_factory=lambda: Estimate(0, None))
+    llm_calls: Estimate = field(default_factory=lambda: Estimate(0, None))
+    of_reference: Estimate = field(default_factory=lambda: Estimate(0, None))  # mean score / reference score
+    reference: float | None = None
+    baseline_note: str | None = None  # what success means against a placeholder baseline
     # success (original): without the runs the original drops (ORIGINAL_EXCLUDES); its n is that denominator
     success_original: Estimate = field(default_factory=lambda: Estimate(0, None))
     higher_is_better: bool = True
@@ -325,15 +341,20 @@ class GroupMetrics:
                 "success_any": self.success_any.as_dict(), "improvement": self.improvement.as_dict(),
                 "best_improvement": self.best_improvement.as_dict(), "final_score": self.final_score.as_dict(),
                 "tokens": self.tokens.as_dict(), "time_s": self.time_s.as_dict(),
-                "cost_usd": self.cost_usd.as_dict(), "failures": dict(self.failures)}
+                "cost_usd": self.cost_usd.as_dict(), "steps": self.steps.as_dict(),
+                "llm_calls": self.llm_calls.as_dict(), "of_reference": self.of_reference.as_dict(),
+                "reference_score": self.reference, "baseline_note": self.baseline_note,
+                "failures": dict(self.failures)}
 
 
 COMPLETED = ("finished", "failed")
 
 
-def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float | None) -> GroupMetrics:
+def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float | None,
+                  reference: float | None = None) -> GroupMetrics:
     done = [r for r in runs if r.status in COMPLETED]
     per_run = [run_metrics(r, baseline) for r in done]
+    ratios = [reference_ratio(r.final_score, reference, r.higher_is_better) for r in done]
     n = len(done)
     kept = [m for r, m in zip(done, per_run, strict=True) if r.counted_by_original]
     failures: dict[str, int] = {}
@@ -353,18 +374,24 @@ def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float 
         tokens=mean_interval([float(r.tokens) for r in done], lowest=0.0),
         time_s=mean_interval([r.time_s for r in done], lowest=0.0),
         cost_usd=cost_interval([r.cost_usd for r in done]), failures=failures,
+        steps=mean_interval([float(r.steps) for r in done], lowest=0.0),
+        llm_calls=mean_interval([float(r.llm_calls) for r in done], lowest=0.0),
+        of_reference=mean_interval([x for x in ratios if x is not None], lowest=0.0), reference=reference,
+        baseline_note=judge(None, baseline, runs[0].rule).note if runs else None,
         higher_is_better=runs[0].higher_is_better if runs else True,
         outcomes=[Outcome(seed=r.seed, succeeded=m.succeeded, success_any=m.success_any,
                           counted_by_original=r.counted_by_original, improvement=m.final_improvement,
-                          tokens=float(r.tokens), time_s=r.time_s, cost_usd=r.cost_usd)
-                  for r, m in zip(done, per_run, strict=True)])
+                          tokens=float(r.tokens), time_s=r.time_s, cost_usd=r.cost_usd, steps=float(r.steps),
+                          llm_calls=float(r.llm_calls), of_reference=x)
+                  for r, m, x in zip(done, per_run, ratios, strict=True)])
 
 
-def all_groups(runs: list[RunRecord], baselines: dict[str, float | None]) -> list[GroupMetrics]:
+def all_groups(runs: list[RunRecord], baselines: dict[str, float | None],
+               references: dict[str, float | None] | None = None) -> list[GroupMetrics]:
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:
         groups.setdefault((r.task, r.label), []).append(r)
-    return [group_metrics(task, label, members, baselines.get(task))
+    return [group_metrics(task, label, members, baselines.get(task), (references or {}).get(task))
             for (task, label), members in sorted(groups.items())]
 
 
@@ -427,9 +454,12 @@ class LabelSummary(TypedDict):
     success_original: EstimateDict  # success (original): without the runs the original drops
     success_any: EstimateDict
     improvement: EstimateDict
+    of_reference: EstimateDict  # mean score over the reference score, over the tasks that have one
     tokens: EstimateDict
     cost_usd: EstimateDict
     time_s: EstimateDict
+    steps: EstimateDict
+    llm_calls: EstimateDict
     aup: float | None  # area under the performance profile, out of tau_max (see Profiles)
 
 
@@ -458,10 +488,13 @@ def overall(groups: list[GroupMetrics]) -> dict[str, LabelSummary]:
                 _samples(gs, lambda o: o.succeeded, lambda o: o.counted_by_original)).as_dict(),
             "success_any": macro_success(_samples(gs, lambda o: o.success_any)).as_dict(),
             "improvement": macro_mean(_samples(gs, lambda o: o.improvement)).as_dict(),
+            "of_reference": macro_mean(_samples(gs, lambda o: o.of_reference), 0.0).as_dict(),
             "tokens": macro_mean(_samples(gs, lambda o: o.tokens), 0.0).as_dict(),
             "cost_usd": (macro_mean(_samples(gs, lambda o: o.cost_usd), 0.0) if all(
                 o.cost_usd is not None for g in gs for o in g.outcomes) else Estimate(0, None)).as_dict(),
             "time_s": macro_mean(_samples(gs, lambda o: o.time_s), 0.0).as_dict(),
+            "steps": macro_mean(_samples(gs, lambda o: o.steps), 0.0).as_dict(),
+            "llm_calls": macro_mean(_samples(gs, lambda o: o.llm_calls), 0.0).as_dict(),
             "aup": aup.get(label),
         }
     return out

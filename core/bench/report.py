@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from mlab.core.bench.formatting import pvalue, signed_pct
 from mlab.core.bench.metrics import (
-    SUCCESS,
     THRESHOLDS,
     Estimate,
     GroupMetrics,
@@ -27,11 +27,13 @@ from mlab.core.bench.metrics import (
 from mlab.core.bench.report_formats import Column, ReportTable, to_rich
 from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_records, summarize
 from mlab.core.bench.run_folders import is_bench, runs_in
+from mlab.core.bench.verdict import Judged, RunJudge
 from mlab.core.errors import MlabError
 from mlab.core.run.scoring import Verdict
 from mlab.core.run.solution_graph import SolutionGraph, final_graph
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -39,9 +41,18 @@ if TYPE_CHECKING:
 # What the report's columns mean, in the terminal, report.json and the HTML report alike.
 LEGEND = {
     "success (all runs)": "every finished or failed run counts",
-    "success (original)": "runs that ended in a harness error, an LLM connection error or an out-of-memory error "
-                          "are left out of the denominator, as the original's plot.py does: the column comparable "
-                          "to the paper",
+    "success (original)": "the original's rule (more than the task's margin, 10%, better than the baseline) over "
+                          "the original's denominator: runs that ended in an error of the harness, the agent's own "
+                          "code or the LLM connection, at the run's time limit or out of memory are left out, as "
+                          "the original's plot.py drops runs with an error.txt: the column comparable to the paper",
+    "baseline note": "a fixed baseline that is a placeholder (the original's 1e10 for house-price's MAE, 1e-10 for "
+                     "fathomnet's MAP): any valid submission succeeds against it, so success there says only that "
+                     "the submission is valid; of reference discriminates",
+    "of reference": "the final score over the task's reference solution's score (reference over score when lower "
+                    "is better; mlab check-task records it): 1 is the reference's level, more is better; mean over "
+                    "runs with a valid score, - when no reference score is recorded",
+    "budget": "what runs spent, mean per run: agent steps, model calls, tokens (prompt and completion), wall time "
+              "and cost (- when a model had no price)",
     "intervals": "95%: Wilson per task for success; percentile bootstrap over runs for means; across tasks a "
                  "bootstrap over runs stratified by task (the Wilson interval at the effective number of runs when "
                  "every task's runs agree)",
@@ -67,6 +78,8 @@ class ReportData:
     step_scores: dict[str, list[Row]]
     plugin_versions: dict[str, dict[str, str]]
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # run key -> its judged final score
+    judged: dict[str, Judged] = field(default_factory=dict)  # run key -> its verdict with baseline and reference
+    skipped: list[str] = field(default_factory=list)  # rows of results.db left out, one line each
     comparisons: list[PairedComparison] = field(default_factory=list)
     profiles: Profiles | None = None
     graphs: dict[str, SolutionGraph] = field(default_factory=dict)  # run key -> its search agent's final graph
@@ -105,6 +118,7 @@ class ReportData:
                 "overall": self.overall, "comparisons": [c.as_dict() for c in self.comparisons],
                 "profiles": self.profiles.as_dict() if self.profiles else None, "legend": LEGEND,
                 "unconfined_runs": self.unconfined_runs, "validated_runs": self.validated_runs,
+                "skipped": self.skipped,
                 "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r), **self._graph(r)}
                          for r in self.rows]}
 
@@ -113,13 +127,8 @@ class ReportData:
         return {} if graph is None else {"solution_graph": graph.payload()}
 
     def _judged(self, row: Row) -> dict[str, Any]:
-        verdict = self.verdicts.get(row["key"])
-        if verdict is None:
-            return {}
-        return {"baseline": self.baselines.get(row["task"]),
-                "baseline_source": self.baseline_sources.get(row["task"], "missing"),
-                "baseline_refused": verdict.refused, "valid": verdict.valid,
-                "improvement": verdict.improvement, "success": verdict.success}
+        found = self.judged.get(row["key"])
+        return {} if found is None else {"score": row["final_score"], **found.fields()}
 
 
 def _config_of(row: Row) -> dict[str, Any]:
@@ -135,18 +144,28 @@ def _sandbox_of(row: Row) -> str | None:
     return None if sandbox is None else str(sandbox)
 
 
-def load(bench_dir: Path, compare: tuple[str, str] | None = None) -> ReportData:
-    with ResultsDB.open_existing(bench_dir) as db:
-        rows, records = db.runs(), db.records()
-        baselines, sources = bench_baselines(db, records, TaskHome.from_env())
-        judged = judge_records(records, baselines, sources)  # the same judgement `mlab eval` stores
-        steps, versions = db.step_scores(), db.plugin_versions()
-    groups = all_groups(records, baselines)
+def load(bench_dir: Path, compare: tuple[str, str] | None = None, root: Path | None = None,
+         settled: bool = False) -> ReportData:
+    """The report of the bench in bench_dir (its runs' folders under root, by default bench_dir); `settled`: the
+    stored baselines are final (a folder of runs gathered by load_runs)."""
+    root = Path(root or bench_dir)
+    home = TaskHome.from_env()
+    try:
+        with ResultsDB.open_existing(bench_dir, read_only=True, root=root) as db:
+            rows, records = db.runs(), db.records()
+            baselines, sources = bench_baselines(db, records, home, settled=settled)
+            judged = judge_records(records, baselines, sources, home)  # the same judgement `mlab eval` stores
+            steps, versions = db.step_scores(), db.plugin_versions()
+            skipped = db.skipped
+    except sqlite3.Error as exc:
+        raise MlabError(f"{Path(bench_dir) / DB_FILE}: cannot be read as a results database ({exc})") from None
+    references = {r.task: judged[r.key].reference for r in records}
+    groups = all_groups(records, baselines, references)
     verdicts = {key: j.verdict for key, j in judged.items()}
-    data = ReportData(bench_dir=Path(bench_dir), rows=rows, records=records, baselines=baselines,
+    data = ReportData(bench_dir=root, rows=rows, records=records, baselines=baselines,
                       baseline_sources=sources, groups=groups, overall=overall(groups), step_scores=steps,
-                      plugin_versions=versions, verdicts=verdicts, profiles=performance_profiles(groups),
-                      graphs=solution_graphs(Path(bench_dir), rows))
+                      plugin_versions=versions, verdicts=verdicts, judged=judged, skipped=skipped,
+                      profiles=performance_profiles(groups), graphs=solution_graphs(root, rows))
     labels = data.labels
     if compare:
         for label in compare:
@@ -175,22 +194,33 @@ def solution_graphs(bench_dir: Path, rows: list[Row]) -> dict[str, SolutionGraph
 
 def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportData:
     """The report of run folders outside a bench (one run, or a folder of runs such as runs/demo): their traces
-    are gathered into a scratch database and reported like a bench's, judged against the tasks' known baselines."""
+    are gathered into a scratch database and reported like a bench's, each run judged against the baseline the
+    one rule gives it (verdict.RunJudge: its bench's, else its task's known baseline)."""
     from mlab.core.plugins.registry import load_registry
 
     registry = load_registry()
     folder = Path(folder)
+    judge = RunJudge(TaskHome.from_env())
+    chosen: dict[str, tuple[float | None, str]] = {}
     with tempfile.TemporaryDirectory(prefix="mlab-report-") as scratch:
-        with ResultsDB(Path(scratch) / DB_FILE) as db:
+        with ResultsDB(Path(scratch) / DB_FILE, root=folder) as db:
             for run_dir in runs_in(folder):
                 trace = read_trace(run_dir)
                 task = registry.get("tasks", trace.config.task)
                 key = run_dir.relative_to(folder).as_posix() if run_dir != folder else run_dir.resolve().name
                 db.upsert_run(key, task=task.name, agent=trace.config.agent, llm=trace.config.llm,
-                              seed=trace.config.seed, run_dir=str(run_dir.resolve()), **summarize(trace, task))
+                              seed=trace.config.seed, run_dir=run_dir.relative_to(folder).as_posix(),
+                              **summarize(trace, task))
                 db.set_plugin_versions(key, trace.plugin_versions)
-        data = load(Path(scratch), compare)
-    data.bench_dir = folder
+                baseline = judge.baseline(run_dir, task)
+                if chosen.setdefault(task.name, baseline) != baseline:
+                    raise MlabError(
+                        f"runs of {task.name} in {str(folder)!r} are judged against different baselines "
+                        f"({chosen[task.name][0]} {chosen[task.name][1]}; {baseline[0]} {baseline[1]}): report "
+                        "each bench folder on its own")
+            for task_name, (score, source) in chosen.items():
+                db.set_baseline(task_name, score, source)
+        data = load(Path(scratch), compare, root=folder, settled=True)
     return data
 
 
@@ -208,51 +238,77 @@ def _p(value: float | None) -> str:
 
 
 def _estimates(o: LabelSummary) -> dict[str, Estimate]:
-    return {k: Estimate(**o[k]) for k in ("success", "success_original", "success_any", "improvement", "tokens",
-                                          "cost_usd", "time_s")}
+    return {k: Estimate(**o[k]) for k in ("success", "success_original", "success_any", "improvement",  # type: ignore[literal-required]
+                                          "of_reference", "tokens", "cost_usd", "time_s", "steps", "llm_calls")}
+
+
+def _budget_columns(of: Callable[[Any], dict[str, Any]]) -> list[Column]:
+    """What runs spent, per task and overall: steps, model calls, tokens, time and cost."""
+    return [Column("steps", "steps", "num", ",.1f", value=lambda x: of(x)["steps"]),
+            Column("model\ncalls", "llm_calls", "num", ",.1f", value=lambda x: of(x)["llm_calls"]),
+            Column("tokens", "tokens", "num", value=lambda x: of(x)["tokens"]),
+            Column("time s", "time_s", "num", ",.1f", value=lambda x: of(x)["time_s"]),
+            Column("cost $", "cost_usd", "num", ".4f", value=lambda x: of(x)["cost_usd"])]
+
+
+def _group_estimates(g: GroupMetrics) -> dict[str, Estimate]:
+    return {"steps": g.steps, "llm_calls": g.llm_calls, "tokens": g.tokens, "time_s": g.time_s,
+            "cost_usd": g.cost_usd}
 
 
 def report_tables(data: ReportData) -> list[ReportTable]:
     """Every table of the report, as data: per task and agent, thresholds, overall, performance profiles, the
-    failure taxonomy and paired comparisons. The terminal, CSV, LaTeX and JSON all render these."""
+    failure taxonomy and paired comparisons. The terminal, CSV, LaTeX and JSON all render these; each column is
+    one Column naming the field it shows."""
     out: list[ReportTable] = []
+    noted = any(g.baseline_note for g in data.groups)
     per_task = ReportTable(
-        "per_task", f"Runs per task and agent (success: >{SUCCESS:.0%} better than the baseline at the last step, "
-                    "unless the task sets its own margin; 95% intervals over seeds)",
-        [Column("task", "task"), Column("agent", "agent"), Column("baseline", "baseline", "num", ".4g"),
+        "per_task", f"Runs per task and agent (success (original): >{DEFAULT_SUCCESS_MARGIN:.0%} better than the "
+                    "baseline at the last step, unless the task sets its own margin; 95% intervals over seeds)",
+        [Column("task", "task"), Column("agent", "agent", value=lambda g: g.label),
+         Column("baseline", "baseline", "num", ".4g"),
+         *([Column("baseline note", "baseline_note")] if noted else []),
          Column("runs", "runs", "int"), Column("failed", "failed", "int"),
-         Column("success\n(all runs)", "success_all_runs", "pct"),
-         Column("success\n(original)", "success_original", "pct"), Column("any step", "success_any_step", "pct"),
-         Column("improvement", "improvement", "signed_pct"), Column("tokens", "tokens", "num"),
-         Column("time s", "time_s", "num", ",.1f"), Column("cost $", "cost_usd", "num", ".4f")],
+         Column("success\n(all runs)", "success_all_runs", "pct", value=lambda g: g.success_rate),
+         Column("success\n(original)", "success_original", "pct"),
+         Column("any step", "success_any_step", "pct", value=lambda g: g.success_any),
+         Column("improvement", "improvement", "signed_pct"),
+         Column("of\nreference", "of_reference", "num", ".3g"),
+         *_budget_columns(_group_estimates)],
         caption=f"success (all runs): {LEGEND['success (all runs)']}; success (original): "
-                f"{LEGEND['success (original)']}. Intervals: {LEGEND['intervals']}.")
+                f"{LEGEND['success (original)']}. of reference: {LEGEND['of reference']}. Budget: "
+                f"{LEGEND['budget']}. Intervals: {LEGEND['intervals']}.")
     for g in data.groups:
-        per_task.rows.append([g.task, g.label, g.baseline, g.runs, g.failed, g.success_rate, g.success_original,
-                              g.success_any, g.improvement, g.tokens, g.time_s, g.cost_usd])
+        per_task.add(g)
     out.append(per_task)
 
     thresholds = ReportTable("thresholds", "Success rate by improvement threshold (final step, all runs)",
-                             [Column("task", "task"), Column("agent", "agent"),
-                              *(Column(f">{th:.0%}", f"success_over_{round(th * 100)}", "pct") for th in THRESHOLDS)])
+                             [Column("task", "task"), Column("agent", "agent", value=lambda g: g.label),
+                              *(Column(f">{th:.0%}", f"success_over_{round(th * 100)}", "pct",
+                                       value=lambda g, th=th: g.success[th]) for th in THRESHOLDS)])
     for g in data.groups:
-        thresholds.rows.append([g.task, g.label, *(g.success[th] for th in THRESHOLDS)])
+        thresholds.add(g)
     out.append(thresholds)
 
     tau_max = data.profiles.tau_max if data.profiles else 1.0
+
+    def summary(item: tuple[str, LabelSummary]) -> dict[str, Any]:
+        label, o = item
+        return {"agent": label, "tasks": o["tasks"], "aup": o["aup"], **_estimates(o)}
+
     totals = ReportTable(
         "overall", "Overall: means over tasks (each task weighs the same)",
-        [Column("agent", "agent"), Column("tasks", "tasks", "int"),
-         Column("success\n(all runs)", "success_all_runs", "pct"),
-         Column("success\n(original)", "success_original", "pct"), Column("± SEM\n(seeds)", "success_sem", "sem_pct"),
-         Column("any step", "success_any_step", "pct"), Column("improvement", "improvement", "signed_pct"),
-         Column("AUP", "aup", "ratio"), Column("tokens", "tokens", "num"), Column("cost $", "cost_usd", "num", ".4f"),
-         Column("time s", "time_s", "num", ",.1f")],
-        caption=f"± SEM: {LEGEND['sem']}. AUP (of {tau_max:g}): {LEGEND['aup']}.")
-    for label, o in data.overall.items():
-        e = _estimates(o)
-        totals.rows.append([label, o["tasks"], e["success"], e["success_original"], e["success"], e["success_any"],
-                            e["improvement"], o["aup"], e["tokens"], e["cost_usd"], e["time_s"]])
+        [Column("agent", "agent", value=lambda x: x[0]), Column("tasks", "tasks", "int", value=lambda x: x[1]["tasks"]),
+         Column("success\n(all runs)", "success_all_runs", "pct", value=lambda x: summary(x)["success"]),
+         Column("success\n(original)", "success_original", "pct", value=lambda x: summary(x)["success_original"]),
+         Column("± SEM\n(seeds)", "success_sem", "sem_pct", value=lambda x: summary(x)["success"]),
+         Column("any step", "success_any_step", "pct", value=lambda x: summary(x)["success_any"]),
+         Column("improvement", "improvement", "signed_pct", value=lambda x: summary(x)["improvement"]),
+         Column("of\nreference", "of_reference", "num", ".3g", value=lambda x: summary(x)["of_reference"]),
+         Column("AUP", "aup", "ratio", value=lambda x: x[1]["aup"]), *_budget_columns(summary)],
+        caption=f"± SEM: {LEGEND['sem']}. AUP (of {tau_max:g}): {LEGEND['aup']}. Budget: {LEGEND['budget']}.")
+    for item in data.overall.items():
+        totals.add(item)
     out.append(totals)
 
     if data.profiles and data.profiles.tasks:
@@ -260,10 +316,10 @@ def report_tables(data: ReportData) -> list[ReportTable]:
         profiles = ReportTable(
             "profiles", f"Performance ratios (MLGym: 1 = the best mean final score on the task; - = infeasible: no "
                         f"valid score or worse than the baseline) and AUP (of {p.tau_max:g})",
-            [Column("method", "method"), Column("AUP", "aup", "ratio"),
-             *(Column(task, task, "ratio") for task in p.tasks)])
+            [Column("method", "method", value=lambda m: m), Column("AUP", "aup", "ratio", value=lambda m: p.aup[m]),
+             *(Column(task, task, "ratio", value=lambda m, task=task: p.ratios[m][task]) for task in p.tasks)])
         for m in p.methods:
-            profiles.rows.append([m, p.aup[m], *(p.ratios[m][task] for task in p.tasks)])
+            profiles.add(m)
         out.append(profiles)
 
     counts: dict[str, dict[str, int]] = {}
@@ -274,22 +330,23 @@ def report_tables(data: ReportData) -> list[ReportTable]:
     if counts:
         used = [f for f in FAILURES if any(f in c for c in counts.values())]
         failures = ReportTable("failures", "Why runs have no valid final submission (or failed)",
-                               [Column("agent", "agent"), *(Column(f, f, "int") for f in used)])
-        for label, by_failure in sorted(counts.items()):
-            failures.rows.append([label, *(by_failure.get(f, 0) for f in used)])
+                               [Column("agent", "agent", value=lambda x: x[0]),
+                                *(Column(f, f, "int", value=lambda x, f=f: x[1].get(f, 0)) for f in used)])
+        for item in sorted(counts.items()):
+            failures.add(item)
         out.append(failures)
 
     for c in data.comparisons:
         pair = ReportTable(
             f"comparison_{_slug(c.a)}_vs_{_slug(c.b)}", f"Paired comparison on the same tasks: {c.a} − {c.b}",
             [Column("task", "task"), Column(f"success {c.a}", "success_a", "pct"),
-             Column(f"success {c.b}", "success_b", "pct"), Column("difference", "success_difference", "signed_pct"),
+             Column(f"success {c.b}", "success_b", "pct"),
+             Column("difference", "success_difference", "signed_pct", value=lambda r: r["success_diff"]),
              Column("p", "p_success", "p"), Column(f"improvement {c.a}", "improvement_a", "signed_pct"),
              Column(f"improvement {c.b}", "improvement_b", "signed_pct"), Column("p ", "p_improvement", "p")],
             caption=comparison_summary(c))
         for row in c.tasks:
-            pair.rows.append([row["task"], row["success_a"], row["success_b"], row["success_diff"], row["p_success"],
-                              row["improvement_a"], row["improvement_b"], row["p_improvement"]])
+            pair.add(row)
         out.append(pair)
 
     for run_row in data.rows:
@@ -303,12 +360,12 @@ def graph_table(row: Row, graph: SolutionGraph) -> ReportTable:
     table = ReportTable(
         f"graph_{_slug(str(row['key']))}", f"Solution graph of run {row['key']} ({row['agent']} on {row['task']})",
         [Column("node", "node", "int"), Column("parents", "parents"), Column("operator", "operator"),
-         Column("status", "status"), Column("fitness", "fitness", "num", ".6g"), Column("best", "best"),
-         Column("plan", "plan")],
+         Column("status", "status"), Column("fitness", "fitness", "num", ".6g"),
+         Column("best", "best", value=lambda n: "*" if n["best"] else ""),
+         Column("plan", "plan", value=lambda n: n["plan"][:100])],
         caption=f"fitness: {graph.direction} is better; * marks the best node, whose script the run submitted")
     for node in graph.rows():
-        table.rows.append([node["node"], node["parents"], node["operator"], node["status"], node["fitness"],
-                           "*" if node["best"] else "", node["plan"][:100]])
+        table.add(node)
     return table
 
 

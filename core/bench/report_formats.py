@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,10 +23,19 @@ FORMATS = ("table", "csv", "latex", "json")
 
 @dataclass(frozen=True)
 class Column:
+    """One column, defined once: its header, its machine key, how it is shown and which field of a row's item
+    it shows (`value`; by default the item's entry or attribute named `key`)."""
+
     header: str  # as shown to people (may hold a line break)
     key: str  # as written for machines: a CSV header, a JSON key
     kind: Kind = "text"
     fmt: str = ",.0f"  # for kind "num"
+    value: Callable[[Any], Any] | None = None
+
+    def cell(self, item: Any) -> Any:
+        if self.value is not None:
+            return self.value(item)
+        return item.get(self.key) if isinstance(item, Mapping) else getattr(item, self.key)
 
 
 @dataclass
@@ -33,8 +43,15 @@ class ReportTable:
     key: str  # names the table's file: per_task.csv
     title: str
     columns: list[Column]
-    rows: list[list[Any]] = field(default_factory=list)  # str, int, float, None or Estimate, one per column
+    rows: list[dict[str, Any]] = field(default_factory=list)  # cells by column key: str, int, float, None, Estimate
     caption: str = ""
+
+    def add(self, item: Any) -> None:
+        """A row: each column's field of item."""
+        self.rows.append({c.key: c.cell(item) for c in self.columns})
+
+    def cells(self, row: dict[str, Any]) -> list[tuple[Column, Any]]:
+        return [(c, row.get(c.key)) for c in self.columns]
 
 
 def cell_text(column: Column, value: Any) -> str:
@@ -73,18 +90,20 @@ def _machine_cells(column: Column, value: Any) -> dict[str, Any]:
 
 
 def machine_rows(table: ReportTable) -> list[dict[str, Any]]:
-    return [{k: v for column, value in zip(table.columns, row, strict=True)
-             for k, v in _machine_cells(column, value).items()} for row in table.rows]
+    return [{k: v for column, value in table.cells(row) for k, v in _machine_cells(column, value).items()}
+            for row in table.rows]
 
 
 def to_rich(table: ReportTable) -> Table:
+    from rich.markup import escape
     from rich.table import Table
 
-    out = Table(title=table.title, caption=table.caption or None)
+    # names in a table come from a results.db (untrusted): shown as text, never read as rich markup
+    out = Table(title=escape(table.title), caption=escape(table.caption) if table.caption else None)
     for column in table.columns:
-        out.add_column(column.header, overflow="fold")
+        out.add_column(escape(column.header), overflow="fold")
     for row in table.rows:
-        out.add_row(*(cell_text(c, v) for c, v in zip(table.columns, row, strict=True)))
+        out.add_row(*(escape(cell_text(c, v)) for c, v in table.cells(row)))
     return out
 
 
@@ -132,8 +151,7 @@ def to_latex(table: ReportTable) -> str:
     lines = [r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{{latex_escape(table.title)}}}", rf"\label{{tab:mlab-{table.key.replace('_', '-')}}}",
              rf"\begin{{tabular}}{{{align}}}", r"\toprule", head + r" \\", r"\midrule"]
-    lines += [" & ".join(_latex_cell(c, v) for c, v in zip(table.columns, row, strict=True)) + r" \\"
-              for row in table.rows]
+    lines += [" & ".join(_latex_cell(c, v) for c, v in table.cells(row)) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if table.caption:
         lines.append(rf"\par\smallskip\footnotesize {latex_escape(table.caption)}")

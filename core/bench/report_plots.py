@@ -20,8 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from mlab.core.bench.metrics import BASELINE_METHOD, SUCCESS, Estimate, Profiles
+from mlab.core.bench.metrics import BASELINE_METHOD, Estimate, Profiles
 from mlab.core.run.scoring import is_valid
+from mlab.core.task import DEFAULT_SUCCESS_MARGIN
 
 if TYPE_CHECKING:
     from mlab.core.bench.report import ReportData
@@ -234,7 +235,8 @@ def _success_rate(data: ReportData) -> Figure:
     _grouped_bars(ax, _bar_tasks(data), data.labels, success)
     ax.set_ylim(0, 1.05)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylabel(_wrap(f"success rate, >{SUCCESS:.0%} over baseline ({direction(True)})", PANEL_HEIGHT_IN))
+    ax.set_ylabel(_wrap(f"success rate, >{DEFAULT_SUCCESS_MARGIN:.0%} over baseline ({direction(True)})",
+                        PANEL_HEIGHT_IN))
     ax.set_title(_wrap("Success rate per task and agent (all runs), 95% CI", width))
     _legend_below(fig, [ax], 3)
     return fig

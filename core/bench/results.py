@@ -2,21 +2,22 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from mlab.core.bench.metrics import RunRecord
+from mlab.core.bench.verdict import Judged, judged, recorded_reference
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.run.baseline import bench_baseline
-from mlab.core.run.scoring import Verdict, is_valid, judge
+from mlab.core.run.scoring import is_valid
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
@@ -31,7 +32,7 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL, status TEXT NOT NULL, end_reason TEXT, failure TEXT, incidents TEXT,
     attempts INTEGER NOT NULL DEFAULT 0, started_at REAL, updated_at REAL, time_s REAL, steps INTEGER,
     prompt_tokens INTEGER, completion_tokens INTEGER, cost_usd REAL, final_score REAL, final_score_error TEXT,
-    metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL);
+    metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL, llm_calls INTEGER);
 CREATE TABLE IF NOT EXISTS step_scores (
     run_key TEXT NOT NULL, step INTEGER NOT NULL, snapshot TEXT NOT NULL, score REAL, error TEXT,
     PRIMARY KEY (run_key, step));
@@ -45,9 +46,67 @@ CREATE TABLE IF NOT EXISTS verdicts (
 
 RUN_FIELDS = ("task", "agent", "llm", "seed", "run_dir", "status", "end_reason", "failure", "incidents", "attempts",
               "started_at", "updated_at", "time_s", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
-              "final_score", "final_score_error", "metric", "higher_is_better", "config", "success_margin")
+              "final_score", "final_score_error", "metric", "higher_is_better", "config", "success_margin",
+              "llm_calls")
 # Columns added after a bench folder may have been created: (name, SQL type).
-_ADDED_COLUMNS = (("success_margin", "REAL"),)
+_ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"))
+
+# A results.db is read as untrusted (a shared bench folder): every value is checked for its type and range
+# before use, and a run whose folder lies outside the bench is not read. Column: (type, lowest, highest).
+_NUMBERS: dict[str, tuple[type, float | None, float | None]] = {
+    "seed": (int, None, None), "attempts": (int, 0, None), "steps": (int, 0, None), "prompt_tokens": (int, 0, None),
+    "completion_tokens": (int, 0, None), "llm_calls": (int, 0, None), "higher_is_better": (int, 0, 1),
+    "time_s": (float, 0, None), "cost_usd": (float, 0, None), "final_score": (float, None, None),
+    "success_margin": (float, 0, None), "started_at": (float, None, None), "updated_at": (float, None, None)}
+_REQUIRED_TEXT = ("key", "task", "agent", "run_dir", "status")
+_TEXT = ("llm", "end_reason", "failure", "incidents", "final_score_error", "metric", "config")
+
+
+def _shown(value: object) -> str:
+    """A value from an untrusted database as one short, printable line."""
+    text = ascii(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def number_problem(name: str, value: object, kind: type, lowest: float | None = None,
+                   highest: float | None = None) -> str | None:
+    """Why value is not a number of this kind in range (None: it is, or it is NULL)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        return f"{name} is {_shown(value)}, not {'an integer' if kind is int else 'a number'}"
+    if name != "final_score" and not math.isfinite(value):
+        return f"{name} is {_shown(value)}, not a finite number"
+    if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+        return f"{name} is {_shown(value)}, out of range"
+    return None
+
+
+def row_problem(row: Row) -> str | None:
+    """Why a runs-table row cannot be used: a field of the wrong type or out of range."""
+    for name in _REQUIRED_TEXT:
+        if not isinstance(row.get(name), str):
+            return f"{name} is {_shown(row.get(name))}, not text"
+    for name in _TEXT:
+        if row.get(name) is not None and not isinstance(row[name], str):
+            return f"{name} is {_shown(row[name])}, not text"
+    for name, (kind, lowest, highest) in _NUMBERS.items():
+        why = number_problem(name, row.get(name), kind, lowest, highest)
+        if why:
+            return why
+    if row.get("seed") is None:
+        return "seed is missing"
+    return None
+
+
+def inside(root: Path, relative: str) -> bool:
+    """Whether root/relative, links resolved, stays inside root (an absolute path or ../ leaves it)."""
+    base = Path(root).resolve()
+    try:
+        (base / relative).resolve().relative_to(base)
+    except (ValueError, OSError, RuntimeError):
+        return False
+    return True
 
 # ---- the failure taxonomy ------------------------------------------------------------------------
 FAILURES = ("harness_error", "agent_error", "llm_error", "invalid_format", "out_of_memory", "timeout", "limits_reached",
@@ -95,7 +154,8 @@ def summarize(trace: Trace, task: Task) -> Row:
     """The runs-table fields a trace determines."""
     return {"status": trace.status, "end_reason": trace.end_reason, "failure": classify(trace),
             "incidents": ",".join(incidents(trace)) or None, "started_at": trace.started_at,
-            "time_s": trace.total_time_s, "steps": len(trace.steps), "prompt_tokens": trace.usage.prompt_tokens,
+            "time_s": trace.total_time_s, "steps": len(trace.steps), "llm_calls": trace.usage.calls,
+            "prompt_tokens": trace.usage.prompt_tokens,
             "completion_tokens": trace.usage.completion_tokens,
             # NULL when a call had no price: unknown, never a made-up $0
             "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,
@@ -108,8 +168,15 @@ def summarize(trace: Trace, task: Task) -> Row:
 class ResultsDB:
     """One writer (the bench or eval process); readers such as `mlab report` may look in while it runs."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, read_only: bool = False, root: Path | None = None):
         self.path = Path(path)
+        self.root = Path(root) if root is not None else self.path.parent  # where every run folder must lie
+        self.skipped: list[str] = []  # one line per row of the database that could not be used, and why
+        if read_only:
+            self.conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60,
+                                        isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
@@ -122,11 +189,14 @@ class ResultsDB:
                 self.conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
     @classmethod
-    def open_existing(cls, bench_dir: Path) -> ResultsDB:
+    def open_existing(cls, bench_dir: Path, read_only: bool = False, root: Path | None = None) -> ResultsDB:
         path = Path(bench_dir) / DB_FILE
         if not path.is_file():
             raise MlabError(f"{str(bench_dir)!r} is not a bench folder (no {DB_FILE})")
-        return cls(path)
+        try:
+            return cls(path, read_only=read_only, root=root)
+        except sqlite3.Error as exc:
+            raise MlabError(f"{path}: not a results database ({exc})") from None
 
     def close(self) -> None:
         self.conn.close()
@@ -193,12 +263,31 @@ class ResultsDB:
         return dict(row) if row else None
 
     def runs(self) -> list[Row]:
-        return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY task, agent, llm, seed")]
+        """The runs whose every field has its type and range and whose folder lies inside the bench folder (`root`,
+        the database's folder); each other run is left out with one line in `skipped`."""
+        out, skipped = [], []
+        try:
+            rows = [dict(r) for r in self.conn.execute("SELECT * FROM runs")]
+        except sqlite3.Error as exc:
+            raise MlabError(f"{self.path}: the runs table cannot be read ({exc})") from None
+        for row in rows:
+            why = row_problem(row)
+            if why is None and not inside(self.root, row["run_dir"]):
+                why = f"its folder {_shown(row['run_dir'])} lies outside the bench folder"
+            if why:
+                skipped.append(f"{self.path}: run {_shown(row.get('key'))} skipped: {why}")
+            else:
+                out.append(row)
+        self.skipped = skipped
+        return sorted(out, key=lambda r: (r["task"], r["agent"], r["llm"] or "", r["seed"]))
 
     def step_scores(self) -> dict[str, list[Row]]:
         out: dict[str, list[Row]] = {}
         for r in self.conn.execute("SELECT * FROM step_scores ORDER BY run_key, step"):
-            out.setdefault(r["run_key"], []).append(dict(r))
+            row = dict(r)
+            if isinstance(row["run_key"], str) and not number_problem("step", row["step"], int) \
+                    and not number_problem("final_score", row["score"], float):
+                out.setdefault(row["run_key"], []).append(row)
         return out
 
     def plugin_versions(self) -> dict[str, dict[str, str]]:
@@ -219,8 +308,16 @@ class ResultsDB:
         return {r["run_key"]: dict(r) for r in self.conn.execute("SELECT * FROM verdicts")}
 
     def baselines(self) -> dict[str, tuple[float | None, str]]:
-        """Per task: (baseline, its source) as the bench stored them when it prepared its tasks."""
-        return {r["task"]: (r["score"], r["source"]) for r in self.conn.execute("SELECT * FROM baselines")}
+        """Per task: (baseline, its source) as the bench stored them when it prepared its tasks; a stored value that
+        is no number counts as none."""
+        out: dict[str, tuple[float | None, str]] = {}
+        for r in self.conn.execute("SELECT * FROM baselines"):
+            if not isinstance(r["task"], str):
+                continue
+            score = None if number_problem("final_score", r["score"], float) else r["score"]
+            source = r["source"] if isinstance(r["source"], str) else "stored"
+            out[r["task"]] = (None if score is None else float(score), source if score is not None else "missing")
+        return out
 
     def records(self) -> list[RunRecord]:
         steps = self.step_scores()
@@ -229,23 +326,28 @@ class ResultsDB:
                           higher_is_better=bool(r["higher_is_better"]) if r["higher_is_better"] is not None else True,
                           success_margin=(r["success_margin"] if r["success_margin"] is not None
                                           else DEFAULT_SUCCESS_MARGIN),
-                          failure=r["failure"],
+                          failure=r["failure"], end_reason=r["end_reason"],
                           incidents=tuple(filter(None, (r["incidents"] or "").split(","))),
                           tokens=(r["prompt_tokens"] or 0) + (r["completion_tokens"] or 0),
+                          llm_calls=r.get("llm_calls") or 0,
                           cost_usd=r["cost_usd"], time_s=r["time_s"] or 0.0, steps=r["steps"] or 0,
                           step_scores=[(s["step"], s["score"]) for s in steps.get(r["key"], [])])
                 for r in self.runs()]
 
 
-def bench_baselines(db: ResultsDB, records: list[RunRecord],
-                    home: TaskHome) -> tuple[dict[str, float | None], dict[str, str]]:
+def bench_baselines(db: ResultsDB, records: list[RunRecord], home: TaskHome,
+                    settled: bool = False) -> tuple[dict[str, float | None], dict[str, str]]:
     """Per task of a bench: the baseline its runs are judged against and where it came from. `mlab eval` of a
-    bench folder and `mlab report` both use this, so they judge against the same number."""
+    bench folder and `mlab report` both use this, so they judge against the same number. `settled`: the stored
+    baselines are final (a folder of runs, whose baselines verdict.RunJudge chose): no looking further."""
     stored = db.baselines()
     scores: dict[str, float | None] = {}
     sources: dict[str, str] = {}
     for task in sorted({r.task for r in records} | set(stored)):
         known = stored.get(task, (None, "missing"))
+        if settled:
+            scores[task], sources[task] = known
+            continue
         if known[0] is None:  # prepared before `mlab baseline` ran: look again
             recorded = home.recorded_baseline(_TaskName(task))
             known = (recorded, "recorded") if recorded is not None else (None, "missing")
@@ -254,30 +356,22 @@ def bench_baselines(db: ResultsDB, records: list[RunRecord],
     return scores, sources
 
 
-@dataclass(frozen=True)
-class Judged:
-    """A run of a bench judged against its task's bench baseline."""
-
-    baseline: float | None
-    baseline_source: str
-    verdict: Verdict
-
-
 def judge_runs(db: ResultsDB, home: TaskHome, store: bool = False) -> dict[str, Judged]:
     """Every run of a bench judged by the one rule against the bench's baselines; `mlab eval` stores them in
     the database after scoring, the bench stores them when it ends, and the report reads the same numbers."""
     records = db.records()
-    judged = judge_records(records, *bench_baselines(db, records, home))
+    found = judge_records(records, *bench_baselines(db, records, home), home=home)
     if store:
-        db.store_verdicts(judged)
-    return judged
+        db.store_verdicts(found)
+    return found
 
 
-def judge_records(records: list[RunRecord], baselines: dict[str, float | None],
-                  sources: dict[str, str]) -> dict[str, Judged]:
-    """Runs judged by the one rule against the given bench baselines (bench_baselines' answer)."""
-    return {r.key: Judged(baselines.get(r.task), sources.get(r.task, "missing"),
-                          judge(r.final_score, baselines.get(r.task), r.rule)) for r in records}
+def judge_records(records: list[RunRecord], baselines: dict[str, float | None], sources: dict[str, str],
+                  home: TaskHome | None = None) -> dict[str, Judged]:
+    """Runs judged by the one rule (verdict.judged) against the given bench baselines (bench_baselines' answer)."""
+    references = {t: recorded_reference(home, t) if home else None for t in {r.task for r in records}}
+    return {r.key: judged(r.final_score, (baselines.get(r.task), sources.get(r.task, "missing")), r.rule,
+                          references[r.task]) for r in records}
 
 
 class _TaskName:

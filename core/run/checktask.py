@@ -17,7 +17,7 @@ from typing import Any
 from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.run.baseline import check_fixed_baseline
 from mlab.core.run.harness import Harness
-from mlab.core.run.scoring import ScoreRule, is_valid, judge
+from mlab.core.run.scoring import ScoreRule, is_valid, judge, record_reference
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
@@ -163,6 +163,7 @@ def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None,
             report.output_tail[step] = _tail(outcome.output)
             if step == "reference":
                 report.reference = outcome.score
+                record_reference(harness.home, task, outcome.score, harness.sandbox_name)  # for "of reference"
             else:
                 report.starter = outcome.score if is_valid(outcome.score) else None
                 report.baseline = report.starter

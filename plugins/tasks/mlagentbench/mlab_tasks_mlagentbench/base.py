@@ -25,8 +25,6 @@ DISTRIBUTION = "mlab-tasks-mlagentbench"
 PACK = "mlagentbench"
 # The original's aggregation replaces six measured baselines by fixed numbers (MLAgentBench/plot.py).
 ORIGINAL_FIXED_BASELINE = "the original's fixed baseline (MLAgentBench plot.py, get_all_runs_eval)"
-# The original's success criterion: more than 10% better than the baseline.
-SUCCESS_MARGIN = 0.10
 ALLOW_NO_GPU_ENV = "MLAB_ALLOW_NO_GPU"
 
 

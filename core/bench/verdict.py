@@ -1,0 +1,135 @@
+"""The one verdict of a run or a loose submission, whatever shows it (`mlab eval`, `grade`, `runs`, `report`, the
+viewer): its score judged (scoring.judge) against the baseline of the place the run belongs to, with the note a
+placeholder baseline needs and the figure that discriminates where success does not (the reference ratio).
+
+Where a run's baseline comes from, one rule: a run inside a bench (a results.db above its folder lists it) is
+judged against that bench's baseline for its task (results.bench_baselines); any other run, and a loose
+submission, against the task's known baseline (its fixed one, else the one `mlab baseline` recorded).
+
+The reference ratio: the score over the task's reference score (reference over score when lower is better), as
+`mlab check-task` recorded it; 1.0 is as good as the reference solution, above 1 better. It is MLGym's performance
+ratio with the reference as the best method, inverted so higher is better, and needs no floor: a task whose
+baseline is a placeholder (house-price's 1e10) and whose starter does not run (as in the original) has no floor
+to measure a gap from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlab.core.run.scoring import ScoreRule, Verdict, judge, recorded_reference, reference_ratio
+from mlab.core.run.taskdata import TaskHome
+from mlab.core.task import Task
+
+if TYPE_CHECKING:
+    from mlab.core.models import Trace
+
+
+# ---- the verdict -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judged:
+    """A score judged against its baseline: what every command shows of a run or a submission."""
+
+    baseline: float | None
+    baseline_source: str
+    verdict: Verdict
+    success_margin: float = 0.10
+    reference: float | None = None
+    of_reference: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The verdict's JSON fields, the same in eval, grade, runs and report."""
+        return {"baseline": self.baseline, "baseline_source": self.baseline_source,
+                "baseline_refused": self.verdict.refused, "baseline_note": self.verdict.note,
+                "valid": self.verdict.valid, "improvement": self.verdict.improvement, "success": self.verdict.success,
+                "success_margin": self.success_margin, "reference_score": self.reference,
+                "of_reference": self.of_reference}
+
+
+VERDICT_FIELDS = ("baseline", "baseline_source", "baseline_refused", "baseline_note", "valid", "improvement",
+                  "success", "success_margin", "reference_score", "of_reference")
+
+
+def judged(score: float | None, baseline: tuple[float | None, str], rule: ScoreRule,
+           reference: float | None = None) -> Judged:
+    """The one verdict: scoring.judge against the baseline, with the margin and the reference ratio."""
+    return Judged(baseline=baseline[0], baseline_source=baseline[1], verdict=judge(score, baseline[0], rule),
+                  success_margin=rule.success_margin, reference=reference,
+                  of_reference=reference_ratio(score, reference, rule.higher_is_better))
+
+
+def success_text(j: Judged) -> str:
+    """One line saying what the verdict means, for terminals: the improvement, success by the original's rule,
+    and the note a placeholder baseline needs."""
+    v = j.verdict
+    if v.improvement is None:
+        text = f"improvement: none ({v.refused})" if v.refused else "improvement: none"
+    else:
+        outcome = "a success" if v.success else "not a success"
+        text = (f"improvement: {v.improvement:+.1%}, {outcome} (success (original): more than "
+                f"{j.success_margin:.0%} better than the baseline)")
+    if v.note:
+        text += f"; {v.note}"
+    if j.of_reference is not None:
+        text += f"; {j.of_reference:.3g} of the reference score {j.reference:.6g}"
+    return text
+
+
+def spent(trace: Trace) -> dict[str, Any]:
+    """What a run spent, as every command shows it beside its verdict: steps, model calls, tokens, cost (None
+    when a call had no price) and wall time."""
+    return {"steps": len(trace.steps), "llm_calls": trace.usage.calls, "tokens": trace.usage.total_tokens,
+            "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,
+            "time_s": round(trace.total_time_s, 2)}
+
+
+# ---- where a run's baseline comes from ----------------------------------------------------------------
+def bench_holding(run_dir: Path) -> tuple[Path, str] | None:
+    """The bench folder whose results.db lists run_dir, and the run's key there; None for a run outside any."""
+    from mlab.core.bench.results import DB_FILE, ResultsDB
+
+    run = Path(run_dir).resolve()
+    for folder in run.parents:
+        if (folder / DB_FILE).is_file():
+            try:
+                with ResultsDB.open_existing(folder, read_only=True) as db:
+                    for row in db.runs():
+                        if (folder / str(row["run_dir"])).resolve() == run:
+                            return folder, str(row["key"])
+            except Exception:  # not a results database this code can read: not this run's bench
+                continue
+    return None
+
+
+class RunJudge:
+    """Judges runs by the one rule, each against the baseline of the place it belongs to; benches are read once."""
+
+    def __init__(self, home: TaskHome):
+        self.home = home
+        self._benches: dict[Path, dict[str, Judged]] = {}
+
+    def baseline(self, run_dir: Path, task: Task) -> tuple[float | None, str]:
+        """The run's bench's baseline for its task, else the task's known baseline."""
+        held = bench_holding(run_dir)
+        if held is not None:
+            bench, key = held
+            if bench not in self._benches:
+                from mlab.core.bench.results import ResultsDB, judge_runs
+
+                with ResultsDB.open_existing(bench, read_only=True) as db:
+                    self._benches[bench] = judge_runs(db, self.home)
+            found = self._benches[bench].get(key)
+            if found is not None:
+                return found.baseline, found.baseline_source
+        return known_baseline(task, self.home)
+
+    def judge(self, run_dir: Path, task: Task, score: float | None) -> Judged:
+        return judged(score, self.baseline(run_dir, task), ScoreRule.of(task),
+                      recorded_reference(self.home, task.name))
+
+
+def known_baseline(task: Task, home: TaskHome) -> tuple[float | None, str]:
+    from mlab.core.run.baseline import known_baseline as known
+
+    return known(task, home)
