@@ -2,6 +2,7 @@
 definition of what a score means against a baseline (validity, improvement, success)."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -41,6 +42,7 @@ class Verdict:
     improvement: float | None  # relative to the baseline, positive when better; None without both numbers
     success: bool  # improvement above the task's success margin
     refused: str | None = None  # why no improvement can be given for this baseline (0, negative, not finite)
+    note: str | None = None  # what success means against this baseline when it means little (baseline_note)
 
 
 def is_valid(score: float | None) -> TypeGuard[float]:
@@ -57,6 +59,22 @@ def baseline_refusal(baseline: float | None) -> str | None:
     return None
 
 
+# The original's fixed 1e10 (house-price's MAE) and 1e-10 (fathomnet's MAP) stand for "no baseline": no score a
+# submission can reach is that bad, so success against them says only that the submission is valid.
+PLACEHOLDER_HIGH = 1e9
+PLACEHOLDER_LOW = 1e-9
+
+
+def baseline_note(baseline: float | None, rule: ScoreRule) -> str | None:
+    """A note for every output that shows success when the baseline is a placeholder that any valid submission
+    beats; None for a baseline that discriminates."""
+    if not is_valid(baseline):
+        return None
+    if (baseline >= PLACEHOLDER_HIGH) if not rule.higher_is_better else (baseline <= PLACEHOLDER_LOW):
+        return f"fixed baseline {baseline:g}: any valid submission succeeds"
+    return None
+
+
 def improvement(score: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
     """(score - baseline) / baseline, sign flipped when lower is better; None without a valid score and a valid
     baseline."""
@@ -66,13 +84,55 @@ def improvement(score: float | None, baseline: float | None, higher_is_better: b
     return change if higher_is_better else 0.0 - change  # 0.0 - x: no negative zero in reports
 
 
+def reference_ratio(score: float | None, reference: float | None, higher_is_better: bool) -> float | None:
+    """score / reference (reference / score when lower is better): 1.0 is the reference solution's level."""
+    if not is_valid(score) or not is_valid(reference):
+        return None
+    ratio = score / reference if higher_is_better else reference / score
+    return ratio if math.isfinite(ratio) else None
+
+
 def judge(score: float | None, baseline: float | None, rule: ScoreRule | Task) -> Verdict:
     """The one place that turns (score, baseline, task) into validity, improvement and success."""
     if isinstance(rule, Task):
         rule = ScoreRule.of(rule)
     gain = improvement(score, baseline, rule.higher_is_better)
     return Verdict(valid=is_valid(score), improvement=gain, success=gain is not None and gain > rule.success_margin,
-                   refused=baseline_refusal(baseline))
+                   refused=baseline_refusal(baseline), note=baseline_note(baseline, rule))
+
+
+# ---- the reference score: what "of reference" compares with (check-task records it) --------------------
+REFERENCE_FILE = "reference.json"
+
+
+class _Named:
+    def __init__(self, name: str):
+        self.name = name
+
+
+def reference_path(home: TaskHome, task_name: str) -> Path:
+    return home.task_dir(_Named(task_name)) / REFERENCE_FILE
+
+
+def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: str) -> None:
+    """Keep the reference solution's score (check-task measured it) beside the task's baseline record."""
+    if not is_valid(score):
+        return
+    path = reference_path(home, task.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"task": task.name, "score": score, "sandbox": sandbox}, indent=1))
+
+
+def recorded_reference(home: TaskHome, task_name: str) -> float | None:
+    """The recorded reference score; None when check-task has not recorded one or the file is not a number."""
+    try:
+        record = json.loads(reference_path(home, task_name).read_text())
+    except (OSError, ValueError):
+        return None
+    score = record.get("score") if isinstance(record, dict) else None
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not is_valid(float(score)):
+        return None
+    return float(score)
 
 
 # ---- scoring submissions -----------------------------------------------------------------------------
