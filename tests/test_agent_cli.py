@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.fixtures.agents_fixtures import fixture_registry
+from tests.fixtures.cli import mlab_in_process
+
 AGENTS = ["research", "simple", "react", "autogpt", "langchain"]
 
 
 def mlab(*args: str) -> subprocess.CompletedProcess:
-    """The real CLI, in a subprocess, with the fixture task and the fixture-policy model registered."""
-    return subprocess.run([sys.executable, "-m", "tests.fixtures.agents_fixtures", "mlab", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    """The CLI with the fixture task and the fixture-policy model registered."""
+    return mlab_in_process(*args, registry=fixture_registry)
 
 
 @pytest.mark.parametrize("agent", AGENTS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from mlab.core.agentkit.options import check_agent_options, option_rows
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
+from tests.fixtures.cli import mlab_in_process as mlab
 from tests.fixtures.harness import TASK_NAME, fixture_registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,11 +25,6 @@ BUILT_IN = {
     "autogpt": ["commands", "recent_chars", "result_chars", "max_attempts"],
     "langchain": ["tools", "observation_chars", "scratchpad_chars", "max_attempts"],
 }
-
-
-def mlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -89,8 +84,7 @@ def test_mlab_agents_lists_every_option_in_the_table_and_in_json():
         assert all(o["description"] and not o["required"] for o in rows)
     history = next(o for o in by_name["research"]["options"] if o["name"] == "history_steps")
     assert (history["type"], history["default"]) == ("int", 3)
-    table = subprocess.run([sys.executable, "-m", "mlab.cli.main", "agents"], cwd=REPO, capture_output=True,
-                           text=True, timeout=120, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"}).stdout
+    table = mlab("agents", env={"COLUMNS": "250"}).stdout
     assert "history_steps=3: how many recent steps the prompt shows in full" in table
     assert "observation_chars=5000" in table and "none" in table
 

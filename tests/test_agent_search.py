@@ -23,6 +23,7 @@ from mlab.core.run.trace import read_trace
 from mlab_agent_search.fitness import infer_direction, read_outcome
 from mlab_agent_search.graph import SolutionGraph
 from mlab_agent_search.policies import Proposal, Settings, mcts
+from tests.fixtures.cli import mlab_in_process as mlab
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -430,11 +431,6 @@ def test_the_search_stops_early_enough_to_submit_within_max_steps(tmp_path):
 
 
 # ---- options ----------------------------------------------------------------------------------------
-def mlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
-
-
 @pytest.mark.parametrize("agent, option, fragment", [
     ("search", "policy=beam", "agent 'search': option policy: input should be 'greedy', 'mcts' or 'evolutionary'"),
     ("search", "num_drafts=0", "agent 'search': option num_drafts: input should be greater than or equal to 1"),
