@@ -1,7 +1,9 @@
 """Reading a YAML file while remembering the line of every key, so a bad value is reported where it is written."""
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,14 +51,33 @@ def dotted(location: Location) -> str:
 _KEY_LINE = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w-]*)\s*:")
 
 
-def load_located(path: Path, max_bytes: int = 1_000_000) -> LocatedYaml:
-    """Parse path (safe YAML: plain data, no tags) into its data and the line of every key."""
+# A task file is untrusted (packs come from strangers): aliases may name one list many times over, so the
+# document is measured as its readers will see it, every alias expanded, and refused past this many values.
+MAX_VALUES = 100_000
+
+
+def _read_bounded(path: Path, max_bytes: int) -> bytes:
+    """At most max_bytes of a regular file; a FIFO or device is refused without waiting on it."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise TaskFileError(path, 1, "", f"cannot be read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TaskFileError(path, 1, "", "is not a regular file")
+        if size > max_bytes:
+            raise TaskFileError(path, 1, "", f"is {size} bytes, more than the {max_bytes} a task file may have")
+        os.set_blocking(fd, True)
+        raw = f.read(max_bytes + 1)
     if len(raw) > max_bytes:
-        raise TaskFileError(path, 1, "", f"is {len(raw)} bytes, more than the {max_bytes} a task file may have")
+        raise TaskFileError(path, 1, "", f"is more than the {max_bytes} bytes a task file may have")
+    return raw
+
+
+def load_located(path: Path, max_bytes: int = 1_000_000) -> LocatedYaml:
+    """Parse path (safe YAML: plain data, no tags) into its data and the line of every key."""
+    raw = _read_bounded(path, max_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -68,8 +89,10 @@ def load_located(path: Path, max_bytes: int = 1_000_000) -> LocatedYaml:
             raise TaskFileError(path, 1, "", "is empty; it needs at least name, description, research_problem, "
                                              "metric and answers")
         lines: dict[Location, int] = {(): node.start_mark.line + 1}
-        _walk(node, (), lines, path)
+        _walk(node, (), lines, path, [MAX_VALUES])
         data = loader.construct_document(node)
+    except RecursionError:
+        raise TaskFileError(path, 1, "", "nests its values too deep to be a task file") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
@@ -83,7 +106,12 @@ def load_located(path: Path, max_bytes: int = 1_000_000) -> LocatedYaml:
     return LocatedYaml(data=data, lines=lines, path=path)
 
 
-def _walk(node: yaml.Node, location: Location, lines: dict[Location, int], path: Path) -> None:
+def _walk(node: yaml.Node, location: Location, lines: dict[Location, int], path: Path, budget: list[int]) -> None:
+    """Record the line of every key and item, aliases expanded; past budget[0] values the file is refused."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise TaskFileError(path, node.start_mark.line + 1, dotted(location[:2]),
+                            f"holds more than {MAX_VALUES} values once its aliases (*name) are expanded")
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -94,11 +122,11 @@ def _walk(node: yaml.Node, location: Location, lines: dict[Location, int], path:
                                     f"is given twice (first on line {lines[here]})")
             seen.add(key)
             lines[here] = key_node.start_mark.line + 1
-            _walk(value_node, here, lines, path)
+            _walk(value_node, here, lines, path, budget)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[location + (index,)] = item.start_mark.line + 1
-            _walk(item, (*location, index), lines, path)
+            _walk(item, (*location, index), lines, path, budget)
 
 
 def _key_near(text: str, line: int) -> str:

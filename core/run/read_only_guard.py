@@ -43,8 +43,9 @@ class Survey:
 
 @dataclass
 class Outcome:
-    changed: list[str]  # what was put back (files, or folders when only folders changed)
+    changed: list[str]  # what was put back (files, or folders when only folders changed) or removed
     intact: dict[str, FolderId]  # sealed folders found as they were: the command could not change them
+    removed: list[str] = field(default_factory=list)  # entries the command added under read-only folders
 
 
 def _state(st: os.stat_result) -> tuple[int, ...]:
@@ -55,6 +56,7 @@ class ReadOnlyGuard:
     def __init__(self, settings: EnvSettings, workspace: Workspace):
         self.settings = settings
         self.workspace = workspace
+        self._removed: set[str] = set()  # what the last restore removed, for its note
 
     def _rule(self) -> ReadOnlyRule:
         return read_only_rule(tuple(self.settings.read_only_patterns))
@@ -174,6 +176,16 @@ class ReadOnlyGuard:
         changed = sorted(rel for rel in set(before.state) | set(after.state)
                          if before.state.get(rel) != after.state.get(rel))
         replaced = [rel for rel in before.sealed if rel not in after.sealed]  # swapped out: every file below
+        # Entries the command added under a read-only folder go, whole (the topmost of them), pristine copy or not;
+        # below a swapped sealed folder everything is put back whole anyway.
+        swapped = tuple(f"{rel}/" for rel in replaced)
+        added = [rel for rel in changed if rel not in before.state and not rel.startswith(swapped)]
+        added_set = set(added)
+        removed = [rel for rel in added if not any("/".join(rel.split("/")[:i]) in added_set
+                                                   for i in range(1, rel.count("/") + 1))]
+        for rel in removed:
+            self._remove(rel)
+        changed = [rel for rel in changed if rel not in added]
         # Folders only change because something below them did; name the files.
         dirs = {rel for rel in changed if (before.state.get(rel) or after.state[rel])[0] == stat.S_IFDIR}
         files = [rel for rel in changed if rel not in dirs]
@@ -184,18 +196,40 @@ class ReadOnlyGuard:
             for rel in sorted(set(files)):
                 self._restore_one(rel, pristine)
         files = sorted(set(files))
-        return Outcome(files or sorted(dirs), after.sealed)
+        self._removed = set(removed)
+        # A folder's own change is news only when nothing below it explains it (a file put back, an entry removed).
+        shown = files or ([] if removed else sorted(dirs))
+        return Outcome(sorted(shown + removed), after.sealed, removed)
 
     def note(self, changed: list[str]) -> str:
-        """What the agent is told about read-only files its code changed."""
-        if not changed:
-            return ""
-        shown = ", ".join(changed[:NOTE_NAMES_MAX])
-        if len(changed) > NOTE_NAMES_MAX:
-            shown += f" and {len(changed) - NOTE_NAMES_MAX} more"
-        if self.settings.pristine_dir:
-            return f"\n[read-only files were changed and have been restored: {shown}]"
-        return f"\n[read-only files were changed and could not be restored: {shown}]"
+        """What the agent is told about read-only files its code changed (and entries it added, now removed)."""
+        removed = [rel for rel in changed if rel in self._removed]
+        changed = [rel for rel in changed if rel not in self._removed]
+        note = ""
+        if changed:
+            state = "have been restored" if self.settings.pristine_dir else "could not be restored"
+            note += f"\n[read-only files were changed and {state}: {_names(changed)}]"
+        if removed:
+            note += f"\n[entries added under read-only folders have been removed: {_names(removed)}]"
+        return note
+
+    def _remove(self, rel: str) -> None:
+        """Remove what a command added at rel (a whole folder included), never following a link."""
+        *parts, leaf = rel.split("/")
+        try:
+            root = open_root(self.workspace.root)
+        except OSError:
+            return
+        try:
+            folder = open_dirs(root, parts)
+        except (OSError, NotAFolder):
+            return  # its folder is gone or replaced: nothing of it is left in the workspace
+        finally:
+            os.close(root)
+        try:
+            remove_at(folder, leaf)
+        finally:
+            os.close(folder)
 
     def _restore_tree(self, rel: str, pristine: Path) -> list[str]:
         """A sealed folder was swapped for something else: remove what stands there (never following a link)
@@ -239,3 +273,8 @@ class ReadOnlyGuard:
                 os.mkdir(leaf, dir_fd=folder)
         finally:
             os.close(folder)
+
+
+def _names(rels: list[str]) -> str:
+    shown = ", ".join(rels[:NOTE_NAMES_MAX])
+    return shown + (f" and {len(rels) - NOTE_NAMES_MAX} more" if len(rels) > NOTE_NAMES_MAX else "")
