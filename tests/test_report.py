@@ -75,7 +75,8 @@ def test_html_report_has_every_run_and_its_trace(bench):
     for heading in ("success (all runs)", "success (original)", "AUP (of 1)", "Performance ratios",
                     "comparable to the paper"):
         assert heading in page
-    index = json.loads(re.search(r"window\.MLAB_REPORT = (\{.*?\});</script>", page, re.S).group(1))
+    data_js = (out / "r3" / "data.js").read_text()
+    index = json.loads(re.fullmatch(r"window\.MLAB_DATA = (\{.*\});\n", data_js, re.S).group(1))
     assert len(index["runs"]) == 9
     appender = next(r for r in index["runs"] if r["agent"] == "fixture-appender")
     script = (out / "r3" / "runs" / f"{appender['id']}.js").read_text()
@@ -119,8 +120,7 @@ def test_estimates_as_short_strings():
 def test_viewer_page_is_filled_from_its_package_files_in_one_pass():
     from mlab.core.bench.report_html import fill_page
 
-    page = fill_page({"TITLE": "task %SUMMARY%", "SUMMARY": "<table></table>", "FIGURES": "", "DATA": '{"runs": []}',
-                      "SCRIPT": "MLAB_SCRIPT"})
+    page = fill_page({"TITLE": "task %SUMMARY%", "SUMMARY": "<table></table>", "FIGURES": "", "CSP": "MLAB_CSP"})
     assert page.startswith("<!DOCTYPE html>") and page.count("task %SUMMARY%") == 2  # inserted text stays as is
-    assert "window.MLAB_REPORT = {\"runs\": []};" in page and "<script>MLAB_SCRIPT</script>" in page
+    assert 'content="MLAB_CSP"' in page and '<script src="viewer.js"></script>' in page
     assert re.findall(r"%[A-Z]+%", page) == ["%SUMMARY%", "%SUMMARY%"]  # every placeholder filled

@@ -176,7 +176,7 @@ def test_view_shows_model_calls_with_tokens_and_unknown_cost(runs_folder):
 
 @pytest.mark.parametrize("path", [
     "api/run?id=../../etc", "api/run?id=%2e%2e%2f%2e%2e%2fetc", "api/run?id=/etc", "api/run?id=linked",
-    "api/run?id=fake", "../../secret.txt", "%2e%2e/%2e%2e/secret.txt", "..%2f..%2fsecret.txt", "page.js/../../x",
+    "api/run?id=fake", "../../secret.txt", "%2e%2e/%2e%2e/secret.txt", "..%2f..%2fsecret.txt", "viewer.js/../../x",
     "runs/plain/trace.json", "plain/trace.json", "/etc/passwd"])
 def test_view_urls_never_reach_outside_the_runs(runs_folder, path):
     from mlab.core.view.server import Viewer
@@ -194,8 +194,9 @@ def test_view_refuses_other_hosts_and_forbids_inline_scripts(runs_folder):
     with Viewer(root) as viewer:
         assert viewer.url.startswith("http://127.0.0.1:")
         status, headers, body = _get(viewer.url)
-        assert status == 200 and b'<script src="/page.js">' in body
-        assert "script-src 'self'" in headers["Content-Security-Policy"]  # injected inline script never runs
+        assert status == 200 and b'<script src="/viewer.js">' in body
+        policy = headers["Content-Security-Policy"]  # injected inline script or style never applies
+        assert "script-src 'self';" in policy and "style-src 'self';" in policy and "unsafe" not in policy
         # a page of another site that points a name at 127.0.0.1 (DNS rebinding) is refused
         status, _headers, body = _get(viewer.url + "api/runs", host="evil.example:80")
         assert status == 403 and b"plain" not in body

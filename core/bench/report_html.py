@@ -1,7 +1,10 @@
-"""The static HTML report: summary tables, plots and a trace viewer that works from a file:// URL, no server.
+"""The static HTML report: summary tables, plots and the run viewer, working from a file:// URL with no server.
 
-index.html holds the summary and the viewer; each run's steps are in runs/<id>.js, loaded with a script tag
-when the run is opened (file:// pages may load scripts, not fetch JSON), so a large bench opens quickly.
+The viewer is `mlab view`'s own (core/view/assets.py), copied beside index.html with its data: data.js lists the
+runs, runs/<file>.js holds each run's detail as `mlab view` serves it (loaded with a script tag when the run is
+opened: file:// pages may load scripts, not fetch JSON), so a large bench opens quickly. Bench folders are
+untrusted: the page allows only its own files (a Content-Security-Policy in a <meta>), the summary's text is
+escaped here, and the viewer builds everything else from data.js as text.
 """
 from __future__ import annotations
 
@@ -13,34 +16,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlab.core.bench.results import Row
-from mlab.core.run.trace import read_trace
-from mlab.core.view.runs import errors_log, step_payloads
+from mlab.core.run.trace import json_safe
+from mlab.core.view import assets
+from mlab.core.view.runs import Catalog
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
 
     from mlab.core.bench.report import ReportData
 
-# The page and its script are package data so editors and linters see them as HTML and JavaScript.
+# The page is package data so editors and linters see it as HTML.
 PAGE_FILE = "report_viewer.html"
-SCRIPT_FILE = "report_viewer.js"
-PLACEHOLDER = re.compile(r"%(TITLE|SUMMARY|FIGURES|DATA|SCRIPT)%")
+DATA_FILE = "data.js"
+PLACEHOLDER = re.compile(r"%(TITLE|CSP|SUMMARY|FIGURES)%")
 
 
 def _js(value: object) -> str:
-    """JSON safe to put inside a <script> element."""
-    return (json.dumps(value, default=str).replace("</", "<\\/").replace("\u2028", "\\u2028")
-            .replace("\u2029", "\\u2029"))
-
-
-def run_data(run_dir: Path, row: Row, scores: list[Row]) -> dict[str, Any]:
-    """Everything the viewer shows of one run; its steps as `mlab view` shows them."""
-    trace = read_trace(run_dir)
-    steps = step_payloads(run_dir, trace, {s["step"]: (s["score"], s["error"]) for s in scores})
-    return {"key": row["key"], "status": trace.status, "end_reason": trace.end_reason,
-            "final_score": row["final_score"], "final_score_error": row["final_score_error"], "steps": steps,
-            "usage": trace.usage.model_dump(), "cost_text": trace.usage.cost_text(), "time_s": trace.total_time_s,
-            "errors_log": errors_log(run_dir)}
+    """JSON as a JavaScript expression (finite numbers, valid strings)."""
+    return (json.dumps(json_safe(value, limit=None), allow_nan=False).replace("</", "<\\/")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def _package_text(name: str) -> str:
@@ -48,38 +42,62 @@ def _package_text(name: str) -> str:
 
 
 def fill_page(values: dict[str, str]) -> str:
-    """The page with each %NAME% placeholder replaced in one pass, so inserted text (a task name, the run
-    data) is never itself searched for placeholders."""
+    """The page with each %NAME% placeholder replaced in one pass, so inserted text (a task name) is never itself
+    searched for placeholders."""
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], _package_text(PAGE_FILE))
+
+
+def catalog_id(data: ReportData, row: Row) -> str:
+    """The row's run folder as a path under the report's folder; a folder results.db names outside it is no run
+    of it (and so is never read)."""
+    given = Path(str(row["run_dir"]))
+    if given.is_absolute():
+        try:
+            given = given.relative_to(data.bench_dir.resolve())
+        except ValueError:
+            return ""
+    return given.as_posix()
+
+
+def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
+    """What the report, not the run folder, says of a run: its key, the score it was judged by and the verdict."""
+    verdict = data.verdicts.get(row["key"])
+    return {"id": f"r{n:04d}", "file": f"r{n:04d}" if found else None, "key": row["key"], "name": row["key"],
+            "task": row["task"], "agent": row["agent"], "llm": row["llm"], "seed": row["seed"],
+            "failure": row["failure"], "final_score": row["final_score"],
+            "final_score_error": row["final_score_error"], "baseline": data.baselines.get(row["task"]),
+            "improvement": verdict.improvement if verdict else None,
+            "success": verdict.success if verdict else None}
 
 
 def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
+    catalog = Catalog(data.bench_dir)
+    listed = {r["id"]: r for r in catalog.runs()["runs"] if r["id"] is not None}
+    details = catalog.details()
     index = []
     for n, row in enumerate(data.rows, 1):
-        rid = f"r{n:04d}"
-        run_dir = data.bench_dir / row["run_dir"]
-        has_trace = (run_dir / "trace.json").is_file()
-        if has_trace:
-            payload = run_data(run_dir, row, data.step_scores.get(row["key"], []))
-            (runs_dir / f"{rid}.js").write_text(f"MLAB_LOADED({_js(rid)}, {_js(payload)});\n", encoding="utf-8")
-        verdict = data.verdicts.get(row["key"])
-        imp = verdict.improvement if verdict else None
-        index.append({"id": rid, "key": row["key"], "task": row["task"], "agent": row["agent"], "llm": row["llm"],
-                      "seed": row["seed"], "status": row["status"], "failure": row["failure"],
-                      "end_reason": row["end_reason"], "final_score": row["final_score"], "improvement": imp,
-                      "steps": row["steps"], "tokens": (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0),
-                      "cost_usd": row["cost_usd"], "time_s": row["time_s"], "has_trace": has_trace,
-                      "baseline": data.baselines.get(row["task"]),
-                      "higher_is_better": (bool(row["higher_is_better"]) if row["higher_is_better"] is not None
-                                           else True)})
+        rid = catalog_id(data, row)
+        judged = _judged(data, row, n, rid in details)
+        cost = row["cost_usd"]
+        fallback = {"status": row["status"], "steps": row["steps"], "end_reason": row["end_reason"],
+                    "cost_text": f"${cost:.4f}" if isinstance(cost, (int, float)) else None}
+        index.append({**listed.get(rid, fallback), **judged, "live": None})
+        if rid in details:
+            detail = details[rid]
+            detail["summary"] = {**detail["summary"], **judged, "live": None}
+            detail["baseline"] = judged["baseline"]
+            (runs_dir / f"{judged['file']}.js").write_text(f"MLAB_RUN({_js(judged['file'])}, {_js(detail)});\n",
+                                                          encoding="utf-8")
+    (out_dir / DATA_FILE).write_text(f"window.MLAB_DATA = {_js({'runs': index})};\n", encoding="utf-8")
+    for name in (assets.SCRIPT, assets.STYLE):
+        (out_dir / name).write_bytes(assets.read(name))
 
-    summary = _summary(data)
     figures = "".join(f'<figure><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}"></figure>'
                       for p in images)
-    page = fill_page({"TITLE": html.escape(f"mlab bench {data.bench_dir.name}"), "SUMMARY": summary,
-                      "FIGURES": figures, "DATA": _js({"runs": index}), "SCRIPT": _package_text(SCRIPT_FILE)})
+    page = fill_page({"TITLE": html.escape(f"mlab bench {data.bench_dir.name}"),
+                      "CSP": html.escape(assets.CSP, quote=False), "SUMMARY": _summary(data), "FIGURES": figures})
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
     return path

@@ -296,22 +296,32 @@ class Catalog:
             path = find_runs(self.root).get(rid)
             if path is None:
                 return None
-            bench_rows, bench_scores = self._bench()
-            summary = self._summary(rid, path, bench_rows.get(rid))
-            trace = self._trace(path)
-            if isinstance(trace, str):
-                return {"summary": summary, "steps_from": 0, "steps": [], "calls_from": 0, "calls": []}
-            if started_at != trace.started_at:
-                have_steps = have_calls = 0
-            have_steps = max(0, min(have_steps, len(trace.steps)))
-            scores = bench_scores.get(rid, {})
-            steps = [self._step(path, trace, i, scores) for i in range(have_steps, len(trace.steps))]
-            calls = self._run_calls(path)
-            have_calls = max(0, min(have_calls, len(calls)))
-            return {"summary": summary, "config": trace.config.model_dump(), "warnings": trace.errors,
-                    "plugin_versions": trace.plugin_versions, "steps_from": have_steps, "steps": steps,
-                    "calls_from": have_calls, "calls": calls[have_calls:], "errors_log": errors_log(path),
-                    "scores": {str(k): v[0] for k, v in scores.items()}, "graph": graph_payload(trace)}
+            return self._detail(rid, path, self._bench(), have_steps, have_calls, started_at)
+
+    def details(self) -> dict[str, dict[str, Any]]:
+        """Every run's whole detail by its id (the static report writes them all)."""
+        with self._lock:
+            bench = self._bench()
+            return {rid: self._detail(rid, path, bench) for rid, path in find_runs(self.root).items()}
+
+    def _detail(self, rid: str, path: Path, bench: tuple[dict[str, dict[str, Any]], dict[str, Any]],
+                have_steps: int = 0, have_calls: int = 0, started_at: float | None = None) -> dict[str, Any]:
+        bench_rows, bench_scores = bench
+        summary = self._summary(rid, path, bench_rows.get(rid))
+        trace = self._trace(path)
+        if isinstance(trace, str):
+            return {"summary": summary, "steps_from": 0, "steps": [], "calls_from": 0, "calls": []}
+        if started_at != trace.started_at:
+            have_steps = have_calls = 0
+        have_steps = max(0, min(have_steps, len(trace.steps)))
+        scores = bench_scores.get(rid, {})
+        steps = [self._step(path, trace, i, scores) for i in range(have_steps, len(trace.steps))]
+        calls = self._run_calls(path)
+        have_calls = max(0, min(have_calls, len(calls)))
+        return {"summary": summary, "config": trace.config.model_dump(), "warnings": trace.errors,
+                "plugin_versions": trace.plugin_versions, "steps_from": have_steps, "steps": steps,
+                "calls_from": have_calls, "calls": calls[have_calls:], "errors_log": errors_log(path),
+                "scores": {str(k): v[0] for k, v in scores.items()}, "graph": graph_payload(trace)}
 
     def _step(self, run_dir: Path, trace: Trace, i: int,
               scores: dict[int, tuple[float | None, str | None]]) -> dict[str, Any]:

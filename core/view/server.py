@@ -1,9 +1,10 @@
-"""The local web server of `mlab view`: one page, its script and two JSON endpoints the page polls.
+"""The local web server of `mlab view`: one page, the viewer's script and style (core/view/assets.py) and two JSON
+endpoints the page polls.
 
 Bound to 127.0.0.1 only. A URL never names a file: runs are asked for by their id in the catalog (a path
-relative to the viewed folder, looked up among the runs found there), so no URL reaches outside it. The page is
-served with a Content-Security-Policy allowing only its own script, and requests whose Host is not this
-server's are refused (a web page elsewhere cannot read runs through DNS rebinding).
+relative to the viewed folder, looked up among the runs found there), so no URL reaches outside it. Everything
+is served with a Content-Security-Policy allowing only the viewer's own script and style, and requests whose
+Host is not this server's are refused (a web page elsewhere cannot read runs through DNS rebinding).
 """
 from __future__ import annotations
 
@@ -11,24 +12,18 @@ import json
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from mlab.core.run.trace import json_safe
+from mlab.core.view import assets
 from mlab.core.view.runs import Catalog
 
 HOST = "127.0.0.1"
 POLL_MS = 1000  # how often the page asks for news
 PAGE_FILE = "page.html"
-SCRIPT_FILE = "page.js"
-CSP = ("default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-
-
-def _asset(name: str) -> bytes:
-    return resources.files(__package__).joinpath(name).read_bytes()
+CSP = f"{assets.CSP}; frame-ancestors 'none'"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -46,8 +41,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if url.path == "/":
                 return self._send(HTTPStatus.OK, self.server.page, "text/html; charset=utf-8")
-            if url.path == f"/{SCRIPT_FILE}":
-                return self._send(HTTPStatus.OK, self.server.script, "text/javascript; charset=utf-8")
+            if url.path[1:] in self.server.files:
+                return self._send(HTTPStatus.OK, self.server.files[url.path[1:]], assets.TYPES[url.path[1:]])
             if url.path == "/api/runs":
                 return self._json(self.server.catalog.runs())
             if url.path == "/api/run":
@@ -94,7 +89,7 @@ class ViewerHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     catalog: Catalog
     page: bytes
-    script: bytes
+    files: dict[str, bytes]  # the viewer's script and style by name
     allowed_hosts: frozenset[str]
 
 
@@ -105,8 +100,8 @@ class Viewer:
         self.httpd = ViewerHTTPServer((HOST, port), _Handler)
         self.port = self.httpd.server_address[1]
         self.httpd.catalog = Catalog(root)
-        self.httpd.page = _asset(PAGE_FILE).replace(b"%POLL_MS%", str(POLL_MS).encode())
-        self.httpd.script = _asset(SCRIPT_FILE)
+        self.httpd.page = assets.read(PAGE_FILE).replace(b"%POLL_MS%", str(POLL_MS).encode())
+        self.httpd.files = {name: assets.read(name) for name in assets.TYPES}
         self.httpd.allowed_hosts = frozenset({f"{HOST}:{self.port}", f"localhost:{self.port}"})
         self._thread: threading.Thread | None = None
 
