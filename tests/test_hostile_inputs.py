@@ -11,6 +11,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,77 @@ def test_a_task_yaml_that_is_a_fifo_is_refused_without_waiting(tmp_path):
     os.mkfifo(tmp_path / "task.yaml")
     with pytest.raises(TaskFileError, match="is not a regular file"):
         load_located(tmp_path / "task.yaml")
+
+
+# ---- 9: mlab grade checks kinds and sizes before it copies anything --------------------------------------------
+
+def grade(*args: object, tmp: Path) -> subprocess.CompletedProcess:
+    """`mlab grade` with its scratch space (TMPDIR) in a folder of the test's own."""
+    tmp.mkdir(exist_ok=True)
+    return subprocess.run([str(MLAB), "grade", *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp)})
+
+
+def test_grade_refuses_a_huge_sparse_file_a_fifo_and_a_link_out_before_any_copy(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    secret.chmod(0o600)
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    with open(folder / "model.bin", "wb") as f:
+        f.truncate(100 * 2**30)  # 100 GB apparent, nothing allocated
+    os.mkfifo(folder / "submission.csv")
+    os.symlink(secret, folder / "notes.txt")
+    (folder / "ok.txt").write_text("fine\n")
+    tmp = tmp_path / "tmp"
+    shm_before = set(os.listdir("/dev/shm"))
+    result = grade("lite/wine", folder, tmp=tmp)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and len(lines) == 3, lines
+    assert lines[0].startswith("mlab: error: ")
+    said = "\n".join(lines)
+    assert f"{folder / 'model.bin'}: {100 * 2**30} bytes" in said
+    assert f"{folder / 'submission.csv'}: a FIFO" in said
+    assert f"{folder / 'notes.txt'}: a link out of the submission" in said and "ok.txt" not in said
+    assert os.listdir(tmp) == []  # nothing was copied anywhere
+    assert not {n for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("mlab-grade-")}
+
+
+def test_grade_refuses_a_fifo_given_as_the_file(tmp_path):
+    fifo = tmp_path / "submission.csv"
+    os.mkfifo(fifo)
+    result = grade("lite/wine", fifo, tmp=tmp_path / "tmp")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [f"mlab: error: {fifo}: a FIFO; give a regular file or a folder"]
+
+
+def test_a_loose_file_over_the_tasks_cap_is_refused_unread(tmp_path):
+    big = tmp_path / "submission.csv"
+    with open(big, "wb") as f:
+        f.truncate(2**30)  # lite/wine reads at most Task.max_submission_bytes (256 MiB)
+    result = grade("lite/wine", big, tmp=tmp_path / "tmp")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"mlab: error: {big}: {2**30} bytes, more than the task's {256 * 2**20}"]
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_a_killed_grade_leaves_no_scratch_copy(tmp_path):
+    """kill -9 while a submission is being scored: the intake's watchdog removes the scratch copy."""
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    (folder / "submission.csv").write_text("id,quality\n1,5\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom mlab.core.run.intake import taken_in\n"
+                               "with taken_in(Path(sys.argv[1]), 1 << 20) as copy:\n"
+                               "    print(copy, flush=True)\n    time.sleep(120)\n", str(folder)],
+        stdout=subprocess.PIPE, text=True)
+    copy = Path(holder.stdout.readline().strip())
+    assert (copy / "submission.csv").read_text() == "id,quality\n1,5\n"
+    holder.kill()
+    holder.wait()
+    deadline = time.monotonic() + 20
+    while copy.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not copy.parent.exists()

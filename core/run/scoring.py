@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -228,15 +227,8 @@ class Scorer:
         """A loose submission (`mlab grade`): a folder scored as a run's workspace, or one file scored as the only
         file an agent wrote, under its own name; either is copied to scratch first (links are not followed, so
         nothing outside it is read) and the task's read-only files are linked in."""
-        path = Path(path)
-        size = path.stat().st_size if path.is_file() else sum(
-            p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-        with tempfile.TemporaryDirectory(prefix="mlab-grade-", dir=_scratch_root(size)) as scratch:
-            target = Path(scratch) / "submission"
-            if path.is_dir():
-                shutil.copytree(path, target, symlinks=True)
-            else:
-                target.mkdir()
-                shutil.copyfile(path, target / path.name)
+        from mlab.core.run.intake import taken_in  # kinds and sizes checked before any copy
+
+        with taken_in(Path(path), int(task.max_submission_bytes)) as target:
             self._link_read_only_files(task, target)
             return self.score_folder(task, target)
