@@ -134,8 +134,9 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     data = rep.load_any(folder, compare or None)
     data_on_stdout = as_json or table_format != "table"
     console = make_console(stderr=data_on_stdout)
+    warn = make_console(stderr=True)
     for line in data.skipped:  # rows of an untrusted results.db that could not be used
-        console.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
+        warn.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
     if not data.rows:
         raise MlabError(f"bench {str(folder)!r} has no runs yet")
     target = out_dir or folder / "report"
