@@ -68,6 +68,7 @@ def import_statements(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFro
 def build_graph(sources: dict[str, Path]) -> Graph:
     graph = Graph(module_files(sources))
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in graph.files.items()}
+    statements = {name: import_statements(tree) for name, tree in trees.items()}
 
     def source_of(package: str, name: str, seen: frozenset[str] = frozenset()) -> str:
         """The module `from package import name` really imports: a submodule, the module the package's
@@ -76,7 +77,7 @@ def build_graph(sources: dict[str, Path]) -> Graph:
             return f"{package}.{name}"
         if package not in trees or package in seen:
             return package
-        for node, _ in import_statements(trees[package]):
+        for node, _ in statements[package]:
             if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
                 return source_of(absolute(package, node, is_package=True), name, seen | {package})
         definers = [module for module, tree in trees.items() if module.startswith(package + ".")
@@ -91,11 +92,11 @@ def build_graph(sources: dict[str, Path]) -> Graph:
             base = base.rpartition(".")[0]
         return f"{base}.{node.module}" if node.module else base
 
-    importing = {module for module, tree in trees.items() if import_statements(tree)}
-    for module, tree in trees.items():
+    importing = {module for module, found in statements.items() if found}
+    for module in trees:
         runs, names = set(), set()
         is_package = graph.files[module].name == "__init__.py"
-        for node, typing_only in import_statements(tree):
+        for node, typing_only in statements[module]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
