@@ -124,3 +124,40 @@ def test_intermediate_snapshots_are_subsampled_to_50_ending_with_the_last():
     assert len(picks) == 50 and picks[0] == (1, "step_0001") and picks[-1] == (120, "step_0120")
     assert [p[0] for p in picks] == sorted({p[0] for p in picks})
     assert len(intermediate_steps(_trace(observations=steps[:30]))) == 30
+
+
+def test_success_original_drops_the_runs_that_wrote_the_originals_error_txt():
+    """The original's plot.py drops every run with an error.txt (an error of the harness, the agent's own code or
+    the LLM, and the run's time limit) and runs that ran out of memory; bad scores, step limits, broken formats
+    and missing submissions stay in."""
+    dropped = [RunRecord(key=f"d{i}", task="t", agent="a", llm=None, seed=i, status=status, final_score=None,
+                         failure=failure, end_reason=end, incidents=incidents)
+               for i, (status, failure, end, incidents) in enumerate((
+                   ("failed", "harness_error", "harness error: boom", ()),
+                   ("failed", "agent_error", "agent error: ValueError", ()),
+                   ("failed", "llm_error", "llm error: 429", ()),
+                   ("finished", "limits_reached", "time limit reached (3600 s)", ()),
+                   ("finished", "no_submission", "agent stopped", ("out_of_memory",))))]
+    kept = [RunRecord(key=f"k{i}", task="t", agent="a", llm=None, seed=10 + i, status="finished", final_score=score,
+                      failure=failure, end_reason=end)
+            for i, (score, failure, end) in enumerate(((2.0, None, "agent stopped"),
+                                                       (None, "limits_reached", "max steps reached"),
+                                                       (None, "invalid_format", "agent stopped: invalid format"),
+                                                       (None, "no_submission", "agent stopped")))]
+    assert not any(r.counted_by_original for r in dropped) and all(r.counted_by_original for r in kept)
+    g = group_metrics("t", "a", dropped + kept, baseline=1.0)
+    assert (g.success_rate.n, g.success_original.n) == (9, 4)
+    assert g.success_original.mean == pytest.approx(1 / 4) and g.success_rate.mean == pytest.approx(1 / 9)
+
+
+def test_budget_and_reference_ratio_per_group():
+    runs = [RunRecord(key=f"r{i}", task="t", agent="a", llm=None, seed=i, status="finished", final_score=score,
+                      steps=steps, llm_calls=calls, tokens=100 * calls, higher_is_better=False)
+            for i, (score, steps, calls) in enumerate(((20.0, 10, 12), (40.0, 6, 2)))]
+    g = group_metrics("t", "a", runs, baseline=1e10, reference=10.0)
+    assert g.steps.mean == 8 and g.llm_calls.mean == 7 and g.tokens.mean == 700
+    assert g.of_reference.mean == pytest.approx((10 / 20 + 10 / 40) / 2)  # lower is better: reference / score
+    assert g.baseline_note == "fixed baseline 1e+10: any valid submission succeeds"
+    assert g.success_rate.mean == 1.0  # the original's rule is kept: any valid submission succeeds
+    summary = overall([g])["a"]
+    assert summary["llm_calls"]["mean"] == 7 and summary["steps"]["mean"] == 8
