@@ -23,6 +23,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check-task": ("check_cmds", "check_task", "Self-check tasks: two prepares in fresh homes must write the same "
                                                "files, and the reference solution must beat the baseline by the "
                                                "success margin."),
+    "check-sandbox": ("sandbox_cmds", "check_sandbox_cmd", "Run the sandbox contract's cases (commands, exit codes, "
+                                                           "output cap, time limit, killing and freezing the process "
+                                                           "tree, cleanup) and, for a sandbox..."),
     "new-task": ("newtask_cmds", "new_task", "Scaffold a declarative task (a folder with task.yaml) that `mlab "
                                              "check-task` passes as written."),
     "run": ("run_cmds", "run", "Run an agent on a task, tracing every step; or resume a killed run."),

@@ -80,6 +80,7 @@ class RunConfig(BaseModel):
     action_timeout_s: float = 2 * 3600
     seed: int = 0
     sandbox: str = "auto"
+    sandbox_confined: bool | None = None  # set by the runner: whether the sandbox that ran it confined agent code
     agent_options: dict[str, Any] = Field(default_factory=dict)
     interactive: bool = False
     allow_validate: bool = False  # the agent may score predictions on the task's validation split

@@ -87,7 +87,7 @@ class ReportData:
     @property
     def unconfined_runs(self) -> list[str]:
         """Runs whose agent code ran without confinement (`--sandbox unconfined`): their scores prove nothing."""
-        return [row["key"] for row in self.rows if _sandbox_of(row) == "unconfined"]
+        return [row["key"] for row in self.rows if _config_of(row).get("sandbox_confined") is False]
 
     @property
     def validated_runs(self) -> list[str]:
@@ -137,11 +137,6 @@ def _config_of(row: Row) -> dict[str, Any]:
     except ValueError:
         return {}
     return config if isinstance(config, dict) else {}
-
-
-def _sandbox_of(row: Row) -> str | None:
-    sandbox = _config_of(row).get("sandbox")
-    return None if sandbox is None else str(sandbox)
 
 
 def load(bench_dir: Path, compare: tuple[str, str] | None = None, root: Path | None = None,

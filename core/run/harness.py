@@ -47,6 +47,7 @@ class Harness:
         self.home = home or TaskHome.from_env()
         self._sandbox_choice = sandbox
         self._sandbox_cls: type[Sandbox] | None = None
+        self._confined: bool | None = None
         self.limits = limits or Limits()
         # Built lazily through new_sandbox: scoring needs a sandbox only when a task runs agent code.
         self.scorer = Scorer(self.home, new_sandbox=self.new_sandbox, limits=self.limits)
@@ -63,6 +64,13 @@ class Harness:
     @property
     def sandbox_name(self) -> str:
         return self.sandbox_cls.name
+
+    @property
+    def sandbox_confined(self) -> bool:
+        """Whether the chosen sandbox hides and protects files from agent code (`Sandbox.confined`)."""
+        if self._confined is None:
+            self._confined = self.new_sandbox().confined
+        return self._confined
 
     # ---- plugins ------------------------------------------------------------------------------------
     def task(self, name: str) -> Task:
@@ -104,13 +112,13 @@ class Harness:
     def new_workspace(self, task: Task, workspace: Path, allow_validate: bool = False) -> Path:
         """A fresh copy of the task's public files: the starting point of every run, baseline and check. Large
         read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
-        sandbox but unconfined), so runs share the task's data. allow_validate: the training files hold no
+        confining sandbox), so runs share the task's data. allow_validate: the training files hold no
         validation row (held_out)."""
         from mlab.core.run.held_out import put_held_out
         from mlab.core.run.readonly import is_read_only
 
         patterns = list(task.read_only_files)
-        enforced = self.sandbox_name != "unconfined"
+        enforced = self.sandbox_confined
 
         def share(rel: str) -> bool:
             return enforced and is_read_only(rel, patterns)

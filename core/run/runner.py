@@ -90,7 +90,8 @@ class Runner:
         self.task: Task = self.harness.task(config.task)
         _ = self.harness.sandbox_cls  # resolved now: an unknown sandbox fails before anything is written
         # the trace names the sandbox that ran, not "auto"
-        self.config = config = config.model_copy(update={"sandbox": self.harness.sandbox_name})
+        self.config = config = config.model_copy(update={"sandbox": self.harness.sandbox_name,
+                                                        "sandbox_confined": self.harness.sandbox_confined})
         self.agent_cls = self.registry.get("agents", config.agent)
         check_agent_options(self.agent_cls, config.agent_options)  # a bad option fails before anything is written
         if self.agent_cls.needs_llm and not config.llm:
