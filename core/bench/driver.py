@@ -388,4 +388,4 @@ class _LiveReader:
 
 _RESULT_FIELDS = ("status", "end_reason", "failure", "incidents", "started_at", "time_s", "steps", "prompt_tokens",
                   "completion_tokens", "cost_usd", "final_score", "final_score_error", "metric", "higher_is_better",
-                  "config")
+                  "config", "llm_calls", "success_margin")
