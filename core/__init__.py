@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from mlab.core.plugins.lazy import Lazy
     from mlab.core.run.scoring_context import ScoringContext, scoring_context
     from mlab.core.run.taskdata import DataFile
-    from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
+    from mlab.core.sandbox.contract import Command, ExecResult, ExecSpec, Sandbox
     from mlab.core.sandbox.limits import Limits
     from mlab.core.sandbox.local import LocalSandbox
+    from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
     from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
     from mlab.core.task import (
         BaselineContext,
@@ -64,9 +65,10 @@ _EXPORTS: dict[str, str] = {
                      "TaskPrepared", "Trace", "Usage"], "mlab.core.models"),
     "Lazy": "mlab.core.plugins.lazy",
     "DataFile": "mlab.core.run.taskdata",
-    **dict.fromkeys(["ExecResult", "ExecSpec", "Sandbox"], "mlab.core.sandbox.contract"),
+    **dict.fromkeys(["Command", "ExecResult", "ExecSpec", "Sandbox"], "mlab.core.sandbox.contract"),
     "Limits": "mlab.core.sandbox.limits",
     "LocalSandbox": "mlab.core.sandbox.local",
+    **dict.fromkeys(["ProcessCommand", "ProcessSandbox"], "mlab.core.sandbox.process"),
     **dict.fromkeys(["RootView", "extra_read_only", "root_view"], "mlab.core.sandbox.rootfs"),
     **dict.fromkeys(["ScoringContext", "scoring_context"], "mlab.core.run.scoring_context"),
     **dict.fromkeys(["BaselineContext", "Metric", "PrepareContext", "Resources", "Task", "ValidationSplit"],
@@ -82,6 +84,7 @@ __all__ = [
     "StepFinished", "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
     "extra_read_only", "root_view", "scoring_context", "VALIDATE_SUBMISSION", "ValidationSplit", "Lazy",
     "LLMProxy", "ProxyBudget", "ProxyUsage", "HttpUpstream", "LLM_PROXY_SOCKET_ENV",
+    "Command", "ProcessCommand", "ProcessSandbox",
 ]
 
 

@@ -13,8 +13,7 @@ import os
 import shutil
 import subprocess
 
-from mlab.core import ExecSpec, root_view
-from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
+from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, root_view
 
 
 @functools.lru_cache(maxsize=1)

@@ -54,9 +54,7 @@ import threading
 import time
 import weakref
 
-from mlab.core import ExecSpec, RootView, root_view
-from mlab.core.sandbox.contract import Command
-from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
+from mlab.core import Command, ExecSpec, ProcessCommand, ProcessSandbox, RootView, root_view
 from mlab_sandbox_docker import cgroup, engine
 from mlab_sandbox_docker.engine import BUILD_HINT, DEFAULT_IMAGE, IMAGE_VAR, build_image
 
