@@ -124,7 +124,7 @@ def test_langchain_chat_model_adapter_drives_any_backend():
 
     from mlab.core.llm.client import LLMClient
     from mlab_agent_langchain.chain import MlabChatModel
-    from mlab_llm_scripted import ScriptedLLM
+    from mlab_llm_scripted.backend import ScriptedLLM
 
     backend = ScriptedLLM(completions=[{"completion": "Hello STOP ignored", "prompt_tokens": 7,
                                         "completion_tokens": 3}])

@@ -127,7 +127,7 @@ def builtin_registrations() -> list[tuple[str, str, object]]:
     return registered
 
 
-def test_every_builtin_registration_is_lazy_and_declares_what_it_loads(monkeypatch):
+def test_every_builtin_registration_is_lazy_and_loads_what_it_declares(monkeypatch):
     from mlab.core import Lazy
     from mlab.core.plugins.registry import _load
 
@@ -139,5 +139,4 @@ def test_every_builtin_registration_is_lazy_and_declares_what_it_loads(monkeypat
     for kind, plugin, lazy in registered:
         assert isinstance(lazy, Lazy) and lazy.problem() is None
         loaded = _load(kind, lazy, plugin)  # raises when the target is missing, of the wrong kind or misnamed
-        assert loaded.description == lazy.description, (
-            f"{lazy.name}: the description in {plugin}'s registration module differs from {lazy.target}'s")
+        assert loaded.description.strip() and "\n" not in loaded.description, f"{lazy.target}: no one-line description"

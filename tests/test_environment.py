@@ -17,7 +17,7 @@ from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.workspace import MAX_WRITE_BYTES
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
-from mlab_llm_scripted import ScriptedLLM
+from mlab_llm_scripted.backend import ScriptedLLM
 
 SECRET = "SECRET-ANSWER-42"
 TRAIN = "id,label\n1,0\n2,1\n"

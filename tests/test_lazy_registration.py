@@ -23,14 +23,14 @@ REGISTRATION = '''from mlab.core import Lazy, hookimpl
 
 @hookimpl
 def register_tasks(register):
-    register(Lazy("lazykit/good", "mlab_lazykit.bodies:GoodTask", "a task that loads"))
-    register(Lazy("lazykit/missing", "mlab_lazykit.nowhere:Task", "a task whose module is missing"))
-    register(Lazy("lazykit/misnamed", "mlab_lazykit.bodies:GoodTask", "a task registered under another name"))
+    register(Lazy("lazykit/good", "mlab_lazykit.bodies:GoodTask"))
+    register(Lazy("lazykit/missing", "mlab_lazykit.nowhere:Task"))
+    register(Lazy("lazykit/misnamed", "mlab_lazykit.bodies:GoodTask"))
 
 @hookimpl
 def register_agents(register):
-    register(Lazy("lazy-echo", "mlab_lazykit.bodies:EchoAgent", "an agent that loads"))
-    register(Lazy("lazy-typo", "mlab_lazykit.bodies EchoAgent", "a target without a colon"))
+    register(Lazy("lazy-echo", "mlab_lazykit.bodies:EchoAgent"))
+    register(Lazy("lazy-typo", "mlab_lazykit.bodies EchoAgent"))
 '''
 BODIES = '''from mlab.core import Action, Agent, Metric, Task
 

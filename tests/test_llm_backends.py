@@ -120,7 +120,7 @@ def test_error_classification_of_other_provider_failures():
 
     import httpx
 
-    from mlab_llm_litellm import _import_litellm, classify, parse_retry_after
+    from mlab_llm_litellm.backend import _import_litellm, classify, parse_retry_after
 
     litellm = _import_litellm()
     overloaded = classify(litellm.APIError(529, "Overloaded", "anthropic", "claude"), "anthropic/claude")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mlab.core.errors import LLMError
-from mlab_llm_human import read_answer
-from mlab_llm_replay import load_recording
+from mlab_llm_human.backend import read_answer
+from mlab_llm_replay.backend import load_recording
 from tests.fixtures.llm_agent import respond
 from tests.fixtures.llm_server import FakeLLMServer
 

@@ -169,7 +169,7 @@ def test_check_task_cli_shows_the_step(tmp_path):
 @pytest.fixture
 def line_fit(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE_PACK))
-    from mlab_example_tasks import LineFitTask
+    from mlab_example_tasks.line_fit import LineFitTask
 
     return LineFitTask()
 

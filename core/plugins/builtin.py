@@ -14,8 +14,5 @@ from mlab.core.plugins.lazy import Lazy
 
 @hookimpl
 def register_sandboxes(register: Callable[[Any], None]) -> None:
-    register(Lazy("local", "mlab.core.sandbox.local:LocalSandbox",
-                  "namespaces and a file system built from nothing (workspace read-write, system and Python "
-                  "read-only, no network), with direct system calls; refuses where the kernel allows none"))
-    register(Lazy("unconfined", "mlab.core.sandbox.local:UnconfinedSandbox",
-                  "no confinement (a process group with rlimits): agent code can read the hidden answers"))
+    register(Lazy("local", "mlab.core.sandbox.local:LocalSandbox"))
+    register(Lazy("unconfined", "mlab.core.sandbox.local:UnconfinedSandbox"))

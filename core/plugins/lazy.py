@@ -2,7 +2,8 @@
 
 `mlab list-plugins` imports every plugin's registration module. A module that registers its classes themselves
 imports its whole body (and mlab's models and base classes with it) just to be listed; one that registers
-`Lazy("pack/name", "package.module:Attribute", "one line")` costs nothing until the object is used.
+`Lazy("pack/name", "package.module:Attribute")` costs nothing until the object is used. The description is the
+object's own, read when it is loaded (listings that show descriptions load what they list).
 """
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ class Lazy(NamedTuple):  # a NamedTuple, not a dataclass: every plugin listing i
     """A task, agent, LLM backend or sandbox registered by name, imported from `target` on first use.
 
     `target` is "module:attribute". For an agent, backend or sandbox it names the class; for a task, the Task
-    subclass (made with no arguments, once) or a Task instance. `name` and `description` are what listings show
-    without importing it, so they must equal the loaded object's: a different name makes the object fail to load,
-    a different description is for the pack's tests to catch (mlab's own: tests/test_cli_startup.py).
+    subclass (made with no arguments, once) or a Task instance. `name` is what listings show without importing
+    it, so it must equal the loaded object's: a different name makes the object fail to load.
     """
 
     name: str
     target: str
-    description: str
 
     def problem(self) -> str | None:
         """What is wrong with the declaration itself, before anything is imported; None when nothing."""
@@ -34,8 +33,6 @@ class Lazy(NamedTuple):  # a NamedTuple, not a dataclass: every plugin listing i
         module, colon, attribute = self.target.partition(":") if isinstance(self.target, str) else ("", "", "")
         if not (colon and _dotted(module) and _dotted(attribute)):
             return f"Lazy registration {self.name!r}: target {self.target!r} is not 'module:attribute'"
-        if not isinstance(self.description, str) or not self.description.strip() or "\n" in self.description:
-            return f"Lazy registration {self.name!r}: the description must be one non-empty line"
         return None
 
     def load(self) -> Any:

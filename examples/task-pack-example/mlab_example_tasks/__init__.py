@@ -6,26 +6,11 @@ when the task is used; anything heavy (numpy, torch, sklearn...) goes inside the
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from mlab.core import Lazy, hookimpl
-
-__all__ = ["LineFitTask", "register_tasks"]
-
-# Name and description are the task's own (`mlab list-plugins` shows them without importing line_fit.py).
-LINE_FIT = Lazy("example/line-fit", "mlab_example_tasks.line_fit:LineFitTask",
-                "Fit a noisy line: predict y from x (MSE, lower is better).")
 
 
 @hookimpl
 def register_tasks(register):
-    # One call per task; mlab makes the task (LineFitTask()) when it is first used.
-    register(LINE_FIT)
-
-
-def __getattr__(name: str) -> Any:
-    # `from mlab_example_tasks import LineFitTask` still works, importing line_fit.py then.
-    if name != "LineFitTask":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module(f"{__name__}.line_fit").LineFitTask
+    # One call per task: its name, and where its class is. mlab makes the task (LineFitTask()) when it is first
+    # used; its description is the class's own.
+    register(Lazy("example/line-fit", "mlab_example_tasks.line_fit:LineFitTask"))

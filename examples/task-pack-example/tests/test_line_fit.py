@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import InvalidSubmission, PrepareContext
-from mlab_example_tasks import LineFitTask
+from mlab_example_tasks.line_fit import LineFitTask
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from mlab.core import Lazy, hookimpl
 
-AGENT = Lazy("autogpt", "mlab_agent_autogpt.agent:AutoGPTAgent",
-             "AutoGPT-style agent: JSON thoughts (text, reasoning, plan, criticism) and one command per step, running "
-             "memory; stops on task_complete.")
+AGENT = Lazy("autogpt", "mlab_agent_autogpt.agent:AutoGPTAgent")
 
 
 @hookimpl

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from mlab.core import Lazy, hookimpl
 
-AGENT = Lazy("baseline", "mlab_agent_baseline.agent:BaselineAgent",
-             "Runs the task's starter script once, then submits (no model needed).")
+AGENT = Lazy("baseline", "mlab_agent_baseline.agent:BaselineAgent")
 
 
 @hookimpl

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from mlab.core import Lazy, hookimpl
 
-AGENT = Lazy("langchain", "mlab_agent_langchain.agent:LangChainAgent",
-             "LangChain agent: environment actions as LangChain tools, JSON-blob tool calls, driven by the run's "
-             "model.")
+AGENT = Lazy("langchain", "mlab_agent_langchain.agent:LangChainAgent")
 
 
 @hookimpl

@@ -9,19 +9,12 @@ them is used.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from mlab.core import Lazy, hookimpl
 
-__all__ = ["ReactAgent", "ResearchAgent", "SimpleAgent"]
-
 AGENTS = (
-    Lazy("research", "mlab_agent_research.agent:ResearchAgent",
-         "ReAct research agent: Reflection, Research Plan and Status, Fact Check, Thought, Action."),
-    Lazy("simple", "mlab_agent_research.agent:SimpleAgent", "Ablation of research: Action and Action Input only."),
-    Lazy("react", "mlab_agent_research.agent:ReactAgent",
-         "Ablation of research: Thought, Action and Action Input only."),
+    Lazy("research", "mlab_agent_research.agent:ResearchAgent"),
+    Lazy("simple", "mlab_agent_research.agent:SimpleAgent"),
+    Lazy("react", "mlab_agent_research.agent:ReactAgent"),
 )
 
 
@@ -29,9 +22,3 @@ AGENTS = (
 def register_agents(register):
     for agent in AGENTS:
         register(agent)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.agent"), name)

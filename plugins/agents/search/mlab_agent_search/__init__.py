@@ -9,11 +9,8 @@ from __future__ import annotations
 from mlab.core import Lazy, hookimpl
 
 AGENTS = (
-    Lazy("search", "mlab_agent_search.agent:SearchAgent",
-         "Search over whole solution scripts (draft, improve, debug, crossover) with a greedy (AIDE-like), MCTS or "
-         "evolutionary policy; submits the best node."),
-    Lazy("aide", "mlab_agent_search.agent:AideAgent",
-         "AIDE-like greedy tree search over whole solution scripts: the search agent with policy greedy."),
+    Lazy("search", "mlab_agent_search.agent:SearchAgent"),
+    Lazy("aide", "mlab_agent_search.agent:AideAgent"),
 )
 
 
