@@ -17,15 +17,29 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MLAB_SHARED_DIR", REPO.parent / "shared")) / "data"
 
 
+# The user's own settings that would change what a test's mlab does: its plugins and where its data comes from.
+USER_SETTINGS = ("MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_session_home(tmp_path_factory):
+    """A session-wide MLAB_HOME, set before any module or session fixture runs: a fixture that prepares a task
+    or runs an agent for a whole module writes there, never into the user's ~/.cache/mlab."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLAB_HOME", str(tmp_path_factory.mktemp("session-mlab-home")))
+        for name in USER_SETTINGS:
+            patch.delenv(name, raising=False)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_mlab_home(tmp_path_factory, monkeypatch):
-    """No test reads or writes the user's ~/.cache/mlab. The terminal size an xdist worker exports (COLUMNS=80)
-    is dropped too: the CLI's output in a test is the piped output a serial run sees."""
+    """Each test gets an MLAB_HOME of its own. The terminal size an xdist worker exports (COLUMNS=80) is dropped
+    too: the CLI's output in a test is the piped output a serial run sees."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in ("COLUMNS", "LINES"):
             monkeypatch.delenv(name, raising=False)
-    if "MLAB_HOME" not in os.environ or not os.environ["MLAB_HOME"].startswith(str(tmp_path_factory.getbasetemp())):
-        monkeypatch.setenv("MLAB_HOME", str(tmp_path_factory.mktemp("mlab-home")))
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path_factory.mktemp("mlab-home")))
 
 
 def pytest_collection_modifyitems(config, items):

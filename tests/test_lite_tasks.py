@@ -16,7 +16,9 @@ import pytest
 from mlab.core import InvalidSubmission, PrepareContext
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.scoring import judge
-from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask, reference
+from mlab_tasks_lite import reference
+from mlab_tasks_lite.tasks import DiabetesTask, DigitsTask, WineTask
+from tests.fixtures.cli import mlab
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"lite/digits": DigitsTask(), "lite/diabetes": DiabetesTask(), "lite/wine": WineTask()}
@@ -26,13 +28,6 @@ SUBMISSION_COLUMNS = {"lite/digits": [str(c) for c in range(10)], "lite/diabetes
 
 
 # ---- helpers and shared set-up ---------------------------------------------------------------------------
-
-def mlab(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR")}
-    env["MLAB_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=home)
-
 
 def task_dir(home: Path, name: str) -> Path:
     return home / "tasks" / name.replace("/", "__")
@@ -60,9 +55,9 @@ def measured(home):
 
     def get(name: str):
         if name not in done:
-            prepared = mlab(home, "prepare", name)
+            prepared = mlab("prepare", name, home=home, cwd=home)
             assert prepared.returncode == 0, prepared.stderr
-            base = mlab(home, "baseline", name)
+            base = mlab("baseline", name, home=home, cwd=home)
             assert base.returncode == 0, base.stdout + base.stderr
             done[name] = (prepared, base)
         return done[name]
@@ -89,7 +84,7 @@ def in_process(tmp_path_factory):
 # ---- registration -----------------------------------------------------------------------------------------
 
 def test_lite_tasks_are_listed_with_their_metrics(home):
-    result = mlab(home, "tasks", "--json")
+    result = mlab("tasks", "--json", home=home, cwd=home)
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert {"lite/digits", "lite/diabetes", "lite/wine"} <= set(rows)
@@ -146,7 +141,7 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
 
     # The baseline agent runs the starter and submits; the starter is deterministic, so it scores the same.
     run_dir = tmp_path / "run"
-    result = mlab(home, "run", "--task", name, "--agent", "baseline", "--run-dir", str(run_dir))
+    result = mlab("run", "--task", name, "--agent", "baseline", "--run-dir", str(run_dir), home=home, cwd=home)
     assert result.returncode == 0, result.stdout + result.stderr
     trace = json.loads((run_dir / "trace.json").read_text())
     assert trace["status"] == "finished" and trace["final_score_error"] is None
@@ -156,7 +151,7 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
     assert "answers.csv" not in {p.name for p in run_dir.rglob("*")}
     assert (hidden / "answers.csv").read_bytes() not in {p.read_bytes() for p in workspace.rglob("*") if p.is_file()}
 
-    evaluated = mlab(home, "eval", str(run_dir), "--json")
+    evaluated = mlab("eval", str(run_dir), "--json", home=home, cwd=home)
     assert evaluated.returncode == 0, evaluated.stderr
     [row] = json.loads(evaluated.stdout)
     assert row["task"] == name and row["error"] is None

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from mlab.core.run.held_out import HELD_OUT_DIR, held_out_path
 from mlab.core.run.runner import Runner
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
+from tests.fixtures.cli import mlab
 
 REGISTRY = load_registry()
 LITE = sorted(name for name in REGISTRY.items["tasks"] if name.startswith("lite/"))
@@ -184,20 +182,13 @@ def test_prepare_twice_writes_identical_held_out_files(harness, name):
 
 # ---- a home prepared before held-out files existed ---------------------------------------------------------------
 
-def mlab(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR")}
-    env["MLAB_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=home)
-
-
 def test_a_home_prepared_before_says_prepare_again_in_one_line(tmp_path):
     home = TaskHome(tmp_path / "home")
     task = REGISTRY.get("tasks", "lite/wine")
     home.prepare(task, **QUIET)
     shutil.rmtree(home.hidden_dir(task) / HELD_OUT_DIR)  # as prepare left it before this change
-    done = mlab(home.root, "run", "--task", "lite/wine", "--agent", "baseline", "--sandbox", "local",
-                "--allow-validate", "--run-dir", str(tmp_path / "run"))
+    done = mlab("run", "--task", "lite/wine", "--agent", "baseline", "--sandbox", "local",
+                "--allow-validate", "--run-dir", str(tmp_path / "run"), home=home.root, cwd=home.root)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr

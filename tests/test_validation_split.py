@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,8 @@ from mlab.core.run.environment import Environment
 from mlab.core.run.harness import Harness
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
-from mlab_tasks_lite import DiabetesTask, DigitsTask, WineTask
+from mlab_tasks_lite.tasks import DiabetesTask, DigitsTask, WineTask
+from tests.fixtures.cli import mlab
 
 LITE = {"lite/wine": WineTask(), "lite/diabetes": DiabetesTask(), "lite/digits": DigitsTask()}
 
@@ -197,36 +196,29 @@ def test_bad_predictions_get_the_tasks_own_message_about_the_file_given(staged):
 
 # ---- the flag through the CLI: recorded in the run, shown by eval and report ---------------------------------
 
-def mlab(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR")}
-    env["MLAB_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=home)
-
-
 @pytest.mark.slow
 def test_the_flag_is_recorded_and_marked_by_eval_and_report(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     flagged, plain = tmp_path / "runs" / "flagged", tmp_path / "runs" / "plain"
     for run_dir, extra in ((flagged, ["--allow-validate"]), (plain, [])):
-        done = mlab(home, "run", "--task", "lite/wine", "--agent", "baseline", "--sandbox", "local",
-                    "--run-dir", str(run_dir), *extra)
+        done = mlab("run", "--task", "lite/wine", "--agent", "baseline", "--sandbox", "local",
+                    "--run-dir", str(run_dir), *extra, home=home, cwd=home)
         assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads((flagged / "trace.json").read_text())["config"]["allow_validate"] is True
     assert json.loads((plain / "trace.json").read_text())["config"]["allow_validate"] is False
 
-    evaluated = mlab(home, "eval", str(flagged), str(plain))
+    evaluated = mlab("eval", str(flagged), str(plain), home=home, cwd=home)
     assert evaluated.returncode == 0, evaluated.stderr
     assert "note: flagged could score predictions on a validation split (--allow-validate)" in evaluated.stdout
-    as_json = json.loads(mlab(home, "eval", str(flagged), str(plain), "--json").stdout)
+    as_json = json.loads(mlab("eval", str(flagged), str(plain), "--json", home=home, cwd=home).stdout)
     assert [r["allow_validate"] for r in as_json] == [True, False]
 
-    reported = mlab(home, "report", str(tmp_path / "runs"), "--no-plots", "--json")
+    reported = mlab("report", str(tmp_path / "runs"), "--no-plots", "--json", home=home, cwd=home)
     assert reported.returncode == 0, reported.stderr
     data = json.loads(reported.stdout)
     assert len(data["validated_runs"]) == 1 and "flagged" in data["validated_runs"][0]
-    shown = mlab(home, "report", str(tmp_path / "runs"), "--no-plots", "--no-html")
+    shown = mlab("report", str(tmp_path / "runs"), "--no-plots", "--no-html", home=home, cwd=home)
     assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in shown.stdout
 
 
@@ -235,8 +227,8 @@ def test_the_flag_on_a_task_without_a_split_is_a_usage_error(tmp_path):
     # an installed task (the CLI's registry), not a fixture another test added to this process's registry
     without = next(name for name, task in sorted(registry.items["tasks"].items())
                    if task.validation is None and name.split("/")[0] in ("lite", "mlagentbench"))
-    done = mlab(tmp_path, "run", "--task", without, "--agent", "baseline", "--allow-validate",
-                "--run-dir", str(tmp_path / "run"), timeout=60)
+    done = mlab("run", "--task", without, "--agent", "baseline", "--allow-validate",
+                "--run-dir", str(tmp_path / "run"), timeout=60, home=tmp_path, cwd=tmp_path)
     assert done.returncode == 2
     assert f"task {without!r} declares no validation split, so --allow-validate cannot be used with it" in done.stderr
     assert not (tmp_path / "run").exists()
@@ -390,8 +382,8 @@ def test_bench_refuses_the_flag_when_a_task_has_no_split_in_one_line(tmp_path):
     # an installed task (the CLI's registry), not a fixture another test added to this process's registry
     without = next(name for name, task in sorted(registry.items["tasks"].items())
                    if task.validation is None and name.split("/")[0] in ("lite", "mlagentbench"))
-    done = mlab(tmp_path, "bench", "--tasks", f"lite/wine,{without}", "--agents", "baseline", "--allow-validate",
-                "--bench-dir", str(tmp_path / "bench"), timeout=120)
+    done = mlab("bench", "--tasks", f"lite/wine,{without}", "--agents", "baseline", "--allow-validate",
+                "--bench-dir", str(tmp_path / "bench"), timeout=120, home=tmp_path, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"these tasks declare no validation split: {without}" in lines[0]
@@ -401,12 +393,12 @@ def test_bench_refuses_the_flag_when_a_task_has_no_split_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_bench_runs_carry_the_flag_into_their_config_and_the_report(tmp_path):
     bench_dir = tmp_path / "bench"
-    done = mlab(tmp_path, "bench", "--tasks", "lite/wine", "--agents", "baseline", "--runs", "1", "--workers", "1",
-                "--sandbox", "local", "--allow-validate", "--bench-dir", str(bench_dir))
+    done = mlab("bench", "--tasks", "lite/wine", "--agents", "baseline", "--runs", "1", "--workers", "1",
+                "--sandbox", "local", "--allow-validate", "--bench-dir", str(bench_dir), home=tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     [trace] = [json.loads(p.read_text()) for p in bench_dir.rglob("trace.json")]
     assert trace["config"]["allow_validate"] is True
-    reported = mlab(tmp_path, "report", str(bench_dir), "--no-plots", "--no-html")
+    reported = mlab("report", str(bench_dir), "--no-plots", "--no-html", home=tmp_path, cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr
     assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in reported.stdout
 
