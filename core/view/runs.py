@@ -159,6 +159,21 @@ def errors_log(run_dir: Path) -> str:
     return clip((data or b"").decode("utf-8", errors="replace"), MAX_ERRORS_LOG)
 
 
+def _query(conn: sqlite3.Connection, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of a table a bench of an older mlab may not have (or have emptied): none then."""
+    try:
+        return [tuple(r) for r in conn.execute(sql)]
+    except sqlite3.Error:
+        return []
+
+
+def _verdict(stored: tuple[Any, Any, Any] | None) -> dict[str, Any]:
+    """A bench run's judgement as the pages show it: the baseline, the improvement over it and whether that is a
+    success; None for each until the bench (or `mlab eval`) has judged the run."""
+    baseline, improvement, success = stored or (None, None, None)
+    return {"baseline": baseline, "improvement": improvement, "success": None if success is None else bool(success)}
+
+
 def _keep(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -252,6 +267,16 @@ class Catalog:
             for r in conn.execute("SELECT run_key, step, score, error FROM step_scores"):
                 if r["run_key"] in by_key:
                     scores.setdefault(by_key[r["run_key"]], {})[r["step"]] = (r["score"], r["error"])
+            for row in rows.values():
+                row.update(_verdict(None))
+            for task, baseline in _query(conn, "SELECT task, score FROM baselines"):
+                for row in rows.values():
+                    if row.get("task") == task:
+                        row["baseline"] = baseline
+            for key, baseline, improvement, success in _query(
+                    conn, "SELECT run_key, baseline, improvement, success FROM verdicts"):
+                if key in by_key:
+                    rows[by_key[key]].update(_verdict((baseline, improvement, success)))
             return rows, scores
         except sqlite3.Error:
             return {}, {}
@@ -271,7 +296,9 @@ class Catalog:
                                    "llm": row.get("llm"), "seed": row.get("seed"),
                                    "status": "interrupted" if row.get("status") == "running" else row.get("status"),
                                    "end_reason": row.get("end_reason"), "steps": row.get("steps") or 0,
-                                   "final_score": row.get("final_score"), "error": None, "live": None})
+                                   "final_score": row.get("final_score"), "failure": row.get("failure"),
+                                   "baseline": row.get("baseline"), "improvement": row.get("improvement"),
+                                   "success": row.get("success"), "error": None, "live": None})
             return {"root": self.root.name or str(self.root), "bench": self.is_bench, "runs": listed}
 
     def _summary(self, rid: str, run_dir: Path, bench_row: dict[str, Any] | None) -> dict[str, Any]:
@@ -284,9 +311,9 @@ class Catalog:
             going = run_in_progress(run_dir)
             status = "interrupted" if going is False else "running"
             live = read_live(run_dir) if going is not False else None
-        return {**brief, "id": rid, "name": name, "status": status,
-                "failure": bench_row.get("failure") if bench_row else None, **self._cost(run_dir), "error": None,
-                "live": live}
+        judged = {k: bench_row.get(k) for k in ("failure", "baseline", "improvement", "success")} if bench_row else {}
+        return {**brief, "id": rid, "name": name, "status": status, "failure": None, **judged, **self._cost(run_dir),
+                "error": None, "live": live}
 
     def run(self, rid: str, have_steps: int = 0, have_calls: int = 0, started_at: float | None = None
             ) -> dict[str, Any] | None:

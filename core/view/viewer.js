@@ -108,21 +108,62 @@
   function runHash(id, step) { return '#run=' + encodeURIComponent(id) + (step ? '&step=' + step : ''); }
   function go(id, step) { location.hash = runHash(id, step); }
 
-  var list = null, listKey = '', run = null;  // run: the run shown, with what was fetched of it
+  var list = null, listKey = '', shownKey = '', run = null;  // run: the run shown, with what was fetched of it
 
-  // ---- the run list ----------------------------------------------------------------------------------------
+  // ---- the run list and the bench overview: filtered by #filter, sorted by a column header --------------------
+  var sorts = {runs: {key: null, down: false}, groups: {key: 'group', down: false}};
   function describe(r) {
     return [r.task, r.agent, r.llm, given(r.seed) ? 'seed ' + r.seed : null].filter(given).map(text).join(' · ');
   }
+  function terms() {
+    var f = byId('filter');
+    return f ? f.value.toLowerCase().split(/\s+/).filter(Boolean) : [];
+  }
+  function matches(r, words) {
+    var hay = [r.name, r.task, r.agent, r.llm, given(r.seed) ? 'seed ' + r.seed : null, r.status, r.failure]
+      .map(text).join(' ').toLowerCase();
+    return words.every(function (w) { return hay.indexOf(w) >= 0; });
+  }
+  // Sort values: numbers and text, missing ones last whichever way the column is sorted.
+  function compare(a, b, down) {
+    var ma = !given(a) || a === '', mb = !given(b) || b === '';
+    if (ma || mb) return ma === mb ? 0 : ma ? 1 : -1;
+    var c = isNum(a) && isNum(b) ? a - b : String(a).localeCompare(String(b), undefined, {numeric: true});
+    return down ? -c : c;
+  }
+  function sorted(rows, which, columns) {
+    var st = sorts[which], col = columns.filter(function (c) { return c.key === st.key; })[0];
+    if (!col) return rows;
+    return rows.map(function (r, i) { return [r, i]; }).sort(function (x, y) {
+      return compare(col.value(x[0]), col.value(y[0]), st.down) || x[1] - y[1];
+    }).map(function (x) { return x[0]; });
+  }
+  function header(which, columns) {
+    var st = sorts[which];
+    return el('tr', null, columns.map(function (c) {
+      var on = st.key === c.key;
+      return el('th', {'data-sort': c.key, 'data-table': which, class: on ? (st.down ? 'sorted down' : 'sorted up') : 'sortable',
+                       title: 'sort by ' + c.title}, c.title, on ? (st.down ? ' ▼' : ' ▲') : '');
+    }));
+  }
+  function successText(v) { return v === true ? 'yes' : v === false ? 'no' : given(v) ? text(v) : '-'; }
+  var RUN_COLUMNS = [
+    {key: 'name', title: 'run', value: function (r) { return r.name; }},
+    {key: 'status', title: 'status', value: function (r) { return r.status; }},
+    {key: 'steps', title: 'steps', value: function (r) { return r.steps; }},
+    {key: 'score', title: 'score', value: function (r) { return r.final_score; }},
+    {key: 'improvement', title: 'improvement', value: function (r) { return r.improvement; }, judged: true},
+    {key: 'success', title: 'success', value: function (r) { return r.success === true ? 1 : r.success === false ? 0 : r.success; }, judged: true},
+    {key: 'cost', title: 'cost', value: function (r) { return isNum(r.cost_usd) ? r.cost_usd : r.cost_text; }}];
   function drawList(data) {
     var title = byId('title');
     if (title && source.live) title.textContent = 'mlab view — ' + text(data.root) + (data.bench ? ' (bench)' : '');
     var none = byId('no-runs');
     if (none) none.hidden = data.runs.length > 0;
-    var withImprovement = data.runs.some(function (r) { return 'improvement' in r; });
-    var head = el('tr', null, el('th', null, 'run'), el('th', null, 'status'), el('th', null, 'steps'),
-                  el('th', null, 'score'), withImprovement ? el('th', null, 'improvement') : null, el('th', null, 'cost'));
-    var rows = data.runs.map(function (r) {
+    var judged = data.runs.some(function (r) { return 'improvement' in r; });
+    var columns = RUN_COLUMNS.filter(function (c) { return judged || !c.judged; });
+    var words = terms(), shown = sorted(data.runs.filter(function (r) { return matches(r, words); }), 'runs', columns);
+    var rows = shown.map(function (r) {
       var steps = text(given(r.steps) ? r.steps : '-') + (r.max_steps ? '/' + text(r.max_steps) : '');
       return el('tr', {'data-id': given(r.id) ? r.id : null, class: run && r.id === run.id ? 'sel' : null},
         el('td', {class: 'name'}, text(r.name),
@@ -130,14 +171,78 @@
         el('td', null, badge(r.status), r.failure ? el('div', {class: 'sub'}, text(r.failure)) : null),
         el('td', null, steps, r.live ? [' ', el('span', {class: 'sub'}, '+1')] : null),
         el('td', null, num(r.final_score)),
-        withImprovement ? el('td', null, pct(r.improvement)) : null,
+        judged ? [el('td', null, pct(r.improvement)), el('td', null, successText(r.success))] : null,
         el('td', null, costText(r)));
     });
-    fill(byId('runs'), el('table', {class: 'runs'}, el('thead', null, head), el('tbody', null, rows)));
+    var count = byId('shown');
+    if (count) count.textContent = words.length ? shown.length + ' of ' + data.runs.length + ' runs' : data.runs.length + ' runs';
+    fill(byId('runs'), el('table', {class: 'runs'}, el('thead', null, header('runs', columns)), el('tbody', null, rows)));
   }
-  byId('runs').addEventListener('click', function (ev) {
-    var tr = ev.target.closest('tr[data-id]'); if (tr) go(tr.getAttribute('data-id'));
+  // A bench at a glance: one row per task × agent × model, over the runs the filter keeps.
+  var GROUP_COLUMNS = [
+    {key: 'group', title: 'task · agent · model', value: function (g) { return g.label; }},
+    {key: 'runs', title: 'runs', value: function (g) { return g.runs.length; }},
+    {key: 'status', title: 'status', value: function (g) { return g.statusText; }},
+    {key: 'success', title: 'success', value: function (g) { return g.judged ? g.successes / g.judged : null; }},
+    {key: 'improvement', title: 'mean improvement', value: function (g) { return g.improvement; }},
+    {key: 'score', title: 'mean score', value: function (g) { return g.score; }},
+    {key: 'cost', title: 'cost', value: function (g) { return g.cost; }}];
+  function mean(values) {
+    var v = values.filter(isNum);
+    return v.length ? v.reduce(function (a, b) { return a + b; }, 0) / v.length : null;
+  }
+  function groups(runs) {
+    var by = {}, order = [];
+    runs.forEach(function (r) {
+      var parts = [r.task, r.agent, r.llm].filter(given).map(text), k = JSON.stringify(parts);
+      if (!by[k]) { by[k] = {label: parts.join(' · '), filter: parts.join(' '), runs: []}; order.push(k); }
+      by[k].runs.push(r);
+    });
+    return order.map(function (k) {
+      var g = by[k], counts = {};
+      g.runs.forEach(function (r) { counts[text(r.status)] = (counts[text(r.status)] || 0) + 1; });
+      g.statusText = Object.keys(counts).sort().map(function (s) { return counts[s] + ' ' + s; }).join(', ');
+      g.judged = g.runs.filter(function (r) { return typeof r.success === 'boolean'; }).length;
+      g.successes = g.runs.filter(function (r) { return r.success === true; }).length;
+      g.improvement = mean(g.runs.map(function (r) { return r.improvement; }));
+      g.score = mean(g.runs.map(function (r) { return r.final_score; }));
+      var costs = g.runs.map(function (r) { return r.cost_usd; }).filter(isNum);
+      g.cost = costs.length ? costs.reduce(function (a, b) { return a + b; }, 0) : null;
+      return g;
+    });
+  }
+  function overview() {
+    if (!list) return null;
+    var words = terms(), runs = list.runs.filter(function (r) { return matches(r, words); });
+    var rows = sorted(groups(runs), 'groups', GROUP_COLUMNS).map(function (g) {
+      return el('tr', {'data-filter': g.filter, title: 'show only these runs'},
+        el('td', null, g.label), el('td', null, String(g.runs.length)), el('td', null, g.statusText),
+        el('td', null, g.judged ? g.successes + '/' + g.judged + ' (' + Math.round(100 * g.successes / g.judged) + '%)' : '-'),
+        el('td', null, pct(g.improvement)), el('td', null, num(g.score)),
+        el('td', null, isNum(g.cost) ? '$' + g.cost.toFixed(4) : '-'));
+    });
+    return el('div', {id: 'overview'}, el('h2', null, list.bench ? 'Bench overview' : 'Overview'),
+      el('p', {class: 'muted'}, runs.length + ' run(s) in ' + rows.length + ' group(s) of task × agent × model' +
+         (words.length ? ' (filtered)' : '') + '. Click a group to list only its runs, a run to open it, a header to sort.'),
+      el('table', {id: 'groups', class: 'runs'}, el('thead', null, header('groups', GROUP_COLUMNS)), el('tbody', null, rows)));
+  }
+  function redrawLists() {
+    if (!list) return;
+    drawList(list);
+    if (!run && source.live) fill(byId('viewer'), overview());
+  }
+  document.addEventListener('click', function (ev) {
+    var th = ev.target.closest('th[data-sort]');
+    if (th) {
+      var st = sorts[th.getAttribute('data-table')], key = th.getAttribute('data-sort');
+      st.down = st.key === key ? !st.down : key !== 'name' && key !== 'group' && key !== 'status';
+      st.key = key; redrawLists(); return;
+    }
+    var g = ev.target.closest('#groups tr[data-filter]');
+    if (g) { byId('filter').value = g.getAttribute('data-filter'); redrawLists(); return; }
+    var tr = ev.target.closest('#runs tr[data-id]'); if (tr) go(tr.getAttribute('data-id'));
   });
+  if (byId('filter')) byId('filter').addEventListener('input', redrawLists);
 
   // ---- one run -----------------------------------------------------------------------------------------
   function chart() {
@@ -212,7 +317,12 @@
       })))];
   }
   function stepView(st, n) {
-    var keys = Object.keys(st.entries || {});
+    // the agent's own copy of the action and its input (a ReAct response's "Action" and "Action Input") is shown
+    // once, under Action input
+    var argsJson = JSON.stringify(st.args), keys = Object.keys(st.entries || {}).filter(function (k) {
+      var v = st.entries[k];
+      return !(v === st.action || (v !== null && typeof v === 'object' && JSON.stringify(v) === argsJson));
+    });
     var changes = st.changes || [];
     return el('div', {id: 'step', 'data-step': st.index},
       el('h3', null, 'Step ' + text(st.index) + ' of ' + n + ': ', el('span', {id: 'step-action'}, text(st.action)),
@@ -333,9 +443,9 @@
       if (k !== listKey) { listKey = k; list = data; drawList(data); }
       var id = chosen();
       if (!id) {
-        if (run || !byId('viewer').firstChild) {
-          run = null;
-          fill(byId('viewer'), source.live ? el('p', {class: 'muted'}, 'Choose a run on the left.') : null);
+        if (run || !byId('viewer').firstChild || k !== shownKey) {
+          run = null; shownKey = k;
+          fill(byId('viewer'), source.live ? overview() : null);
         }
         return null;
       }
