@@ -233,8 +233,13 @@ def _p(value: float | None) -> str:
 
 
 def _estimates(o: LabelSummary) -> dict[str, Estimate]:
-    return {k: Estimate(**o[k]) for k in ("success", "success_original", "success_any", "improvement",  # type: ignore[literal-required]
+    return {k: Estimate(**o[k]) for k in ("success", "success_original", "success_any", "improvement",
                                           "of_reference", "tokens", "cost_usd", "time_s", "steps", "llm_calls")}
+
+
+def _at(mapping: Callable[[Any], Any], key: Any, default: Any = None) -> Callable[[Any], Any]:
+    """A column's value: the entry `key` of the mapping an item gives (a threshold's, a task's, a failure's)."""
+    return lambda item: mapping(item).get(key, default)
 
 
 def _budget_columns(of: Callable[[Any], dict[str, Any]]) -> list[Column]:
@@ -280,7 +285,7 @@ def report_tables(data: ReportData) -> list[ReportTable]:
     thresholds = ReportTable("thresholds", "Success rate by improvement threshold (final step, all runs)",
                              [Column("task", "task"), Column("agent", "agent", value=lambda g: g.label),
                               *(Column(f">{th:.0%}", f"success_over_{round(th * 100)}", "pct",
-                                       value=lambda g, th=th: g.success[th]) for th in THRESHOLDS)])
+                                       value=_at(lambda g: g.success, th)) for th in THRESHOLDS)])
     for g in data.groups:
         thresholds.add(g)
     out.append(thresholds)
@@ -312,7 +317,7 @@ def report_tables(data: ReportData) -> list[ReportTable]:
             "profiles", f"Performance ratios (MLGym: 1 = the best mean final score on the task; - = infeasible: no "
                         f"valid score or worse than the baseline) and AUP (of {p.tau_max:g})",
             [Column("method", "method", value=lambda m: m), Column("AUP", "aup", "ratio", value=lambda m: p.aup[m]),
-             *(Column(task, task, "ratio", value=lambda m, task=task: p.ratios[m][task]) for task in p.tasks)])
+             *(Column(task, task, "ratio", value=_at(lambda m: p.ratios[m], task)) for task in p.tasks)])
         for m in p.methods:
             profiles.add(m)
         out.append(profiles)
@@ -326,9 +331,9 @@ def report_tables(data: ReportData) -> list[ReportTable]:
         used = [f for f in FAILURES if any(f in c for c in counts.values())]
         failures = ReportTable("failures", "Why runs have no valid final submission (or failed)",
                                [Column("agent", "agent", value=lambda x: x[0]),
-                                *(Column(f, f, "int", value=lambda x, f=f: x[1].get(f, 0)) for f in used)])
-        for item in sorted(counts.items()):
-            failures.add(item)
+                                *(Column(f, f, "int", value=_at(lambda x: x[1], f, 0)) for f in used)])
+        for entry in sorted(counts.items()):
+            failures.add(entry)
         out.append(failures)
 
     for c in data.comparisons:
