@@ -289,8 +289,20 @@ def test_a_root_that_cannot_be_built_gives_exit_code_120_and_the_reason_for_ever
         box.close()
 
 
-def test_a_request_too_big_for_the_zygote_runs_afresh_and_keeps_the_zygote(tmp_path):
+def test_a_request_too_big_for_the_zygote_runs_afresh_and_keeps_the_zygote(tmp_path, monkeypatch):
+    """A request the zygote cannot take runs with a root of its own, and the zygote stays for the next command.
+    A big request now travels in a memfd (the test below): what the zygote cannot take is more descriptors than
+    one message carries, so that bound is lowered here until a big request's memfd is one too many."""
+    from mlab.core.sandbox import zygote as zygote_module
+    from mlab.core.sandbox.cgroups import CommandCgroup
+
     spec = spec_for(tmp_path)
+    made = CommandCgroup.create(spec.limits)  # the descriptors every command of spec carries for its cgroup
+    cgroup_fds = len(made.fds) if made is not None else 0
+    if made is not None:
+        made.close_fds()
+        made.remove()
+    monkeypatch.setattr(zygote_module, "MAX_FDS", 3 + cgroup_fds)
     box = LocalSandbox()
     try:
         assert box.run(["true"], spec).exit_code == 0
@@ -457,3 +469,55 @@ def test_a_finished_run_ends_its_zygote(tmp_path, monkeypatch):
     assert trace.final_score is not None, trace.final_score_error
     assert zygotes, "the run's commands came from no zygote"
     assert wait_until(lambda: all(proc.poll() is not None for proc in zygotes), 10)
+
+
+def test_a_request_bigger_than_a_socket_message_runs_through_the_zygote(tmp_path):
+    """A request past REQUEST_BYTES (a long environment, many arguments, thousands of protected files) is no
+    cliff: it travels in a descriptor beside the message, and the zygote that holds the run's root starts it."""
+    from mlab.core.sandbox.confine import REQUEST_BYTES
+    from mlab.core.sandbox.zygote import ConfinedCommand
+
+    spec = spec_for(tmp_path)
+    box = LocalSandbox()
+    try:
+        assert box.run(["true"], spec).exit_code == 0
+        zygote = the_zygote(box)
+        big = spec.model_copy(update={"env": {**spec.env, "BIG": "x" * 100_000}})
+        parts = [str(n) * 100_000 for n in range(1, 6)]  # each under the kernel's bound on one argument
+        assert len(parts) * 100_000 + 100_000 > 8 * REQUEST_BYTES
+        code = "import os, sys; print(len(os.environ['BIG']), [len(a) for a in sys.argv[1:]], sys.argv[5][:3])"
+        proc = box.popen([sys.executable, "-c", code, *parts], big)
+        assert isinstance(proc.process, ConfinedCommand)  # forked by the zygote, not a root of its own
+        output = proc.stdout.read().decode()
+        assert proc.wait(timeout=30) == 0, output
+        box.release(proc)
+        assert output == f"100000 {[100_000] * 5} 555\n", output
+        assert the_zygote(box) is zygote and zygote.proc.poll() is None and zygote.live == 0
+        assert box.run(["true"], spec).exit_code == 0 and the_zygote(box) is zygote
+    finally:
+        box.close()
+
+
+def test_starting_a_command_closes_each_descriptor_once(tmp_path, monkeypatch):
+    """The cgroup's descriptors travel with the request and are closed by their owner alone: closed twice, the
+    second close could take a descriptor another thread of the harness had opened under the same number."""
+    spec = spec_for(tmp_path, limits=Limits(timeout_s=30, max_processes=64))
+    box = LocalSandbox()
+    try:
+        assert box.run(["true"], spec).exit_code == 0
+        zygote = the_zygote(box)
+        closed: list[int] = []
+        real_close = os.close
+
+        def recording_close(fd: int) -> None:
+            closed.append(fd)
+            real_close(fd)
+
+        monkeypatch.setattr(os, "close", recording_close)
+        proc = ProcessCommand(*zygote.start(["true"], spec, []))
+        monkeypatch.setattr(os, "close", real_close)
+        assert proc.wait(timeout=30) == 0
+        box.release(proc)
+        assert closed and sorted(closed) == sorted(set(closed)), closed
+    finally:
+        box.close()

@@ -320,7 +320,9 @@ def wait_and_exit(child: int) -> None:
 
 
 # ---- the zygote ---------------------------------------------------------------------------------------------
-REQUEST_BYTES = 1 << 16  # one command's request: argv, environment, paths (bigger ones run afresh)
+REQUEST_BYTES = 1 << 16  # one command's request in the message itself: argv, environment, paths
+# The message of a bigger request: its bytes are in the last descriptor sent with it (a memfd).
+REQUEST_IN_FD = b"request in fd"
 MAX_FDS = 64
 
 
@@ -473,6 +475,12 @@ def serve(control_fd: int, idle_s: float, plan: dict) -> None:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[:len(payload) - len(payload) % fd_bytes])
         try:
+            if data == REQUEST_IN_FD and fds:
+                held = fds.pop()
+                try:
+                    data = read_descriptor(held)
+                finally:
+                    os.close(held)
             request = marshal.loads(data)
             child = os.fork() if len(fds) >= 2 else -1
         except (ValueError, EOFError, TypeError, OSError):
@@ -491,13 +499,20 @@ def read_plan(given: str) -> dict:
         plan: dict = marshal.loads(bytes.fromhex(given))
         return plan
     fd = int(given[3:])
+    try:
+        plan = marshal.loads(read_descriptor(fd))
+    finally:
+        os.close(fd)  # the command must not inherit it
+    return plan
+
+
+def read_descriptor(fd: int) -> bytes:
+    """Every byte of a file (a memfd) from its start."""
     chunks, offset = [], 0
     while chunk := os.pread(fd, 1 << 20, offset):
         chunks.append(chunk)
         offset += len(chunk)
-    os.close(fd)  # the command must not inherit it
-    plan = marshal.loads(b"".join(chunks))
-    return plan
+    return b"".join(chunks)
 
 
 def main(argv: list[str]) -> None:

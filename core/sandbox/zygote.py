@@ -3,12 +3,12 @@ has built the namespaces and the root once and forks each command from there (se
 costs a fork and a few mounts instead of an interpreter start-up and some fifty mounts.
 
 The harness talks to it over a socket pair: a request carries the command (argv, environment, directory,
-rlimits, the protected files) and, as descriptors, the command's output pipe, its stdin, its cgroup and a
-socket of its own, on which the command's init says it started (the kernel adds its pid as the harness sees
-it) and its watcher later sends the wait status. Closing the socket (or the harness dying) ends the zygote,
-and with it, as PID 1 of the run's namespaces, every command. A zygote idle for IDLE_S with no command
-running ends by itself (a sandbox dropped but not yet collected keeps no process); the next command starts
-another.
+rlimits, the protected files; past REQUEST_BYTES, in a memfd sent last) and, as descriptors, the command's
+output pipe, its stdin, its cgroup and a socket of its own, on which the command's init says it started (the
+kernel adds its pid as the harness sees it) and its watcher later sends the wait status. Closing the socket (or
+the harness dying) ends the zygote, and with it, as PID 1 of the run's namespaces, every command. A zygote idle
+for IDLE_S with no command running ends by itself (a sandbox dropped but not yet collected keeps no process);
+the next command starts another.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from mlab.core.sandbox.cgroups import CommandCgroup
-from mlab.core.sandbox.confine import MAX_FDS, REQUEST_BYTES
+from mlab.core.sandbox.confine import MAX_FDS, REQUEST_BYTES, REQUEST_IN_FD
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import nproc_fallback, rlimit_values
 
@@ -45,7 +45,8 @@ class RootNotBuilt(ZygoteGone):
 
 
 class NotForZygote(Exception):
-    """A request the zygote cannot take (too big): the command runs with a root of its own instead."""
+    """A request the zygote cannot take (more descriptors than one message carries): the command runs with a
+    root of its own instead."""
 
 
 def plan_sources(plan: dict) -> list[str]:
@@ -58,9 +59,14 @@ def plan_sources(plan: dict) -> list[str]:
 def plan_descriptor(plan: dict) -> int:
     """A descriptor holding the plan as confine.py reads it (`fd:N`): a plan with thousands of paths does not
     fit a command line. Close-on-exec here; pass_fds hands it to confine.py alone."""
-    fd = os.memfd_create("mlab-plan", os.MFD_CLOEXEC)
+    return bytes_descriptor("mlab-plan", marshal.dumps(plan))
+
+
+def bytes_descriptor(name: str, content: bytes) -> int:
+    """A close-on-exec memfd holding content."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        data = memoryview(marshal.dumps(plan))
+        data = memoryview(content)
         while data:
             data = data[os.write(fd, data):]
     except BaseException:
@@ -200,19 +206,26 @@ class Zygote:
         request = marshal.dumps({
             "argv": list(argv), "env": dict(spec.env), "cwd": os.path.realpath(spec.cwd),
             "protected": protected, "stdin": spec.stdin_pipe, "rlimits": rlimit_values(spec.limits, nproc)})
-        if len(request) > REQUEST_BYTES or len(cgroup.fds if cgroup is not None else []) > MAX_FDS - 3:
+        in_fd = len(request) > REQUEST_BYTES  # a bigger request travels in a memfd, the last descriptor
+        if len(cgroup.fds if cgroup is not None else []) > MAX_FDS - 3 - in_fd:
             if cgroup is not None:
                 cgroup.close_fds()
                 cgroup.remove()
-            raise NotForZygote("the request is too big for the zygote")
+            raise NotForZygote("the request carries more descriptors than the zygote takes")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel adds the sender's pid
         out_read, out_write = os.pipe()
         in_read, in_write = os.pipe() if spec.stdin_pipe else (-1, -1)
-        sent = [theirs.detach(), out_write] + ([in_read] if spec.stdin_pipe else [])
-        sent += cgroup.fds if cgroup is not None else []
+        # Ours to close once sent; the cgroup's are closed by cgroup.close_fds() alone (a second close could
+        # hit a descriptor another thread opened under the same number meanwhile).
+        head = [theirs.detach(), out_write] + ([in_read] if spec.stdin_pipe else [])
+        owned = list(head)
         started = False
         try:
+            tail = [bytes_descriptor("mlab-request", request)] if in_fd else []
+            owned += tail
+            request = REQUEST_IN_FD if in_fd else request
+            sent = head + (cgroup.fds if cgroup is not None else []) + tail
             with self._lock:
                 try:
                     self.control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", sent))])
@@ -221,16 +234,16 @@ class Zygote:
                         raise NotForZygote("the request is bigger than the zygote's socket takes") from exc
                     raise ZygoteGone(f"the sandbox's zygote is gone ({exc})") from exc
                 self.live += 1
-            for fd in sent:
+            for fd in owned:
                 os.close(fd)
-            sent = []
+            owned = []
             pid = _started_pid(ours)
             if pid is None:
                 self.command_ended()
                 raise ZygoteGone("the sandbox's zygote did not start the command")
             started = True
         finally:
-            for fd in sent:
+            for fd in owned:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.close_fds()
