@@ -2,11 +2,18 @@
 
 Plugins import from `mlab.core` (the names in `__all__`) and from `mlab.core.agentkit` (helpers for agents);
 every other module of the core is internal and may change without notice. tests/test_public_api.py enforces it.
+
+The imports below are the list, written once: type checkers read them, and at run time `__all__` and the lazy
+table are read from them (this file's own source). Importing mlab.core imports none of them: a plugin's
+registration module imports `hookimpl` and `Lazy` and stays light (`mlab list-plugins` imports every one); each
+of the rest loads on first use.
 """
+# ruff: noqa: F401  (the imports under TYPE_CHECKING are the exports, used through __all__ and __getattr__)
+import ast
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the public names
     from mlab.core.actions import ACTION_SPECS, VALIDATE_SUBMISSION, ActionSpec
     from mlab.core.agent import Agent, AgentContext, RunState
     from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
@@ -48,44 +55,18 @@ if TYPE_CHECKING:
         ValidationSplit,
     )
 
-# name -> the module defining it. Importing mlab.core imports none of them: a plugin's registration module
-# imports `hookimpl` and `Lazy` and stays light (`mlab list-plugins` imports every one); the rest load on first use.
-_EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["ACTION_SPECS", "VALIDATE_SUBMISSION", "ActionSpec"], "mlab.core.actions"),
-    **dict.fromkeys(["Agent", "AgentContext", "RunState"], "mlab.core.agent"),
-    **dict.fromkeys(["BudgetExceeded", "EnvError", "InvalidSubmission", "LLMError", "MlabError"],
-                    "mlab.core.errors"),
-    "hookimpl": "mlab.core.hookspecs",
-    "LLM": "mlab.core.llm.backend",
-    "LLMClient": "mlab.core.llm.client",
-    **dict.fromkeys(["LLM_PROXY_SOCKET_ENV", "HttpUpstream", "LLMProxy", "ProxyBudget", "ProxyUsage"],
-                    "mlab.core.llm.proxy"),
-    **dict.fromkeys(["Action", "BaselineMeasured", "Completion", "LLMCallFinished", "Message", "RunConfig",
-                     "RunFinished", "RunStarted", "Step", "StepFinished", "StopRun", "SubmissionScored",
-                     "TaskPrepared", "Trace", "Usage"], "mlab.core.models"),
-    "Lazy": "mlab.core.plugins.lazy",
-    "DataFile": "mlab.core.run.taskdata",
-    **dict.fromkeys(["Command", "ExecResult", "ExecSpec", "Sandbox"], "mlab.core.sandbox.contract"),
-    "Limits": "mlab.core.sandbox.limits",
-    "LocalSandbox": "mlab.core.sandbox.local",
-    **dict.fromkeys(["ProcessCommand", "ProcessSandbox"], "mlab.core.sandbox.process"),
-    **dict.fromkeys(["RootView", "extra_read_only", "root_view"], "mlab.core.sandbox.rootfs"),
-    **dict.fromkeys(["ScoringContext", "scoring_context"], "mlab.core.run.scoring_context"),
-    **dict.fromkeys(["BaselineContext", "Metric", "PrepareContext", "Resources", "Task", "ValidationSplit"],
-                    "mlab.core.task"),
-}
 
-__all__ = [
-    "ACTION_SPECS", "Action", "ActionSpec", "Agent", "AgentContext", "BaselineContext", "BaselineMeasured",
-    "BudgetExceeded", "DataFile",
-    "Completion", "EnvError", "ExecResult", "ExecSpec", "InvalidSubmission", "LLM", "LLMCallFinished",
-    "LLMClient", "LLMError", "Limits", "LocalSandbox", "Message", "Metric", "MlabError", "PrepareContext",
-    "Resources", "RootView", "RunConfig", "RunFinished", "RunStarted", "RunState", "Sandbox", "ScoringContext", "Step",
-    "StepFinished", "StopRun", "SubmissionScored", "Task", "TaskPrepared", "Trace", "Usage", "hookimpl",
-    "extra_read_only", "root_view", "scoring_context", "VALIDATE_SUBMISSION", "ValidationSplit", "Lazy",
-    "LLMProxy", "ProxyBudget", "ProxyUsage", "HttpUpstream", "LLM_PROXY_SOCKET_ENV",
-    "Command", "ProcessCommand", "ProcessSandbox",
-]
+def _exports() -> dict[str, str]:
+    """name -> the module defining it, from the `if TYPE_CHECKING:` imports above."""
+    with open(__file__, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    return {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names}
+
+
+_EXPORTS = _exports()
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -14,29 +14,17 @@ from mlab.core.agentkit.history import (
     summarize_observation,
     truncate_middle,
 )
-from mlab.core.agentkit.lenient_json import loads_lenient, strip_fences
-from mlab.core.agentkit.named_entries import (
-    ACTION,
-    ACTION_INPUT,
-    OBSERVATION_STOP,
-    parse_named_entries,
-    split_named_entries,
-)
-from mlab.core.agentkit.options import (
-    RESEARCH_ACTIONS,
-    ActionNames,
-    AgentOptions,
-    pick_actions,
-)
+from mlab.core.agentkit.lenient_json import loads_lenient
+from mlab.core.agentkit.named_entries import ACTION, ACTION_INPUT, OBSERVATION_STOP, parse_named_entries
+from mlab.core.agentkit.options import RESEARCH_ACTIONS, ActionNames, AgentOptions, pick_actions
 from mlab.core.agentkit.problem import packages_line, research_problem
-from mlab.core.agentkit.responses import InvalidResponse, args_example, check_args, match_name
+from mlab.core.agentkit.responses import InvalidResponse, check_args, match_name
 from mlab.core.run.validation import read_validation
 
 __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
     "OBSERVATION_STOP", "RESEARCH_ACTIONS", "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text",
-    "args_example", "ask_until_valid", "check_args",
-    "loads_lenient", "match_name", "needs_summary", "packages_line", "parse_named_entries", "pick_actions",
-    "research_problem", "split_named_entries", "strip_fences", "summarize_observation",
-    "truncate_middle", "read_validation",
+    "ask_until_valid", "check_args", "loads_lenient", "match_name", "needs_summary", "packages_line",
+    "parse_named_entries", "pick_actions", "research_problem", "summarize_observation", "truncate_middle",
+    "read_validation",
 ]
