@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from mlab.core import Lazy, hookimpl
 
-SANDBOX = Lazy("bwrap", "mlab_sandbox_bwrap.sandbox:BwrapSandbox",
-               "bubblewrap: only the workspace (read-write), the Python environment and system libraries (read-only); "
-               "no network; own PID namespace")
+SANDBOX = Lazy("bwrap", "mlab_sandbox_bwrap.sandbox:BwrapSandbox")
 
 
 @hookimpl

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from mlab.core import Lazy, hookimpl
 
-SANDBOX = Lazy("docker", "mlab_sandbox_docker.sandbox:DockerSandbox",
-               "a Docker container: the workspace read-write, the Python environment read-only, no network")
+SANDBOX = Lazy("docker", "mlab_sandbox_docker.sandbox:DockerSandbox")
 
 
 @hookimpl
