@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import click
@@ -32,6 +33,8 @@ def view(directory: str | None, port: int) -> None:
     except OSError as exc:
         why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror or exc})"
         raise click.UsageError(f"port {port} {why}; leave --port out to use a free one") from None
+    # read every run's summary now, while the user opens the page, so its first answer comes from memory
+    threading.Thread(target=viewer.httpd.catalog.runs, name="mlab-view-warm", daemon=True).start()
     found = len(find_runs(root))
     click.echo(f"mlab view: {found} run(s) under {root}" + ("" if found else "; the page shows runs as they appear"))
     click.echo(f"open {viewer.url} (Ctrl-C stops)", nl=True)
