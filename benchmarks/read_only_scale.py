@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -203,14 +204,22 @@ def main() -> int:
     parser.add_argument("--skip-check", action="store_true")
     args = parser.parse_args()
     names = [n for n in args.sandboxes.split(",") if n]
-    with tempfile.TemporaryDirectory(prefix="mlab-ro-scale-") as folder:
-        scratch = Path(folder)
-        if not args.skip_curve:
-            curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
-        if not args.skip_steps:
-            step_costs(scratch, args.steps)
-        if not args.skip_check:
-            check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
+    # Stopped (a timeout, a kill): the finally below still stops the engine and removes the scratch folder.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        with tempfile.TemporaryDirectory(prefix="mlab-ro-scale-") as folder:
+            scratch = Path(folder)
+            if not args.skip_curve:
+                curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
+            if not args.skip_steps:
+                step_costs(scratch, args.steps)
+            if not args.skip_check:
+                check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
+    finally:
+        if "docker" in names:
+            from tests.fixtures import docker_engine
+
+            docker_engine.stop()  # only an engine this script started
     return 0
 
 
