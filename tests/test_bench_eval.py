@@ -12,8 +12,9 @@ import pytest
 from mlab.core.bench.evaluate import eval_rows, evaluate_runs
 from mlab.core.models import RunConfig
 from mlab.core.run.runner import Runner
-from tests.fixtures.bench_cli import REGISTRY, REPO, mlab
+from tests.fixtures.bench_cli import REGISTRY, REPO
 from tests.fixtures.bench_plugins import bench_registry
+from tests.fixtures.cli import mlab
 
 
 def appender_run(run_dir: Path, steps: int) -> Path:

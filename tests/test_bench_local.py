@@ -11,8 +11,9 @@ import pytest
 
 from mlab.core.errors import MlabError
 from mlab.core.run.trace_log import read_log
-from tests.fixtures.bench_cli import REGISTRY, db_rows, mlab, start
+from tests.fixtures.bench_cli import REGISTRY, db_rows, start
 from tests.fixtures.bench_plugins import SCENARIOS
+from tests.fixtures.cli import mlab
 
 TASK = "fixture/counter"
 

@@ -22,7 +22,8 @@ from types import SimpleNamespace
 import pytest
 
 from mlab.core.errors import MlabError
-from tests.fixtures.bench_cli import REGISTRY, REPO, command, db_rows, env, mlab
+from tests.fixtures.bench_cli import REGISTRY, REPO, command, db_rows, env
+from tests.fixtures.cli import mlab
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -292,7 +293,7 @@ def test_runs_spread_over_two_nodes_come_back_whole_to_the_head(tmp_path, two_no
             "--engine", "ray", "--ray-address", address, "--cpus-per-run", "1", "--intermediate",
             "--bench-dir", str(out)]
     extra = {"MLAB_HOME": str(home), "RAY_AUTH_MODE": "disabled", "MLAB_LOAD_PLUGINS": "local,bwrap,lite,baseline"}
-    result = mlab(*args, timeout=900, extra_env=extra)
+    result = mlab(*args, timeout=900, env=extra)
     assert result.returncode == 0, result.stdout + result.stderr
     conn = sqlite3.connect(out / "results.db")
     rows = conn.execute("SELECT key, run_dir, status, final_score FROM runs ORDER BY key").fetchall()
@@ -317,7 +318,7 @@ def test_runs_spread_over_two_nodes_come_back_whole_to_the_head(tmp_path, two_no
         assert (run / "workspace" / "submission.csv").is_file()
     # the head rescoring every run from its final snapshot (every object must have arrived) gives the same scores
     evaluated = mlab("eval", "--json", *[str(out / run_dir) for _, run_dir, _, _ in rows], timeout=600,
-                     extra_env=extra)
+                     env=extra)
     assert evaluated.returncode == 0, evaluated.stderr
     scores = json.loads(evaluated.stdout)
     assert [s["error"] for s in scores] == [None] * 4
@@ -370,7 +371,7 @@ def test_ctrl_c_brings_runs_back_resumable_and_a_rerun_resumes_them_on_the_clust
     shipped = [json.loads(line) for line in (out / "logs" / "ray_runs.jsonl").read_text().splitlines()]
     assert sorted(p["status"] for p in shipped) == ["interrupted", "interrupted"]
 
-    resumed = mlab(*args, timeout=600, extra_env=extra)
+    resumed = mlab(*args, timeout=600, env=extra)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     for r in _rows(out):
         trace = json.loads((out / r["run_dir"] / "trace.json").read_text())

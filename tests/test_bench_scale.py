@@ -18,8 +18,9 @@ from mlab.core.bench.evaluate import evaluate_runs
 from mlab.core.bench.results import ResultsDB
 from mlab.core.run.trace_log import load_trace, read_log
 from mlab.core.view.live import run_in_progress
-from tests.fixtures.bench_cli import REGISTRY, db_rows, mlab, start
+from tests.fixtures.bench_cli import REGISTRY, db_rows, start
 from tests.fixtures.bench_plugins import PROBE_LOG_ENV, bench_registry
+from tests.fixtures.cli import mlab
 
 TASK = "fixture/counter"
 
@@ -91,7 +92,7 @@ def test_the_sandbox_is_probed_once_per_bench_not_once_per_run(tmp_path):
     probes = tmp_path / "probes.log"
     result = mlab("bench", "--tasks", TASK, "--agents", "fixture-appender", "--runs", "4", "--workers", "4",
                   "--agent-option", "steps=2", "--sandbox", "fixture-probed", "--bench-dir", tmp_path / "bench",
-                  "--registry", REGISTRY, extra_env={PROBE_LOG_ENV: str(probes)})
+                  "--registry", REGISTRY, env={PROBE_LOG_ENV: str(probes)})
     assert result.returncode == 0, result.stderr
     rows = rows_of(tmp_path / "bench")
     assert [r["status"] for r in rows] == ["finished"] * 4

@@ -205,7 +205,8 @@ def test_the_research_agent_asks_with_an_observation_stop(tmp_path):
 
 
 def test_bench_takes_the_same_generation_flags_and_budgets(tmp_path):
-    from tests.fixtures.bench_cli import REGISTRY, mlab
+    from tests.fixtures.bench_cli import REGISTRY
+    from tests.fixtures.cli import mlab
 
     result = mlab("bench", "--tasks", TASK_NAME, "--agents", "fixture-llm-stepper", "--llm", "fixture-sleepy:0",
                   "--runs", "1", "--bench-dir", str(tmp_path / "bench"), "--registry", REGISTRY,

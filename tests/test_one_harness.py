@@ -6,8 +6,6 @@ import math
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -18,7 +16,7 @@ from mlab.core.run.checktask import check_task
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import ScoreRule, judge
 from mlab.core.run.taskdata import TaskHome
-from tests.fixtures.bench_cli import REPO, env
+from tests.fixtures.cli import entry, mlab
 from tests.fixtures.one_harness import FixedZeroTask as FixedZeroTaskForCheck
 from tests.fixtures.one_harness import (
     FlakyStarterTask,
@@ -30,11 +28,7 @@ from tests.fixtures.one_harness import (
 
 REGISTRY = "tests.fixtures.one_harness:harness_registry"
 
-
-def mlab(*args, home=None, timeout=300) -> subprocess.CompletedProcess:
-    extra = {"MLAB_HOME": str(home)} if home else {}
-    return subprocess.run([sys.executable, "-m", "tests.fixtures.one_harness", *map(str, args)], cwd=REPO,
-                          env=env(**extra), capture_output=True, text=True, timeout=timeout)
+ONE_HARNESS = entry("tests.fixtures.one_harness")
 
 
 def test_judge_is_direction_aware_and_uses_the_task_margin():
@@ -66,13 +60,14 @@ def test_eval_json_the_results_database_and_the_report_agree_on_every_run(tmp_pa
     result = mlab("bench", "--tasks", "fixture/fixed-zero,fixture/fixed-two,fixture/counter",
                   "--agents", "fixture-appender,baseline,fixture-scenario", "--runs", "5",
                   "--agent-option", "steps=3", "--workers", "2",
-                  "--bench-dir", bench, "--registry", REGISTRY, home=tmp_path / "home", timeout=900)
+                  "--bench-dir", bench, "--registry", REGISTRY, home=tmp_path / "home", timeout=900,
+                  entry=ONE_HARNESS)
     assert result.returncode == 0, result.stderr
-    evaluated = mlab("eval", "--json", bench, home=tmp_path / "home")
+    evaluated = mlab("eval", "--json", bench, home=tmp_path / "home", entry=ONE_HARNESS)
     assert evaluated.returncode == 0, evaluated.stderr
-    steps = mlab("eval", "--json", "--intermediate", bench, home=tmp_path / "home")
+    steps = mlab("eval", "--json", "--intermediate", bench, home=tmp_path / "home", entry=ONE_HARNESS)
     assert steps.returncode == 0, steps.stderr
-    reported = mlab("report", bench, "--json", "--no-plots", "--no-html", home=tmp_path / "home")
+    reported = mlab("report", bench, "--json", "--no-plots", "--no-html", home=tmp_path / "home", entry=ONE_HARNESS)
     assert reported.returncode == 0, reported.stderr
     eval_rows = {os.path.basename(r["run_dir"]): r for r in json.loads(evaluated.stdout)}
     step_rows = {os.path.basename(r["run_dir"]): r for r in json.loads(steps.stdout)}
@@ -145,11 +140,11 @@ def test_baseline_runs_the_starter_in_the_sandbox_the_user_chose(tmp_path, task,
         if bwrap is None or not bwrap.available()[0]:
             pytest.skip("bwrap is not installed or does not work here")
     home = tmp_path / "home"
-    assert mlab("prepare", f"fixture/{task}", home=home).returncode == 0
+    assert mlab("prepare", f"fixture/{task}", home=home, entry=ONE_HARNESS).returncode == 0
     listener = _Listener()
     public = TaskHome(home).data_root / f"fixture__{task}" / "public"
     (public / "port.txt").write_text(str(listener.port))
-    result = mlab("baseline", f"fixture/{task}", "--sandbox", sandbox, home=home)
+    result = mlab("baseline", f"fixture/{task}", "--sandbox", sandbox, home=home, entry=ONE_HARNESS)
     listener.sock.close()
     assert result.returncode == 0, result.stderr
     assert f"in sandbox {sandbox}" in result.stdout
@@ -159,14 +154,15 @@ def test_baseline_runs_the_starter_in_the_sandbox_the_user_chose(tmp_path, task,
 
 def test_a_measured_baseline_is_the_mean_of_the_valid_starter_runs_only(tmp_path):
     home = tmp_path / "home"
-    result = mlab("baseline", "fixture/flaky-starter", "--runs", "4", home=home)
+    result = mlab("baseline", "fixture/flaky-starter", "--runs", "4", home=home, entry=ONE_HARNESS)
     assert result.returncode == 0, result.stderr
-    # the default sandbox is auto: bwrap where it works, else local, named as the one that ran
-    sandbox = "bwrap" if load_registry().items["sandboxes"]["bwrap"].available()[0] else "local"
-    assert f"baseline lines = 2 (sd 1.414), the mean of 2 valid of 4 run(s) in sandbox {sandbox}" in result.stdout
     record = json.loads(TaskHome(home).baseline_path(FlakyStarterTask()).read_text())
     assert (record["score"], record["n"], record["runs"], record["scores"]) == (2.0, 2, 4, [1.0, None, 3.0, None])
-    assert record["stdev"] == pytest.approx(math.sqrt(2)) and record["sandbox"] == sandbox
+    # the default sandbox is auto: which one it picks is the harness's decision, named as the one that ran
+    sandbox = record["sandbox"]
+    assert sandbox in load_registry().items["sandboxes"]
+    assert f"baseline lines = 2 (sd 1.414), the mean of 2 valid of 4 run(s) in sandbox {sandbox}" in result.stdout
+    assert record["stdev"] == pytest.approx(math.sqrt(2))
     assert record["machine"]["cpus"] == os.cpu_count() and record["machine"]["arch"]
 
 
@@ -196,7 +192,7 @@ def test_every_installed_task_with_a_fixed_baseline_declares_a_valid_one_and_its
 
 def test_a_starter_without_any_valid_run_records_no_baseline(tmp_path):
     home = tmp_path / "home"
-    result = mlab("baseline", "fixture/never-submits", "--runs", "2", home=home)
+    result = mlab("baseline", "fixture/never-submits", "--runs", "2", home=home, entry=ONE_HARNESS)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "none of the 2 starter runs produced a valid score" in result.stderr
     assert "the starter wrote nothing usable" in result.stderr
@@ -204,7 +200,7 @@ def test_a_starter_without_any_valid_run_records_no_baseline(tmp_path):
 
 
 def test_baseline_with_an_unknown_sandbox_is_a_one_line_error(tmp_path):
-    result = mlab("baseline", "fixture/counter", "--sandbox", "nope", home=tmp_path / "home")
+    result = mlab("baseline", "fixture/counter", "--sandbox", "nope", home=tmp_path / "home", entry=ONE_HARNESS)
     assert result.returncode == 2
     assert result.stderr.startswith("mlab: error: unknown sandbox 'nope'") and "Traceback" not in result.stderr
 
@@ -224,7 +220,8 @@ def test_check_task_works_in_the_home_it_is_given_and_leaves_the_process_environ
 
 
 def test_check_task_cli_uses_the_chosen_sandbox_and_a_fresh_home(tmp_path):
-    result = mlab("check-task", "fixture/with-reference", "--sandbox", "local", "--json", home=tmp_path / "home")
+    result = mlab("check-task", "fixture/with-reference", "--sandbox", "local", "--json", home=tmp_path / "home",
+                  entry=ONE_HARNESS)
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(result.stdout)
     assert report["status"] == "passed" and report["baseline"] == 1.0 and report["reference"] == 5.0

@@ -2,23 +2,20 @@
 improvement, success, placeholder note and reference ratio, whether it sits in a bench, a folder of runs or alone."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import REPO, env
+from tests.fixtures import cli
 
+# The CLI with the verdict fixture tasks registered.
+mlab = functools.partial(cli.mlab, entry=cli.entry("tests.fixtures.verdict_tasks"))
 VERDICT = ("score", "baseline", "baseline_source", "baseline_refused", "baseline_note", "valid", "improvement",
            "success", "success_margin", "reference_score", "of_reference")
 SPENT = ("steps", "llm_calls", "tokens", "cost_usd")
-
-
-def mlab(*args, home: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.fixtures.verdict_tasks", *map(str, args)], cwd=REPO,
-                          env=env(MLAB_HOME=str(home)), capture_output=True, text=True, timeout=timeout)
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

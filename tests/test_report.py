@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from tests.fixtures.bench_cli import mlab, report_bench
+from tests.fixtures.bench_cli import report_bench
+from tests.fixtures.cli import mlab
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def bench(tmp_path_factory):
 @pytest.mark.slow
 def test_tables_metrics_and_files(bench):
     out, home = bench
-    result = mlab("report", out, "--compare", "fixture-appender", "baseline", extra_env=home)
+    result = mlab("report", out, "--compare", "fixture-appender", "baseline", env=home)
     assert result.returncode == 0, result.stderr
     text = result.stdout
     for title in ("Runs per task and agent", "Success rate by improvement threshold", "Overall",
@@ -57,7 +58,7 @@ def test_tables_metrics_and_files(bench):
 def test_png_plots(bench):
     pytest.importorskip("matplotlib", reason="plots need the report extra: pip install 'mlab[report]'")
     out, home = bench
-    result = mlab("report", out, "--out", out / "r2", extra_env=home)
+    result = mlab("report", out, "--out", out / "r2", env=home)
     assert result.returncode == 0, result.stderr
     for name in ("success_rate", "improvement", "score_over_steps", "success_vs_cost", "performance_profiles"):
         data = (out / "r2" / f"{name}.png").read_bytes()
@@ -68,7 +69,7 @@ def test_png_plots(bench):
 @pytest.mark.slow
 def test_html_report_has_every_run_and_its_trace(bench):
     out, home = bench
-    result = mlab("report", out, "--no-plots", "--out", out / "r3", extra_env=home)
+    result = mlab("report", out, "--no-plots", "--out", out / "r3", env=home)
     assert result.returncode == 0, result.stderr
     page = (out / "r3" / "index.html").read_text()
     assert "file://" in result.stdout and "<img" not in page
@@ -90,7 +91,7 @@ def test_html_report_has_every_run_and_its_trace(bench):
 @pytest.mark.slow
 def test_json_output_and_bad_input(bench, tmp_path):
     out, home = bench
-    result = mlab("report", out, "--json", "--no-plots", "--no-html", "--out", out / "r4", extra_env=home)
+    result = mlab("report", out, "--json", "--no-plots", "--no-html", "--out", out / "r4", env=home)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert {g["label"] for g in data["groups"]} == {"baseline", "fixture-appender", "fixture-scenario"}
@@ -99,7 +100,7 @@ def test_json_output_and_bad_input(bench, tmp_path):
     assert {"success", "success_original", "aup"} <= set(data["overall"]["baseline"])
     for args, fragment in (((out, "--compare", "fixture-appender", "nobody"), "no runs of 'nobody'"),
                            ((tmp_path,), "holds no runs; give a run folder (with trace.json), a bench folder")):
-        bad = mlab("report", *args, extra_env=home)
+        bad = mlab("report", *args, env=home)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and fragment in bad.stderr
 
 

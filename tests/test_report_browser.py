@@ -7,7 +7,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tests.fixtures.bench_cli import REGISTRY, mlab
+from tests.fixtures.bench_cli import REGISTRY
+from tests.fixtures.cli import mlab
 
 CHROMIUM = next(filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))), None)
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

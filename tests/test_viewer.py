@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import REGISTRY, REPO, mlab, report_bench
+from tests.fixtures.bench_cli import REGISTRY, REPO, report_bench
+from tests.fixtures.cli import mlab
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 
@@ -64,7 +65,7 @@ def table(tables: Tables, title_start: str) -> list[list[str]]:
 @pytest.mark.slow
 def test_html_report_has_the_threshold_overall_and_failure_tables_of_the_terminal(tmp_path):
     out, home = report_bench(tmp_path)
-    result = mlab("report", out, "--no-plots", "--compare", "fixture-appender", "baseline", extra_env=home)
+    result = mlab("report", out, "--no-plots", "--compare", "fixture-appender", "baseline", env=home)
     assert result.returncode == 0, result.stderr
     terminal_titles = ("Runs per task and agent", "Success rate by improvement threshold", "Overall",
                        "Performance ratios", "Why runs have no valid final submission", "Paired comparison")
@@ -403,7 +404,7 @@ def test_view_of_a_bench_shows_its_failures_and_step_scores(tmp_path):
     bench = tmp_path / "bench"
     built = mlab("bench", "--tasks", "fixture/counter", "--agents", "fixture-appender,fixture-scenario", "--runs", "1",
                  "--intermediate", "--bench-dir", bench, "--registry", REGISTRY,
-                 extra_env={"MLAB_HOME": str(tmp_path / "home")})
+                 env={"MLAB_HOME": str(tmp_path / "home")})
     assert built.returncode == 0, built.stderr
     with Viewer(bench) as viewer:
         listed = json.loads(_get(viewer.url + "api/runs")[2])

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import REGISTRY, mlab
+from tests.fixtures.bench_cli import REGISTRY
+from tests.fixtures.cli import mlab
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=MISSING)]
@@ -69,7 +70,7 @@ def hostile_bench(root: Path, hit: str, numbers_too: bool = True) -> tuple[Path,
     bench = root / "bench"
     built = mlab("bench", "--tasks", "fixture/counter", "--agents", "fixture-appender", "--runs", "1", "--intermediate",
                  "--sandbox", "local", "--agent-option", f"steps={STEPS}", "--bench-dir", bench, "--registry", REGISTRY,
-                 extra_env={"MLAB_HOME": str(root / "home")})
+                 env={"MLAB_HOME": str(root / "home")})
     assert built.returncode == 0, built.stderr
     p = {name: payload(hit, name) for name in (
         "key", "agent", "llm", "seed", "steps", "failure", "end_reason", "score_error", "orphan_key", "orphan_steps",
@@ -170,7 +171,7 @@ def visit_every_step(browser: Browser, base: str, run_id: str, p: dict[str, str]
 def test_the_static_report_shows_a_hostile_bench_as_text_under_a_strict_csp(tmp_path, listener):
     hit, hits = listener
     bench, _run, p = hostile_bench(tmp_path, hit, numbers_too=False)
-    reported = mlab("report", bench, "--no-plots", extra_env={"MLAB_HOME": str(tmp_path / "home")})
+    reported = mlab("report", bench, "--no-plots", env={"MLAB_HOME": str(tmp_path / "home")})
     assert reported.returncode == 0, reported.stderr
     out = bench / "report"
     page = (out / "index.html").read_text()
@@ -244,7 +245,7 @@ def test_the_report_copies_no_run_folder_outside_the_bench(tmp_path, listener):
     with conn:
         conn.execute("UPDATE runs SET run_dir=? WHERE run_dir LIKE 'runs/run%'", (f"../{outside.name}",))
     conn.close()
-    reported = mlab("report", bench, "--no-plots", extra_env={"MLAB_HOME": str(tmp_path / "home")})
+    reported = mlab("report", bench, "--no-plots", env={"MLAB_HOME": str(tmp_path / "home")})
     assert reported.returncode == 0, reported.stderr
     written = "".join(f.read_text(errors="replace") for f in (bench / "report").rglob("*") if f.is_file())
     assert "SECRET-FROM-OUTSIDE" not in written
