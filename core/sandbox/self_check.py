@@ -52,8 +52,8 @@ class Bench:
     def spec(self, **limits: float | int | None) -> ExecSpec:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "MLAB_CHECK": "conformance"}
-        return ExecSpec(cwd=self.ws, env=env, writable_paths=[self.home], limits=Limits(**{"timeout_s": 60,
-                        **limits}))
+        return ExecSpec(cwd=self.ws, env=env, writable_paths=[self.home],
+                        limits=Limits.model_validate({"timeout_s": 60, **limits}))
 
     def run(self, code: str, spec: ExecSpec | None = None) -> ExecResult:
         return self.sandbox.run([PY, "-c", code], spec or self.spec())
