@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import mlab
+
 TASK = "lite/wine"
-
-
-def mlab(*args: object, home: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MLAB_HOME": str(home), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

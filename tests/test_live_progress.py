@@ -3,6 +3,7 @@ that work, and what `--run-dir` / `--resume` say about a run that exists."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import pty
@@ -12,7 +13,6 @@ import shlex
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import time
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.bench_cli import REPO
+from tests.fixtures.cli import REPO, cli_env, entry
+from tests.fixtures.cli import mlab as cli_mlab
 from tests.fixtures.gated_run import GATES_VARIABLE
 
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]")
@@ -30,19 +31,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as at a terminal, even when the suite runs in the background
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COLUMNS", "LINES")}
-    env.update(PYTHONDONTWRITEBYTECODE="1", **extra)
-    return env
+GATED = entry("tests.fixtures.gated_run", "mlab")  # the CLI with the bench fixtures and fixture-gated registered
+mlab = functools.partial(cli_mlab, entry=GATED)
 
 
 def mlab_cmd(*args: object) -> list[str]:
-    return [sys.executable, "-m", "tests.fixtures.gated_run", "mlab", *map(str, args)]
-
-
-def mlab(*args: object, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(mlab_cmd(*args), cwd=REPO, env=_env(COLUMNS="200"), capture_output=True, text=True,
-                          timeout=timeout)
+    return [*GATED, *map(str, args)]
 
 
 def wait_until(check, what: str, timeout_s: float = 60):
@@ -76,7 +70,7 @@ class Terminal:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-                                     env=_env(TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows)),
+                                     env=cli_env({"TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}),
                                      preexec_fn=_default_sigint)
         os.close(slave)
         self.master = master
@@ -172,7 +166,7 @@ def test_ctrl_c_gives_a_resume_hint_that_works_and_run_dir_says_what_a_folder_ho
     gates.mkdir()
     monkeypatch.setenv(GATES_VARIABLE, str(gates))
     args = ("run", "--task", "fixture/counter", "--agent", "fixture-gated", "--run-dir", run_dir)
-    proc = subprocess.Popen(mlab_cmd(*args), cwd=REPO, env=_env(COLUMNS="200"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(mlab_cmd(*args), cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         (gates / "step1").touch()

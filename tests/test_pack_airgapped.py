@@ -7,7 +7,6 @@ import http.server
 import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from mlab.core import Metric, MlabError, Task
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from mlab_tasks_mlagentbench import acquire
+from tests.fixtures.cli import mlab
 from tests.fixtures.mlagentbench import cifar, graph, kaggle, tabular, text
 
 QUIET = {"log": lambda _m: None}
@@ -25,11 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def get_task(short: str):
     return load_registry().get("tasks", f"mlagentbench/{short}")
-
-
-def mlab(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:

@@ -2,10 +2,10 @@
 
 Sandboxes by name: "local" (namespaces where the kernel allows; commands forked by the run's zygote),
 "local-fresh" (the same with a root built for each command, as where no zygote can be had; the `env` cases),
-"fallback" (the local sandbox without namespaces), "bwrap" and "docker" (plugins; skipped with the reason when
-not usable here). The docker cases run against a
-Docker engine the session starts for itself (tests/fixtures/docker_engine.py); under CI=true an engine that
-cannot be had fails them instead, so that a silent skip cannot pass CI.
+"fallback" (the local sandbox without namespaces), and every other registered sandbox that confines ("bwrap" and
+"docker" here; tests/fixtures/sandboxes.py; skipped with the reason when not usable here). The docker cases run
+against a Docker engine the session starts for itself (tests/fixtures/docker_engine.py); under CI=true an engine
+that cannot be had fails them instead, so that a silent skip cannot pass CI.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
-from tests.fixtures import docker_engine
+from tests.fixtures.sandboxes import CONFINING, REGISTERED, make_sandbox
 
 SECRET = "SECRET-ANSWER-42"
 TRAIN = "id,label\n1,0\n2,1\n"
@@ -36,29 +36,18 @@ API_KEY = "sk-test-do-not-leak-123"
 
 confined = pytest.mark.skipif(namespace_prefix() is None, reason="needs mount/PID namespaces (unshare)")
 
-CONFINED = ["local", "bwrap", "docker"]  # sandboxes that hide, protect and clean up by construction
+CONFINED = CONFINING  # sandboxes that hide, protect and clean up by construction: every registered one that does
 EVERY = CONFINED + ["fallback"]
 
 
-def make_sandbox(name: str) -> Sandbox:
-    """The sandbox called name, or a skip saying why it cannot be used here."""
-    if name == "fallback":
-        return LocalSandbox(namespaces=False)
-    if name in ("local", "local-fresh"):
-        if namespace_prefix() is None:
-            pytest.skip("the local sandbox has no mount/PID namespaces here (unshare)")
-        return LocalSandbox(zygotes=name == "local")
-    # CI has root and apt: the docker cases must run there, not skip.
-    unusable = pytest.fail if name == "docker" and os.environ.get("CI") == "true" else pytest.skip
-    cls = load_registry().items["sandboxes"].get(name)
-    if cls is None:
-        unusable(f"the {name} sandbox plugin is not installed (make setup)")
-    if name == "docker" and (why := docker_engine.ensure()):
-        unusable(f"the docker sandbox has no engine here: {why}")
-    ok, why = cls.available()
-    if not ok:
-        unusable(f"the {name} sandbox is not usable here: {why}")
-    return cls()
+@pytest.mark.parametrize("name", REGISTERED)
+def test_a_sandbox_that_takes_part_in_auto_confines_wherever_it_is_available(name):
+    cls = load_registry().items["sandboxes"][name]
+    if cls.auto_rank is None:
+        pytest.skip(f"{name} is chosen by name only")
+    if not cls.available()[0]:
+        pytest.skip(f"{name} is not available here")
+    assert cls().confined, f"{name} has auto_rank {cls.auto_rank} but does not confine: auto could pick it"
 
 
 def make_env(tmp_path: Path, timeout=10.0, namespaces=True, pristine=True, output_bytes=1_000_000,
@@ -226,7 +215,7 @@ def test_folder_swap_around_read_only_files_is_undone(env):
     assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
 
 
-@pytest.mark.parametrize("sandbox,pattern", [("local", "data/*"), ("bwrap", "data/*"), ("docker", "data/*"),
+@pytest.mark.parametrize("sandbox,pattern", [*((name, "data/*") for name in CONFINED),
                                              ("fallback", "data/*"), ("fallback", "data")])
 def test_read_only_folder_swapped_for_a_symlink_out_is_restored_safely(tmp_path, sandbox, pattern):
     env = make_env(tmp_path, sandbox=sandbox)

@@ -236,6 +236,7 @@ class UnconfinedSandbox(LocalSandbox):
 
     name = "unconfined"
     description = "no confinement (a process group with rlimits): agent code can read the hidden answers"
+    auto_rank = None  # not the local sandbox's 20: auto must never pick a sandbox that does not confine
 
     def __init__(self) -> None:
         super().__init__(namespaces=False)
