@@ -174,7 +174,7 @@ def test_proxy_counts_calls_and_tokens_and_refuses_beyond_the_budget(tmp_path):
     assert [status for status, _a in answers] == [200, 200, 200, 429]
     assert answers[0][1]["choices"][0]["message"]["content"] == "fine"
     assert "budget spent" in answers[3][1]["error"]["message"]
-    assert seen == [64, 60, 20]  # completion tokens capped per call, then by what is left
+    assert seen == [64, 50, 10]  # completion tokens capped per call, then by what is left beside the prompt
     assert malformed[0] == 400
     assert proxy.usage.summary() == {"calls": 3, "prompt_tokens": 90, "completion_tokens": 30, "refused": 1,
                                      "failed": 1}

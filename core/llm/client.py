@@ -72,6 +72,9 @@ class LLMClient:
         self.step_index: int | None = None  # set by the runner before each step, for the log
         self._sleep = sleep
         self._lock = threading.Lock()
+        self._settled = threading.Condition()  # notified when a call ends: it gave back what it reserved
+        self._in_flight = 0
+        self._reserved_tokens = 0  # the token allowance of the calls in flight
         self._occurrences: dict[str, int] = {}
         self._unpriced: str | None = None
         self._log_fd: int | None = None  # the call log, opened at the first call
@@ -104,6 +107,33 @@ class LLMClient:
             if usage.cost_usd >= self.max_cost:
                 raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--cost-limit)")
 
+    def _admit(self, messages: list[Message], params: dict[str, Any]) -> int:
+        """Wait until the call fits beside the calls in flight, check the budgets and reserve its tokens (its
+        prompt's bytes, an upper bound, and its completion cap, or what is left when it has none); with a cost
+        limit a call waits for all others, as a call's price is known only after it. Sequential calls never wait,
+        so concurrent ones overshoot a limit, as sequential ones do, by at most the call that crossed it."""
+        limited = self.max_tokens is not None or self.max_cost is not None
+        with self._settled:
+            while limited and self._in_flight and (
+                    self.max_cost is not None
+                    or self.usage.total_tokens + self._reserved_tokens >= (self.max_tokens or 0)):
+                self._settled.wait()
+            self.check_budget()
+            reserved = 0
+            if self.max_tokens is not None:
+                cap = params.get("max_completion_tokens")
+                reserved = (sum(len(m.content.encode("utf-8", "surrogatepass")) for m in messages)
+                            + (int(cap) if cap else max(0, self.max_tokens - self.usage.total_tokens)))
+            self._in_flight += 1
+            self._reserved_tokens += reserved
+            return reserved
+
+    def _release(self, reserved: int) -> None:
+        with self._settled:
+            self._in_flight -= 1
+            self._reserved_tokens -= reserved
+            self._settled.notify_all()
+
     # ---- calls ----------------------------------------------------------------------------------
     def complete(self, messages: list[Message] | str, role: str = "main", **params: Any) -> Completion:
         """Complete messages (a string is one user message) with the role's model, cache, retries and budgets."""
@@ -116,7 +146,13 @@ class LLMClient:
             raise ValueError(f"parameters {overriding} cannot be passed per call: the model of role {role!r} "
                              f"is {self.model_name(role)}")
         params = merge_params(self.params.get(role, {}), params)
-        self.check_budget()
+        reserved = self._admit(messages, params)
+        try:
+            return self._complete(messages, role, params)
+        finally:
+            self._release(reserved)
+
+    def _complete(self, messages: list[Message], role: str, params: dict[str, Any]) -> Completion:
         backend = self.backends[role]
         model = self.model_name(role)
         started = time.monotonic()

@@ -6,6 +6,11 @@ socket is reached through the file system, so it works from a sandbox with a net
 speaks the OpenAI chat-completions shape (POST /v1/chat/completions with messages, max_tokens, temperature;
 the model is the proxy's, whatever the request names), forwards each call to an upstream holding the key, and
 counts calls and tokens against a budget: a call beyond it gets HTTP 429 and never reaches the upstream.
+
+The budget holds under concurrency: before a call goes upstream it reserves its prompt (at most one token per
+UTF-8 byte, an upper bound for byte-level BPE tokenizers, plus a few per message) and its completion allowance;
+after, the reservation is settled to what the upstream reported. A call that does not fit beside the calls in
+flight waits for them to settle, then goes or is refused.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ LLM_PROXY_SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
 SOCKET_NAME = "llm.sock"
 MAX_BODY_BYTES = 4 * 2**20  # a request larger than this is refused unread
 CHARS_PER_TOKEN = 4  # the estimate for an upstream that reports no usage
+TOKENS_PER_MESSAGE = 8  # a chat template's wrapping of each message, reserved with its text
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,11 @@ class ProxyUsage:
 
 def estimate_tokens(text: str) -> int:
     return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+def prompt_token_bound(messages: list[dict[str, str]]) -> int:
+    """At most how many tokens the prompt can cost: a byte-level BPE token holds at least one byte."""
+    return sum(len(m["content"].encode("utf-8", "surrogatepass")) + TOKENS_PER_MESSAGE for m in messages)
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -132,7 +143,10 @@ class LLMProxy:
         self.upstream = upstream
         self.budget = budget
         self.usage = ProxyUsage()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._settled = threading.Condition(self._lock)  # notified when a call in flight settles
+        self._reserved = 0  # tokens held by the calls in flight
+        self._in_flight = 0
         self._own_folder = folder is None
         # a unix socket's path is limited to about 100 bytes: a short folder of its own by default
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="mlab-llm-"))
@@ -153,40 +167,62 @@ class LLMProxy:
                 entry["error"] = note
             self.usage.log.append(entry)
 
-    def _reserve(self, prompt_tokens: int) -> int | None:
-        """The completion tokens this call may use, counting it as made; None when the budget is spent or the
-        prompt alone would overspend it (it is never sent: the upstream would charge for it)."""
-        with self._lock:
-            left = self.budget.max_tokens - self.usage.tokens
-            if self.usage.calls >= self.budget.max_calls or left <= 0 or prompt_tokens > left:
-                return None
-            self.usage.calls += 1
-            return min(left, self.budget.max_tokens_per_call)
+    def _reserve(self, prompt_bound: int, max_tokens: int) -> int | None:
+        """The completion tokens this call may use, its prompt and that allowance reserved; None when the budget
+        cannot hold the prompt (it is never sent: the upstream would charge for it). Waits while calls in flight
+        hold what it needs: they may settle for less than they reserved."""
+        with self._settled:
+            while True:
+                spent = self.usage.tokens
+                left = self.budget.max_tokens - spent - self._reserved
+                if self._in_flight and (self.usage.calls >= self.budget.max_calls or prompt_bound >= left):
+                    self._settled.wait()  # what the calls in flight do not use (or fail to) comes back
+                    continue
+                if self.usage.calls >= self.budget.max_calls or prompt_bound >= left:
+                    return None
+                completion = max(1, min(max_tokens, self.budget.max_tokens_per_call, left - prompt_bound))
+                self.usage.calls += 1
+                self._in_flight += 1
+                self._reserved += prompt_bound + completion
+                return completion
+
+    def _settle(self, reserved: int, reply: Reply | None) -> None:
+        """Replace a call's reservation by what it cost (nothing when the upstream failed)."""
+        with self._settled:
+            self._reserved -= reserved
+            self._in_flight -= 1
+            if reply is None:
+                self.usage.calls -= 1  # a failed call spends no budget
+            else:
+                self.usage.prompt_tokens += reply.prompt_tokens
+                self.usage.completion_tokens += reply.completion_tokens
+            self._settled.notify_all()
 
     def complete(self, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[int, dict]:
         """(HTTP status, JSON payload) of one call: the upstream's answer, or why there is none."""
-        prompt_tokens = estimate_tokens("".join(m["content"] for m in messages))
-        allowed = self._reserve(prompt_tokens)
+        prompt_bound = prompt_token_bound(messages)
+        allowed = self._reserve(prompt_bound, max_tokens)
         if allowed is None:
             spent = self.usage.summary()
             message = (f"LLM budget spent: {spent['calls']} of {self.budget.max_calls} calls, "
-                       f"{self.usage.tokens} of {self.budget.max_tokens} tokens (this prompt: about "
-                       f"{prompt_tokens})")
+                       f"{self.usage.tokens} of {self.budget.max_tokens} tokens (this prompt: at most "
+                       f"{prompt_bound})")
             self.record(refused=True, note=message)
             return 429, {"error": {"type": "budget_exceeded", "message": message}}
         started = time.monotonic()
         try:
-            reply = self.upstream(messages, max(1, min(max_tokens, allowed)), temperature)
+            reply = self.upstream(messages, allowed, temperature)
         except Exception as exc:  # the upstream's failure is the tool's problem to handle, not the harness's
             note = f"upstream failed: {type(exc).__name__}: {exc}"[:500]
+            self._settle(prompt_bound + allowed, None)
             with self._lock:
-                self.usage.calls -= 1  # a failed call spends no budget
                 self.usage.upstream_errors.append(note)
             self.record(failed=True, note=note, seconds=time.monotonic() - started)
             return 502, {"error": {"type": "upstream_error", "message": note}}
-        with self._lock:
-            self.usage.prompt_tokens += reply.prompt_tokens
-            self.usage.completion_tokens += reply.completion_tokens
+        except BaseException:
+            self._settle(prompt_bound + allowed, None)
+            raise
+        self._settle(prompt_bound + allowed, reply)
         self.record(reply=reply, seconds=time.monotonic() - started)
         return 200, {"object": "chat.completion",
                      "choices": [{"index": 0, "finish_reason": "stop",
