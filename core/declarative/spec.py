@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mlab.core.declarative.metrics import METRICS
+from mlab.core.declarative.packfiles import pack_problem
 from mlab.core.declarative.yamlfile import LocatedYaml, Location, load_located
 from mlab.core.plugins.registry import NAME_PART
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Resources, Task
@@ -216,6 +217,9 @@ def _check_meaning(spec: TaskSpec, located: LocatedYaml, folder: Path) -> None:
     for location, relative in scripts:
         if relative is not None and not (folder / relative).exists():
             raise located.error(location, f"{relative!r} is not in the task folder {folder}")
+        problem = pack_problem(folder, relative) if relative is not None else None
+        if problem:
+            raise located.error(location, problem)
     if spec.prepare is None and not spec.files.public:
         raise located.error(("files",), "the task has no data: give files.public (and files.hidden) or a prepare "
                                         "script")

@@ -7,13 +7,13 @@ import io
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from mlab.core.declarative.metrics import METRICS
+from mlab.core.declarative.packfiles import copy_from_pack
 from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
@@ -27,7 +27,8 @@ MAX_SCORE_BYTES = 200
 QUOTED_OUTPUT_CHARS = 300
 SCORE_FILE = "score.txt"
 ANSWERS_FOLDER = "answers"
-_PREPARE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR", "MLAB_HOME")
+# Host variables a prepare script gets: none that could carry a secret or say where the task data lives.
+_PREPARE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 
 
 class DeclarativeTask(Task):
@@ -71,7 +72,7 @@ class DeclarativeTask(Task):
     def prepare(self, ctx: PrepareContext) -> None:
         for targets, root in ((self.spec.files.public, ctx.public_dir), (self.spec.files.hidden, ctx.hidden_dir)):
             for target, source in targets.items():
-                _copy(self.folder / source, root / target)
+                copy_from_pack(self.folder, source, root / target)
         if self.spec.prepare is not None:
             self._run_prepare(ctx)
         if not (ctx.public_dir / self.starter_script).is_file():
@@ -91,27 +92,48 @@ class DeclarativeTask(Task):
         ctx.log(f"{self.name}: prepared from {self.folder}")
 
     def _run_prepare(self, ctx: PrepareContext) -> None:
-        """The pack author's prepare script, with the harness's Python, told where to write by its environment;
-        PYTHONHASHSEED is fixed so set and dict orders cannot make two prepares differ."""
-        script = self.folder / str(self.spec.prepare)
-        env = {k: os.environ[k] for k in _PREPARE_ENV if k in os.environ}
-        env.update({"MLAB_PUBLIC_DIR": str(ctx.public_dir), "MLAB_HIDDEN_DIR": str(ctx.hidden_dir),
-                    "MLAB_TASK_DIR": str(self.folder), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-                    "PYTHONUNBUFFERED": "1"})
-        if ctx.source_dir is not None:
-            env["MLAB_SOURCE_DIR"] = str(ctx.source_dir)
-        with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as cwd:
+        """The pack author's prepare script, confined like agent code (taskdata.pack_sandbox): it runs in a fresh
+        folder holding a read-only copy of the task folder (`task/`, MLAB_TASK_DIR) and writes the public and
+        hidden folders; a --data-dir copy is shown too. Nothing else of the machine's files is there (no
+        MLAB_HOME, no home folder), its environment is scrubbed, and it has a loopback of its own unless the task
+        declares network_for_prepare. PYTHONHASHSEED is fixed so set and dict orders cannot make two prepares
+        differ."""
+        from mlab.core.run.taskdata import TaskHome, pack_sandbox
+        from mlab.core.sandbox.contract import ExecSpec
+        from mlab.core.sandbox.limits import Limits
+
+        with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as work_name:
+            work = Path(work_name)
+            folder = work / "task"
+            copy_from_pack(self.folder, ".", folder)
+            env = {k: os.environ[k] for k in _PREPARE_ENV if k in os.environ}
+            env.update({"HOME": str(work), "TMPDIR": str(work), "MLAB_PUBLIC_DIR": str(ctx.public_dir),
+                        "MLAB_HIDDEN_DIR": str(ctx.hidden_dir), "MLAB_TASK_DIR": str(folder), "PYTHONHASHSEED": "0",
+                        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+            writable = [ctx.public_dir, ctx.hidden_dir]
+            if ctx.source_dir is not None:
+                env["MLAB_SOURCE_DIR"] = str(ctx.source_dir)
+                writable.append(ctx.source_dir)
+            limits = Limits(timeout_s=float(self.spec.prepare_timeout), memory_bytes=None, file_size_bytes=None)
+            # MLAB_HOME (every task's data, the LLM cache) stays covered should a shown folder hold it.
+            spec = ExecSpec(cwd=work, env=env, limits=limits, read_only_paths=[folder], writable_paths=writable,
+                            hidden_paths=[TaskHome.from_env().root], network=self.resources.network_for_prepare)
+            sandbox = pack_sandbox()
             try:
-                result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True,
-                                        text=True, errors="replace", timeout=self.spec.prepare_timeout)
-            except subprocess.TimeoutExpired:
-                raise MlabError(f"{self.name}: prepare script {self.spec.prepare} ran longer than its "
-                                f"prepare_timeout of {self.spec.prepare_timeout:g} s") from None
-        for line in result.stdout.splitlines():
+                result = sandbox.run([sys.executable, str(folder / str(self.spec.prepare))], spec)
+            finally:
+                sandbox.close()
+        for line in result.output.splitlines():
             ctx.log(line)
-        if result.returncode != 0:
-            last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["(no output)"]
-            raise MlabError(f"{self.name}: prepare script {self.spec.prepare} exited with code {result.returncode}: "
+        if result.limit_hit == "timeout":
+            raise MlabError(f"{self.name}: prepare script {self.spec.prepare} ran longer than its "
+                            f"prepare_timeout of {self.spec.prepare_timeout:g} s")
+        if result.limit_hit:
+            raise MlabError(f"{self.name}: prepare script {self.spec.prepare} was stopped by its {result.limit_hit} "
+                            f"limit{_last_line(result.output)}")
+        if result.exit_code != 0:
+            last = result.output.strip().splitlines()[-1:] or ["(no output)"]
+            raise MlabError(f"{self.name}: prepare script {self.spec.prepare} exited with code {result.exit_code}: "
                             f"{last[0][:QUOTED_OUTPUT_CHARS]}")
 
     # ---- scoring -------------------------------------------------------------------------------------------
@@ -145,7 +167,7 @@ class DeclarativeTask(Task):
         ctx = scoring_context()
         with ctx.scratch() as scratch:
             scorer = scratch / Path(str(self.spec.scorer)).name
-            shutil.copyfile(self.folder / str(self.spec.scorer), scorer)
+            copy_from_pack(self.folder, str(self.spec.scorer), scorer)
             answers = scratch / ANSWERS_FOLDER / Path(self.spec.answers.file).name
             answers.parent.mkdir()
             shutil.copyfile(hidden_dir / self.spec.answers.file, answers)
@@ -176,17 +198,8 @@ class DeclarativeTask(Task):
         if self.spec.reference is None:
             return None
         script = Path(self.spec.reference).name
-        shutil.copyfile(self.folder / self.spec.reference, Path(workspace) / script)
+        copy_from_pack(self.folder, self.spec.reference, Path(workspace) / script)
         return script
-
-
-def _copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if source.is_dir():
-        shutil.copytree(source, target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    else:
-        shutil.copyfile(source, target)
 
 
 def _last_line(output: str) -> str:

@@ -68,7 +68,7 @@ def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Pat
             if home is harness.home:
                 continue
             try:
-                home.prepare(task, data_dir, log=lambda msg: log(f"(again) {msg}"))
+                home.prepare(task, data_dir, log=lambda msg: log(f"(again) {msg}"), sandbox=harness.pack_sandbox)
             except Exception as exc:
                 return f"preparing again in a fresh home failed: {type(exc).__name__}: {exc}"
         first, second = (home.prepared_digest(task) for home in homes)

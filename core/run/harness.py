@@ -93,7 +93,7 @@ class Harness:
                 log: Callable[[str], None] = lambda _msg: None, force: bool = False) -> bool:
         """Prepare the task into the home unless it is there (force: again); True when work was done."""
         started = time.monotonic()
-        done = self.home.prepare(task, data_dir, log=log, force=force)
+        done = self.home.prepare(task, data_dir, log=log, force=force, sandbox=self.pack_sandbox)
         if done:
             source = self.home.task_dir(task) / "prepared.json"
             self.notify("task_prepared", TaskPrepared(
@@ -131,6 +131,10 @@ class Harness:
     # ---- confinement --------------------------------------------------------------------------------
     def new_sandbox(self) -> Sandbox:
         return self.sandbox_cls()
+
+    def pack_sandbox(self) -> Sandbox:
+        """Where task code from a pack runs (a declarative prepare): the chosen sandbox if it confines, else auto's."""
+        return self.new_sandbox() if self.sandbox_confined else resolve_sandbox(self.registry, "auto")()
 
     def environment(self, task: Task, workspace: Path, *, store: SnapshotStore, sandbox_home: Path,
                     timeout_s: float, sandbox: Sandbox | None = None, llm: LLMClient | None = None,

@@ -1,20 +1,25 @@
 """Where prepared task data lives (a task home, MLAB_HOME by default), and preparing it once, atomically."""
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.task import PrepareContext, Task
+
+if TYPE_CHECKING:
+    from mlab.core.sandbox.contract import Sandbox
 
 
 class Named(Protocol):
@@ -80,9 +85,11 @@ class TaskHome:
         return (self.task_dir(task) / "prepared.json").exists()
 
     def prepare(self, task: Task, data_dir: str | Path | None = None,
-                log: Callable[[str], None] = print, force: bool = False) -> bool:
+                log: Callable[[str], None] = print, force: bool = False,
+                sandbox: Callable[[], Sandbox] | None = None) -> bool:
         """Prepare the task unless already done (force: again, replacing it); True when work was done. A failure
-        leaves nothing behind, and with force the earlier preparation stays until the new one is complete."""
+        leaves nothing behind, and with force the earlier preparation stays until the new one is complete.
+        Task code from a pack that prepare runs (a declarative prepare script) runs in `sandbox` (pack_sandbox)."""
         if self.is_prepared(task) and not force:
             return False
         final = self.task_dir(task)
@@ -96,7 +103,8 @@ class TaskHome:
         os.chmod(ctx.hidden_dir, 0o700)
         started = time.time()
         try:
-            task.prepare(ctx)
+            with pack_sandbox_with(sandbox):
+                task.prepare(ctx)
             from mlab.core.run.held_out import write_held_out
 
             write_held_out(task, ctx.public_dir, ctx.hidden_dir)  # the training files without validation rows
@@ -146,6 +154,38 @@ class TaskHome:
 
     def record_baseline(self, task: Named, record: dict[str, Any]) -> None:
         write_atomic(self.baseline_path(task), json.dumps({"task": task.name, **record}, indent=1).encode())
+
+
+# ---- where task code from a pack runs ---------------------------------------------------------------
+# A declarative pack's prepare script comes from whoever wrote the pack: it runs confined, in the sandbox the
+# command chose when that one confines, else in the one `--sandbox auto` picks (never unconfined).
+_PACK_SANDBOX: contextvars.ContextVar[Callable[[], Sandbox] | None] = contextvars.ContextVar(
+    "mlab_pack_sandbox", default=None)
+
+
+@contextmanager
+def pack_sandbox_with(factory: Callable[[], Sandbox] | None) -> Iterator[None]:
+    """Make factory the one pack_sandbox() uses while the block runs (None: leave the current one)."""
+    if factory is None:
+        yield
+        return
+    token = _PACK_SANDBOX.set(factory)
+    try:
+        yield
+    finally:
+        _PACK_SANDBOX.reset(token)
+
+
+def pack_sandbox() -> Sandbox:
+    """A confining sandbox for task code from a pack: the current command's (pack_sandbox_with), else the
+    strongest that works here; MlabError when none does."""
+    factory = _PACK_SANDBOX.get()
+    if factory is not None:
+        return factory()
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.sandbox.resolve import AUTO, resolve_sandbox
+
+    return resolve_sandbox(load_registry(), AUTO)()
 
 
 # Read-only files at least this large reach a workspace as hard links to the prepared copy; smaller ones are
