@@ -1,8 +1,8 @@
 """Choosing agents on the command line: `--agent` swaps the policy and nothing else."""
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 
 import pytest
 
@@ -12,9 +12,8 @@ from tests.fixtures.cli import mlab_in_process
 AGENTS = ["research", "simple", "react", "autogpt", "langchain"]
 
 
-def mlab(*args: str) -> subprocess.CompletedProcess:
-    """The CLI with the fixture task and the fixture-policy model registered."""
-    return mlab_in_process(*args, registry=fixture_registry)
+# The CLI with the fixture task and the fixture-policy model registered.
+mlab = functools.partial(mlab_in_process, registry=fixture_registry)
 
 
 @pytest.mark.parametrize("agent", AGENTS)

@@ -1,6 +1,7 @@
 """The LLM options of `mlab run`, the human backend in a real terminal (a pty), and plugin listing without litellm."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,24 +16,23 @@ import pytest
 from mlab.core.errors import LLMError
 from mlab_llm_human.backend import read_answer
 from mlab_llm_replay.backend import load_recording
-from tests.fixtures.llm_agent import respond
+from tests.fixtures.cli import cli_env, entry, mlab_in_process
+from tests.fixtures.cli import mlab as cli_mlab
+from tests.fixtures.llm_agent import llm_registry, respond
 from tests.fixtures.llm_server import FakeLLMServer
 
 pytestmark = pytest.mark.timeout(120)  # servers, runs and terminals here are all bounded well below this
 
 REPO = Path(__file__).resolve().parents[1]
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
-AGENT_RUN = [sys.executable, "-m", "tests.fixtures.llm_agent", "run", "--task", "fixture/counter",
-             "--agent", "fixture-llm-json"]
+RUN = ("run", "--task", "fixture/counter", "--agent", "fixture-llm-json")
+AGENT_RUN = [*entry("tests.fixtures.llm_agent"), *RUN]  # the CLI with the fixture task and agent registered
+NO_KEYS = dict.fromkeys(KEY_VARIABLES)
+mlab = functools.partial(cli_mlab, *RUN, entry=entry("tests.fixtures.llm_agent"), env=NO_KEYS, timeout=120)
 
 
 def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
-
-
-def mlab(*args: str, stdin=subprocess.DEVNULL, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*AGENT_RUN, *args], cwd=REPO, env=clean_env(), stdin=stdin, capture_output=True,
-                          text=True, timeout=timeout)
+    return cli_env(NO_KEYS)
 
 
 def test_list_plugins_shows_the_backends_without_importing_litellm():
@@ -111,7 +111,8 @@ def test_a_run_killed_during_a_model_call_resumes_and_then_replays(tmp_path):
 
 
 def test_a_missing_key_is_one_line_and_exit_code_2(tmp_path):
-    done = mlab("--llm", "openai/gpt-4o", "--run-dir", str(tmp_path / "run"))
+    done = mlab_in_process(*RUN, "--llm", "openai/gpt-4o", "--run-dir", tmp_path / "run", registry=llm_registry,
+                           env=NO_KEYS)
     assert done.returncode == 2
     assert done.stderr == "mlab: error: LLM 'openai/gpt-4o': openai/gpt-4o needs an API key: set OPENAI_API_KEY\n"
     assert not (tmp_path / "run").exists()
@@ -119,7 +120,7 @@ def test_a_missing_key_is_one_line_and_exit_code_2(tmp_path):
 
 def test_human_without_a_terminal_fails_at_once_with_one_line(tmp_path):
     started = time.monotonic()
-    done = mlab("--llm", "human", "--run-dir", str(tmp_path / "run"), timeout=60)
+    done = mlab_in_process(*RUN, "--llm", "human", "--run-dir", tmp_path / "run", registry=llm_registry)
     assert done.returncode == 2 and time.monotonic() - started < 30
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("mlab: error: LLM 'human': the human backend needs a terminal")

@@ -3,9 +3,9 @@ submission are timed back to back, interleaved, in the scoring sandbox, so load 
 alike."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +20,7 @@ from mlab.core.run.scoring import judge
 from mlab_tasks_mlagentbench.base import FILES_DIR, REFERENCE_DIR
 from mlab_tasks_mlagentbench.time_generation import MARK, instrumented
 from mlab_tasks_mlagentbench.timing import REPETITIONS, ratio_estimate, settled
+from tests.fixtures import cli
 from tests.fixtures.mlagentbench import text
 
 BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
@@ -83,12 +84,7 @@ def test_a_submission_without_train_py_is_invalid(tmp_path):
 
 @pytest.mark.slow
 def test_tasks_show_the_measured_baseline_time_and_peak_memory(tmp_path):
-    env = {**os.environ, "MLAB_HOME": str(tmp_path / "home")}
-
-    def mlab(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "mlab.cli.main", *args], capture_output=True, text=True,
-                              env=env, timeout=600)
-
+    mlab = functools.partial(cli.mlab, home=tmp_path / "home", timeout=600)
     rows = {r["name"]: r for r in json.loads(mlab("tasks", "--json").stdout)}
     assert rows["lite/digits"]["measured_seconds"] is None and rows["lite/digits"]["measured_peak_memory_mb"] is None
     assert "not measured" in mlab("tasks").stdout
@@ -97,8 +93,7 @@ def test_tasks_show_the_measured_baseline_time_and_peak_memory(tmp_path):
     digits = rows["lite/digits"]
     assert 0 < digits["measured_seconds"] < 600 and 10 < digits["measured_peak_memory_mb"] < 64_000
     assert rows["lite/wine"]["measured_seconds"] is None
-    assert "MB peak" in subprocess.run([sys.executable, "-m", "mlab.cli.main", "tasks"], capture_output=True,
-                                       text=True, env={**env, "COLUMNS": "400"}).stdout
+    assert "MB peak" in mlab("tasks", env={"COLUMNS": "400"}).stdout
 
 
 def test_timing_stops_at_the_least_pairs_when_they_agree_and_times_more_while_they_disagree():
