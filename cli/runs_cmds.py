@@ -10,10 +10,9 @@ import click
 from rich.table import Table
 
 from mlab.core.bench.run_folders import runs_in
-from mlab.core.bench.verdict import VERDICT_FIELDS, RunJudge, spent
+from mlab.core.bench.verdict import VERDICT_FIELDS, spent, trace_judge
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
-from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
 from mlab.core.view.live import run_in_progress
 
@@ -43,23 +42,6 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
             **(judge(run_dir, trace) if judge else dict.fromkeys(VERDICT_FIELDS))}
 
 
-def verdicts(home: TaskHome | None = None) -> Callable[[Path, Trace], dict[str, Any]]:
-    """A run's verdict fields by the one rule; a run of a task that is not installed has none."""
-    from mlab.core.plugins.registry import load_registry
-
-    registry = load_registry()
-    judge = RunJudge(home or TaskHome.from_env())
-
-    def of(run_dir: Path, trace: Trace) -> dict[str, Any]:
-        try:
-            task = registry.get("tasks", trace.config.task)
-        except MlabError:
-            return {**dict.fromkeys(VERDICT_FIELDS), "baseline_source": "task not installed"}
-        return judge.judge(run_dir, task, trace.final_score).fields()
-
-    return of
-
-
 _STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted": "yellow", "unreadable": "red"}
 
 
@@ -69,7 +51,7 @@ _STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted"
 def runs(folder: Path, as_json: bool) -> None:
     """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench. A run
     whose process is gone before it ended is shown as interrupted (mlab run --resume continues it)."""
-    judge = verdicts()
+    judge = trace_judge()
     rows = [run_row(folder, run_dir, judge) for run_dir in runs_in(folder)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))

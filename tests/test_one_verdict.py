@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures import cli
+from tests.fixtures.cli import cli_env
 
 # The CLI with the verdict fixture tasks registered.
 mlab = functools.partial(cli.mlab, entry=cli.entry("tests.fixtures.verdict_tasks"))
@@ -90,3 +92,32 @@ def test_every_terminal_output_labels_a_placeholder_success(folder):
     report = ok(mlab("report", runs, "--no-plots", "--no-html", home=home))
     assert "note: fixture/placeholder: fixed baseline 1e+10: any valid submission succeeds" in report
     assert "of" in report and "reference" in report and "model" in report and "calls" in report
+
+
+def viewer_rows(runs: Path, home: Path) -> dict[str, dict]:
+    """The run list `mlab view` serves for the folder, by run id."""
+    view = subprocess.Popen([*cli.entry("tests.fixtures.verdict_tasks"), "view", str(runs)], env=cli_env(home=home),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = next((line.split()[1] for line in view.stdout if line.startswith("open http://")), None)
+        assert url, view.stderr.read()
+        with urllib.request.urlopen(url.rstrip("/") + "/api/runs", timeout=60) as answer:
+            return {r["id"]: r for r in json.loads(answer.read())["runs"]}
+    finally:
+        view.kill()
+        view.wait()
+        view.stdout.close()
+        view.stderr.close()
+
+
+@pytest.mark.slow
+def test_the_viewer_shows_the_verdict_eval_gives_a_run_outside_a_bench(folder):
+    _root, home, runs = folder
+    evaluated = {Path(r["run_dir"]).relative_to(runs).as_posix(): r
+                 for r in json.loads(ok(mlab("eval", "--json", runs, home=home)))}
+    shown = viewer_rows(runs, home)
+    assert shown.keys() == evaluated.keys()
+    for name, row in evaluated.items():
+        assert {k: shown[name][k] for k in ("baseline", "baseline_note", "improvement", "success")} == {
+            k: row[k] for k in ("baseline", "baseline_note", "improvement", "success")}, name
+    assert shown["fixed/up"]["success"] is True and shown["fixed/up"]["baseline"] == 2.0

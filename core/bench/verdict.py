@@ -14,10 +14,12 @@ to measure a gap from.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlab.core.errors import MlabError
 from mlab.core.run.scoring import ScoreRule, Verdict, judge, recorded_reference, reference_ratio
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import Task
@@ -133,3 +135,21 @@ def known_baseline(task: Task, home: TaskHome) -> tuple[float | None, str]:
     from mlab.core.run.baseline import known_baseline as known
 
     return known(task, home)
+
+
+def trace_judge(home: TaskHome | None = None) -> Callable[[Path, Trace], dict[str, Any]]:
+    """A run's verdict fields by the one rule, for every command that lists runs (`runs`, the viewer); a run of a
+    task that is not installed has none."""
+    from mlab.core.plugins.registry import load_registry
+
+    registry = load_registry()
+    judge = RunJudge(home or TaskHome.from_env())
+
+    def of(run_dir: Path, trace: Trace) -> dict[str, Any]:
+        try:
+            task = registry.get("tasks", trace.config.task)
+        except MlabError:
+            return {**dict.fromkeys(VERDICT_FIELDS), "baseline_source": "task not installed"}
+        return judge.judge(run_dir, task, trace.final_score).fields()
+
+    return of

@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,7 @@ class Catalog:
         self._briefs: dict[Path, tuple[tuple[int, int] | None, dict[str, Any] | str]] = {}
         self._costs: dict[Path, tuple[tuple[int, int] | None, dict[str, Any]]] = {}
         self._steps: OrderedDict[tuple[Path, int, float], dict[str, Any]] = OrderedDict()
+        self._judge: Callable[[Path, Trace], dict[str, Any]] | None = None
 
     # ---- reading, cached ------------------------------------------------------------------------
     def _trace(self, run_dir: Path) -> Trace | str:
@@ -240,8 +242,22 @@ class Catalog:
             "steps": len(trace.steps), "max_steps": trace.config.max_steps, "final_score": trace.final_score,
             "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
             "time_s": trace.total_time_s, "started_at": trace.started_at}
+        if isinstance(brief, dict) and not isinstance(trace, str):
+            brief.update(self._loose_verdict(run_dir, trace))
         self._briefs[run_dir] = (sig, brief)
         return brief
+
+    def _loose_verdict(self, run_dir: Path, trace: Trace) -> dict[str, Any]:
+        """A run's verdict by the one rule (core/bench/verdict.py), as `mlab runs` and `eval` give it; a bench's own
+        rows replace it with what the bench stored (the same rule, read from results.db)."""
+        if self.is_bench:
+            return {}
+        if self._judge is None:
+            from mlab.core.bench.verdict import trace_judge
+
+            self._judge = trace_judge()
+        fields = self._judge(run_dir, trace)
+        return {k: fields.get(k) for k in ("baseline", "baseline_note", "improvement", "success")}
 
     def _cost(self, run_dir: Path) -> dict[str, Any]:
         sig = _signature(run_dir / LLM_LOG_FILE)
