@@ -1,13 +1,16 @@
 """The MLAgentBench tasks on raw data of the originals' shapes (tests/fixtures/real_shapes.py): fathomnet's 16,694
-images and identify-contrails' 244,379 arrays prepare into workspaces of the real counts and layout, and in every
-sandbox a script over such a workspace reads the data, lists its folders and cannot write a read-only file;
-cifar10's batches and babylm's corpus prepare without the pack noting a size other than the original's.
+images and identify-contrails' 244,379 arrays prepare into workspaces of the real counts and layout; cifar10's
+batches and babylm's corpus prepare without the pack noting a size other than the original's. In every sandbox
+a script over each workspace reads the data, lists its folders and cannot write a read-only file, and (but for
+babylm, whose score is a trained model's) a script makes a submission from the test data that the task scores
+at its real size, as check-task scores the reference's.
 
 Slow tier. The raw data is generated once and kept (real_shapes.cached: deleting 244,381 files costs this disk
 minutes). Everything here shares one worker (the docker group) and, per task, one prepared home and one
 workspace made the harness's way: a contrails workspace copies 20,529 pixel masks (5.4 GB, read-only files under
 the 1 MB link threshold) and takes a minute on a loaded two-core machine, so one is made, not one per sandbox.
-The starters of the CPU-scaled variants take minutes on this data: benchmarks/real_shapes.py runs them.
+The starters (and so baseline and check-task) take minutes to hours on this data, even the CPU-scaled
+variants': benchmarks/real_shapes.py runs check-task of each task in each sandbox.
 """
 from __future__ import annotations
 
@@ -175,6 +178,16 @@ PROBE = {
                            "print('read', len(names[:3]), 'records of', array.shape)\n"
                            "print('files', sum(len(os.listdir('train/' + n)) for n in names))\n"
                            "print('test', len(os.listdir('test')))\n"),
+    "cifar10": ("data/cifar-10-batches-py", "import pickle\n"
+                "folder = 'data/cifar-10-batches-py'\n"
+                "with open(folder + '/data_batch_3', 'rb') as f:\n"
+                "    batch = pickle.load(f, encoding='bytes')\n"
+                "print('batch', batch[b'data'].shape, len(batch[b'labels']))\n"),
+    "babylm": ("babylm_data/babylm_10M", "import json\n"
+               "folder = 'babylm_data/babylm_10M'\n"
+               "words = sum(len(open(os.path.join(folder, n)).read().split()) for n in os.listdir(folder))\n"
+               "print('words', words)\n"
+               "print('vocab', len(json.load(open('gpt2/vocab.json'))))\n"),
 }
 WRITE = ("target = os.path.join({folder!r}, sorted(os.listdir({folder!r}))[0])\n"
          "target = os.path.join(target, sorted(os.listdir(target))[0]) if os.path.isdir(target) else target\n"
@@ -214,7 +227,7 @@ def test_a_script_reads_and_lists_the_real_shaped_workspace_and_cannot_write_its
         env.close()
         (p.workspace / script).unlink()
     assert not err, obs
-    count = {"fathomnet": 5_950, "identify-contrails": 20_529}[name]
+    count = {"fathomnet": 5_950, "identify-contrails": 20_529, "cifar10": 7, "babylm": 10}[name]
     assert f"listed {count} {folder}" in obs, obs
     assert obs.count("refused") == 3, obs
     # A folder of thousands of read-only entries is one mount, not one per entry (small folders keep a mount
@@ -223,7 +236,69 @@ def test_a_script_reads_and_lists_the_real_shaped_workspace_and_cannot_write_its
     assert below < 100, obs
     if name == "fathomnet":
         assert "read 3 images of (64," in obs and "eval 119" in obs, obs
-    else:
+    elif name == "identify-contrails":
         assert "read 3 records of (256, 256, 8)" in obs and f"files {20_529 * 11}" in obs and "test 1856" in obs
+    elif name == "cifar10":
+        assert "batch (10000, 3072) 10000" in obs, obs
+    else:
+        words = sum(round(n * BABYLM_SCALE) for n in real_shapes.BABYLM_WORDS.values())
+        assert f"words {words}" in obs and "vocab 50257" in obs, obs
     after = (target.read_bytes()[:8192], os.stat(target).st_size, len(os.listdir(p.workspace / folder)))
     assert after == before
+
+
+# ---- a submission made in every sandbox, scored as check-task scores one -------------------------------
+# A quick "solution" per task, standing in for the starter (minutes to hours on this data: see
+# benchmarks/real_shapes.py): it reads the real-shaped test data in the sandbox and writes a submission the task
+# scores at its real size (10,000 cifar10 rows, 1,856 contrails masks, fathomnet's held-out images).
+SOLUTION = {
+    "cifar10": "import pickle\n"
+               "with open('data/cifar-10-batches-py/test_batch', 'rb') as f:\n"
+               "    n = len(pickle.load(f, encoding='bytes')[b'data'])\n"
+               "with open('submission.csv', 'w') as f:\n"
+               "    f.write(',' + ','.join(map(str, range(10))) + '\\n')\n"
+               "    f.writelines(f'{i},0.9' + ',0.01' * 9 + '\\n' for i in range(n))\n"  # class 0 for every image
+               "print('rows', n)\n",
+    "fathomnet": "import json\n"
+                 "ids = [x['file_name'][:-4] for x in json.load(open('object_detection/eval.json'))['images']]\n"
+                 "with open('submission.csv', 'w') as f:\n"
+                 "    f.write('id,categories,osd\\n')\n"
+                 "    f.writelines(f'{i},1 2 3,0.5\\n' for i in ids)\n"
+                 "print('rows', len(ids))\n",
+    "identify-contrails": "import os\n"
+                          "records = sorted(os.listdir('test'))\n"
+                          "with open('submission.csv', 'w') as f:\n"
+                          "    f.write('record_id,encoded_pixels\\n')\n"
+                          "    f.writelines(f'{r},1 256\\n' for r in records)\n"  # the first column of each mask
+                          "print('rows', len(records))\n",
+}
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("name", list(SOLUTION))
+def test_a_submission_made_in_the_sandbox_from_the_real_shaped_data_is_scored(prepared, name, sandbox, tmp_path):
+    box = make_sandbox(sandbox)
+    p = prepared(name)
+    harness = Harness(load_registry(), p.home, sandbox=sandbox)
+    env = harness.environment(p.task, p.workspace, store=SnapshotStore(tmp_path / "store"),
+                              sandbox_home=tmp_path / "home", timeout_s=300, sandbox=box)
+    script, submission = p.workspace / f"solve_{sandbox}.py", p.workspace / "submission.csv"
+    try:
+        script.write_text(SOLUTION[name])
+        obs, err = env.execute(Action(name="Execute Script", args={"script_name": script.name}))
+        assert not err, obs
+        score, error = harness.scorer.score_folder(p.task, p.workspace)
+        expected = p.task.evaluate(p.workspace, p.home.hidden_dir(p.task))  # outside any sandbox
+    finally:
+        env.close()
+        script.unlink()
+        submission.unlink(missing_ok=True)
+    assert error is None and score == expected, (score, error)
+    hidden = p.home.hidden_dir(p.task)
+    if name == "cifar10":
+        assert "rows 10000" in obs
+        assert score == float((np.load(hidden / "test_labels.npy") == 0).mean())
+    elif name == "fathomnet":
+        assert "rows 119" in obs and 0 <= score <= 1
+    else:
+        assert "rows 1856" in obs and 0 <= score <= 1
