@@ -12,37 +12,21 @@ import sys
 import pytest
 
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.local import UnconfinedSandbox
 from mlab.core.sandbox.process import ProcessSandbox
 from mlab.core.sandbox.self_check import CONFINEMENT, CONTRACT, check_sandbox
-from tests.fixtures import docker_engine
+from tests.fixtures.sandboxes import REGISTERED, make_sandbox
 from tests.fixtures.venvs import EXAMPLE_PACK, REPO, fixture_plugin, make_venv
 
-REGISTERED = sorted(load_registry().items["sandboxes"])  # whatever is installed: mlab's own, and plugins'
 HOSTILE = {case.__name__ for case in CONFINEMENT}
 
 
-def usable(name: str) -> type[Sandbox]:
-    """The registered sandbox called name, or a skip (a failure for docker on CI) saying why it cannot run here."""
-    unusable = pytest.fail if name == "docker" and os.environ.get("CI") == "true" else pytest.skip
-    if name == "docker" and (why := docker_engine.ensure()):
-        unusable(f"the docker sandbox has no engine here: {why}")
-    cls: type[Sandbox] = load_registry().get("sandboxes", name)
-    ok, why = cls.available()
-    if not ok:
-        unusable(f"the {name} sandbox is not usable here: {why}")
-    return cls
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "docker" else n
-                                  for n in REGISTERED])
+@pytest.mark.parametrize("name", REGISTERED)
 def test_every_registered_sandbox_passes_the_suite(name, tmp_path):
-    cls = usable(name)
-    outcomes = check_sandbox(cls, tmp_path)
+    sandbox = make_sandbox(name)  # or a skip saying why it cannot run here
+    outcomes = check_sandbox(lambda: make_sandbox(name), tmp_path)
     assert [o for o in outcomes if o.status == "fail"] == []
     skipped = {o.case for o in outcomes if o.status == "skip"}
-    sandbox = cls()
     assert skipped == (set() if sandbox.confined else HOSTILE)  # the contract part holds for every sandbox
     assert len(outcomes) == len(CONTRACT) + len(CONFINEMENT)
 
