@@ -60,6 +60,9 @@ class ValidationSplit:
     # Public training file holding the validation rows -> the id column it shares with `inputs`. Prepare also
     # writes each without those rows (to the hidden folder), and runs with --allow-validate get that version.
     held_out: dict[str, str] = field(default_factory=dict)
+    # Other public files only the split uses (e.g. its sample predictions): like `inputs`, they reach the workspace
+    # only in runs started with --allow-validate, since the original's workspaces hold no validation split.
+    more_inputs: list[str] = field(default_factory=list)
 
 
 @dataclass

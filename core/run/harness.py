@@ -114,7 +114,7 @@ class Harness:
         read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
         confining sandbox), so runs share the task's data. allow_validate: the training files hold no
         validation row (held_out)."""
-        from mlab.core.run.held_out import put_held_out
+        from mlab.core.run.held_out import drop_validation_files, put_held_out
         from mlab.core.run.readonly import is_read_only
 
         patterns = list(task.read_only_files)
@@ -126,6 +126,8 @@ class Harness:
         stage_workspace(self.home.public_dir(task), workspace, share=share)
         if allow_validate:
             put_held_out(task, self.home.hidden_dir(task), workspace, share)
+        else:  # the validation split's files are the flag's, as the original's workspaces hold none
+            drop_validation_files(task, workspace)
         return workspace
 
     # ---- confinement --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Validation rows held out of the training data: for each training file a task's validation split names, prepare
 writes a copy without the validation rows into the hidden folder, and a run started with --allow-validate gets
 that copy at the file's workspace path. Its Validate Submission score is then on rows no model of the run trained
-on; runs without the flag (seed-comparable ones, baselines, check-task) see the full file."""
+on; runs without the flag (seed-comparable ones, baselines, check-task) see the full file and none of the split's
+own files (validation_only_files), as in the original."""
 from __future__ import annotations
 
 import csv
@@ -20,6 +21,25 @@ HELD_OUT_DIR = "without_validation"  # below the hidden folder: the held-out cop
 def held_out_files(task: Task) -> dict[str, str]:
     """Workspace path of each training file the task holds validation rows out of -> its id column."""
     return dict(task.validation.held_out) if task.validation is not None else {}
+
+
+def validation_only_files(task: Task) -> list[str]:
+    """Public files that only the task's validation split uses (its inputs first): a workspace holds them only
+    in a run started with --allow-validate."""
+    split = task.validation
+    return [split.inputs, *split.more_inputs] if split is not None else []
+
+
+def drop_validation_files(task: Task, workspace: Path) -> list[str]:
+    """Remove the validation split's files from a freshly staged workspace of a run without --allow-validate, so
+    it holds the original task's files only. Returns the removed paths."""
+    removed = []
+    for rel in validation_only_files(task):
+        target = Path(workspace) / rel
+        if os.path.lexists(target) and not target.is_dir():
+            os.unlink(target)
+            removed.append(rel)
+    return removed
 
 
 def held_out_path(hidden_dir: Path, rel: str) -> Path:

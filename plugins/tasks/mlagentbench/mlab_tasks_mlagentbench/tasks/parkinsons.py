@@ -69,7 +69,8 @@ class Parkinsons(MLAgentBenchTask):
     # The validation patients' visits, proteins and peptides leave the training files (supplemental has no rows).
     validation = ValidationSplit(inputs=VALID_VISITS, predictions=splits.VALID_PREDICTIONS, submission="submission.csv",
                                  answers={splits.VALID_ANSWER: "answer.csv"},
-                                 held_out={name: "patient_id" for name in FILES if name != SUPPLEMENTAL})
+                                 held_out={name: "patient_id" for name in FILES if name != SUPPLEMENTAL},
+                                 more_inputs=[VALID_SAMPLE])
     resources = Resources(gpu="none", ram_gb=2.0, network_for_prepare=True, baseline_seconds=120.0,
                           extras=["kaggle (only to download; not needed with --data-dir)"])
     research_problem = (
