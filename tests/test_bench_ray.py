@@ -156,8 +156,8 @@ def test_a_task_reaches_a_node_once_and_whole(tmp_path):
 
 
 def test_large_task_files_stay_home_and_the_head_links_its_own(tmp_path):
-    """A workspace's hard links to the node's copy of the task are named, not sent; the head links the same files
-    from its own copy, and a name from the worker that would lead out of the workspace is ignored."""
+    """A workspace's hard links to the node's copy of the task's read-only files are named, not sent; the head
+    links the same files from its own copy, and the names from the worker are not what it goes by."""
     from mlab.core.bench.ray_engine import LOG_MEMBER, RUN_MEMBER, SHARED_MEMBER, extract, link_shared, pack_run
 
     big = os.urandom(3 << 20)
@@ -173,14 +173,14 @@ def test_large_task_files_stay_home_and_the_head_links_its_own(tmp_path):
     (workspace / "train.py").write_text("print('hi')\n")
     (space / LOG_MEMBER).write_text("worker output\n")
     archive = tmp_path / "run.tar"
-    pack_run(archive, space / RUN_MEMBER, node_public, space / LOG_MEMBER)
+    pack_run(archive, space / RUN_MEMBER, node_public, space / LOG_MEMBER, ["data/*"])
     assert archive.stat().st_size < 100_000  # the 3 MiB file stayed on the node
     staging = tmp_path / "staging"
     assert extract(archive, staging) == []
     names = json.loads((staging / SHARED_MEMBER).read_text())
     assert names == ["data/train.bin"]
     (staging / SHARED_MEMBER).write_text(json.dumps(names + ["../../../secret", "/etc/passwd", "train.py"]))
-    link_shared(staging, head_public)
+    link_shared(staging, head_public, ["data/*"])
     arrived = staging / RUN_MEMBER / "workspace"
     assert (arrived / "data" / "train.bin").read_bytes() == big
     assert (arrived / "data" / "train.bin").stat().st_ino == (head_public / "data" / "train.bin").stat().st_ino

@@ -420,3 +420,106 @@ def test_a_link_made_after_the_pack_was_read_is_refused_at_prepare(tmp_path, out
     public = home.public_dir(task)
     same = public / "data" / "same.csv"
     assert same.read_text() == "id,x\n1,2\n" and not same.is_symlink()
+
+
+# ---- 8: a Ray node's archive cannot make the head link a writable file of the task -----------------------------
+
+def interrupt_once(flag: list[bool]) -> Probe:
+    """Stops the run part-way once (as Ctrl-C on a node does), leaving it resumable."""
+    def stop() -> None:
+        if not flag:
+            flag.append(True)
+            raise KeyboardInterrupt
+
+    return Probe(stop)
+
+
+@parametrize
+def test_a_nodes_archive_cannot_link_the_tasks_starter_into_a_run(tmp_path, sandbox):
+    """The node's archive leaves train.py out and names it (and the read-only data) as shared. The head links
+    only the task's large read-only files, by its own list: after `--resume`, agent code appending to train.py
+    changes the run's copy, never the task's starter in MLAB_HOME."""
+    from mlab.core.bench.ray_engine import RUN_MEMBER, SHARED_MEMBER, extract, link_shared, pack
+    from mlab.core.models import RunConfig
+    from mlab.core.run.runner import Runner
+    from mlab.core.sandbox.limits import Limits
+
+    make_sandbox(sandbox)
+    registry = test_hostile.registry()
+    stopped: list[bool] = []
+    append = "open('train.py', 'a').write('# agent code\\n')\nprint('appended')\n"
+    agent = type("Playbook", (test_hostile.PlaybookAgent,), {"playbook": [
+        act("List Files", dir_path="."), interrupt_once(stopped), *script(append, "append.py")]})
+    registry.items["agents"][agent.name] = agent
+    run_dir = tmp_path / "bench" / "runs" / "r1"
+    config = RunConfig(task=test_hostile.TASK_NAME, agent=agent.name, sandbox=sandbox, max_steps=8,
+                       action_timeout_s=30)
+    limits = Limits(**test_hostile.LIMITS)
+    with pytest.raises(KeyboardInterrupt):
+        Runner(run_dir, config, registry, limits=limits).start()
+    home = TaskHome.from_env()
+    public = home.public_dir(HostileTask())
+    starter = (public / "train.py").read_bytes()
+
+    # What a hostile node sends back: the run folder without train.py, which it names as shared.
+    forged = tmp_path / "shared.json"
+    forged.write_text(json.dumps(["train.py", "data/train.csv"]))
+    archive = tmp_path / "run.tar"
+    pack({SHARED_MEMBER: forged, RUN_MEMBER: run_dir}, archive,
+         leave_out=lambda name, _st: name == f"{RUN_MEMBER}/workspace/train.py")
+    staging = tmp_path / "staging"
+    assert extract(archive, staging) == []
+    link_shared(staging, public, HostileTask.read_only_files)  # what the head does with every archive
+    arrived = staging / RUN_MEMBER / "workspace"
+    assert not (arrived / "train.py").exists()  # not the head's to link: the resume restores it from the snapshot
+    shutil.rmtree(run_dir)
+    os.replace(staging / RUN_MEMBER, run_dir)
+
+    trace = Runner(run_dir, config, registry, limits=limits).resume()
+    assert trace.status == "finished", trace.end_reason
+    assert "appended" in trace.steps[-2].observation, trace.steps[-2].observation
+    assert (run_dir / "workspace" / "train.py").read_bytes() == starter + b"# agent code\n"
+    assert (public / "train.py").read_bytes() == starter  # the task's starter, for every later run
+
+
+def test_the_head_links_only_large_read_only_files_of_its_own_copy(tmp_path):
+    """Whatever the node names, the head links the files its task declares read-only and that a node links (1 MiB
+    or more), from its own copy, where the arrived workspace lacks them."""
+    from mlab.core.bench.ray_engine import RUN_MEMBER, SHARED_MEMBER, link_shared
+    from mlab.core.run.taskdata import SHARE_MIN_BYTES
+
+    public = tmp_path / "public"
+    (public / "data").mkdir(parents=True)
+    big = os.urandom(SHARE_MIN_BYTES)
+    (public / "data" / "big.bin").write_bytes(big)
+    (public / "data" / "small.csv").write_text("x\n")
+    (public / "model.bin").write_bytes(big)  # large but writable
+    (public / "train.py").write_text("print('starter')\n")
+    staging = tmp_path / "staging"
+    (staging / RUN_MEMBER / "workspace" / "data").mkdir(parents=True)
+    (staging / SHARED_MEMBER).write_text(json.dumps(["data/small.csv", "model.bin", "train.py"]))
+    link_shared(staging, public, ["data/*"])
+    arrived = staging / RUN_MEMBER / "workspace"
+    assert sorted(p.relative_to(arrived).as_posix() for p in arrived.rglob("*")) == ["data", "data/big.bin"]
+    assert (arrived / "data" / "big.bin").stat().st_ino == (public / "data" / "big.bin").stat().st_ino
+
+
+def test_a_resumed_workspace_holds_no_hard_link_to_a_writable_file_outside(tmp_path):
+    """Restoring a snapshot writes a file that has other hard links afresh, even when its content is the one
+    recorded: whatever put the link there, agent code writing the file afterwards changes the run's copy only."""
+    from mlab.core.run.snapshot import SnapshotStore
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "train.py").write_text("print('starter')\n")
+    store = SnapshotStore(tmp_path / "store")
+    store.record(workspace, "s0")
+    starter = tmp_path / "task-starter.py"
+    starter.write_text("print('starter')\n")
+    (workspace / "train.py").unlink()
+    os.link(starter, workspace / "train.py")
+    store.restore("s0", workspace)
+    assert (workspace / "train.py").stat().st_nlink == 1
+    with open(workspace / "train.py", "a") as f:
+        f.write("# agent code\n")
+    assert starter.read_text() == "print('starter')\n"

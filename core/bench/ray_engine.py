@@ -39,10 +39,12 @@ from types import SimpleNamespace
 from typing import IO, Any
 
 from mlab.core.bench.engines import JobSpec, Result, execute_job
+from mlab.core.bench.evaluate import registry_from
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import MAX_ENTRIES
-from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.readonly import read_only_rule
+from mlab.core.run.taskdata import SHARE_MIN_BYTES, TaskHome
 
 CHUNK_BYTES = 8 << 20  # one object in the store: small enough to hold, big enough to amortize a round trip
 # The most a run folder may weigh on its way back; a run over it fails instead of filling the head's disk.
@@ -261,13 +263,15 @@ def _stops_on(board: Any) -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
-def _linked_to_task(workspace: Path, public: Path) -> Callable[[str, os.stat_result], bool]:
-    """Files of the workspace that are hard links to the node's copy of the task at the same path: the head
-    has the same file (the same shipped archive), so they are not sent."""
+def _linked_to_task(workspace: Path, public: Path, read_only: list[str]) -> Callable[[str, os.stat_result], bool]:
+    """Files of the workspace that are hard links to the sender's copy of the task at the same path, of those
+    the task declares read-only: the receiver has the same file (the same shipped archive) and links its own,
+    so they are not sent."""
+    rule = read_only_rule(tuple(read_only))
 
     def leave_out(name: str, st: os.stat_result) -> bool:
         prefix = f"{RUN_MEMBER}/workspace/"
-        if not name.startswith(prefix) or st.st_nlink < 2:
+        if not name.startswith(prefix) or st.st_nlink < 2 or not rule.covers(name[len(prefix):]):
             return False
         try:
             twin = os.lstat(public / name[len(prefix):])
@@ -302,7 +306,8 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
                     for ref in run_refs:
                         out.write(ray.get(ref))
                 extract(incoming, space / "incoming")
-                link_shared(space / "incoming", home.public_dir(SimpleNamespace(name=task["task"])))
+                link_shared(space / "incoming", home.public_dir(SimpleNamespace(name=task["task"])),
+                            task.get("read_only", []))
                 os.replace(space / "incoming" / RUN_MEMBER, run_dir)
             name = Path(job["run_dir"]).name
 
@@ -320,7 +325,8 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
             result = {"status": "failed", "failure": "harness_error",
                       "end_reason": f"harness error on Ray node {node['node_ip']}: {type(exc).__name__}: {exc}"}
         public = home.public_dir(SimpleNamespace(name=task["task"])) if home is not None else None
-        pack_run(archive, run_dir if ran else None, public, log)  # not run: the head's copy stays as it is
+        # not run: the head's copy stays as it is
+        pack_run(archive, run_dir if ran else None, public, log, task.get("read_only", []))
         size = archive.stat().st_size
         yield {"result": result, "node": node, "bytes": size}
         if size > MAX_RUN_BYTES:
@@ -339,14 +345,16 @@ def _left_out(run_dir: Path, leave_out: Callable[[str, os.stat_result], bool]) -
                 yield member
 
 
-def pack_run(archive: Path, run_dir: Path | None, public: Path | None, log: Path | None = None) -> None:
+def pack_run(archive: Path, run_dir: Path | None, public: Path | None, log: Path | None = None,
+             read_only: list[str] | None = None) -> None:
     """A run folder's archive, either way: less the workspace files that are hard links to `public` (the
-    sender's copy of the task's public files), whose names go in SHARED_MEMBER instead; plus the worker's log."""
+    sender's copy of the task's public files) and read-only, whose names go in SHARED_MEMBER instead (for the
+    record: the receiver links by its own list); plus the worker's log."""
     members = {LOG_MEMBER: log} if log is not None else {}
     leave_out = None
     if run_dir is not None:
         shared_list = archive.with_name(f"{archive.name}.shared.json")
-        leave_out = _linked_to_task(run_dir / "workspace", public) if public is not None else None
+        leave_out = _linked_to_task(run_dir / "workspace", public, read_only or []) if public is not None else None
         shared = [] if leave_out is None else sorted(
             name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
         write_atomic(shared_list, json.dumps(shared).encode())
@@ -358,30 +366,37 @@ def pack_run(archive: Path, run_dir: Path | None, public: Path | None, log: Path
             shared_list.unlink(missing_ok=True)
 
 
-def link_shared(staging: Path, public: Path) -> None:
-    """On the head: put back the workspace files the worker left out, from the head's copy of the task's public
-    files (hard links, as a local run has them). The names come from the worker: each must stay inside the
-    workspace and name a file of the public copy."""
-    try:
-        names = json.loads((staging / SHARED_MEMBER).read_text())
-    except (OSError, ValueError):
+def link_shared(staging: Path, public: Path, read_only: list[str]) -> None:
+    """On the receiver: put back the workspace files a sender leaves out, the task's large read-only files, as
+    hard links to the receiver's own copy (as a local run has them; the sandbox mounts them read-only). Which
+    files is the receiver's own list (read_only patterns over its copy), never the sender's: an archive naming
+    a writable file (the starter) would have it linked, and agent code appending to it after a resume would
+    change the task's copy for every later run."""
+    rule = read_only_rule(tuple(read_only))
+    workspace_path = staging / RUN_MEMBER / "workspace"
+    if not rule or workspace_path.is_symlink() or not workspace_path.is_dir():
         return
+    workspace = os.path.realpath(workspace_path)
     public_root = os.path.realpath(public)
-    workspace = os.path.realpath(staging / RUN_MEMBER / "workspace")
-    for name in names if isinstance(names, list) else []:
-        if not isinstance(name, str) or os.path.isabs(name) or ".." in Path(name).parts:
-            continue
-        target = os.path.join(workspace, name)
-        source = os.path.join(public_root, name)
-        parent = os.path.dirname(target)
-        if (not os.path.isdir(parent) or os.path.realpath(parent) != os.path.dirname(os.path.normpath(target))
-                or not os.path.realpath(source).startswith(public_root + os.sep)
-                or os.path.lexists(target) or not os.path.isfile(source)):
-            continue
-        try:
-            os.link(source, target, follow_symlinks=False)
-        except OSError:
-            shutil.copy2(source, target)
+    for top, dirs, files in os.walk(public_root):  # the receiver's copy, not the archive
+        below = os.path.relpath(top, public_root)
+        prefix = "" if below == "." else f"{below}/"
+        dirs[:] = [d for d in dirs if rule.covers(prefix + d) or rule.may_hold(prefix + d)]
+        for name in files:
+            rel = prefix + name
+            source = os.path.join(top, name)
+            st = os.lstat(source)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < SHARE_MIN_BYTES or not rule.covers(rel):
+                continue
+            target = os.path.join(workspace, rel)
+            parent = os.path.dirname(target)
+            # the arrived folders come from the sender: each must be a folder where it is named, no link
+            if not os.path.isdir(parent) or os.path.realpath(parent) != parent or os.path.lexists(target):
+                continue
+            try:
+                os.link(source, target, follow_symlinks=False)
+            except OSError:
+                shutil.copy2(source, target)
 
 
 # ---- the progress board (an actor on the head's node) ---------------------------------------------------
@@ -460,12 +475,16 @@ class RayEngine:
     def capacity(self) -> int:
         return self.workers - len(self.trips)
 
-    def _task(self, name: str) -> dict[str, Any]:
+    def _task(self, name: str, job: JobSpec) -> dict[str, Any]:
+        """The task's shipment: its prepared folder in the store, and its read-only patterns (the head's own
+        list: what either side links rather than sends)."""
         if name not in self.tasks:
             home = TaskHome.from_env()
             sha, archive = pack_task(home, name, self.shipping / "tasks")
+            task = registry_from(job.get("registry_factory"), job.get("sys_path")).get("tasks", name)
             self.tasks[name] = {"task": name, "dir": home.task_dir(SimpleNamespace(name=name)).name, "sha256": sha,
-                                "refs": [self.ray.put(block) for block in chunks(archive)]}
+                                "refs": [self.ray.put(block) for block in chunks(archive)],
+                                "read_only": list(task.read_only_files)}
         return self.tasks[name]
 
     def submit(self, jobs: list[JobSpec]) -> None:
@@ -478,13 +497,15 @@ class RayEngine:
                                         if k not in ("MLAB_HOME", "MLAB_DATA_DIR")}}
         run_refs: list[Any] = []
         run_dir = Path(job["run_dir"])
+        task = self._task(job["config"]["task"], job)
         if job["mode"] != "start" and run_dir.is_dir():
             outgoing = self.shipping / f"{run_dir.name}.out.tar"
-            pack_run(outgoing, run_dir, TaskHome.from_env().public_dir(SimpleNamespace(name=job["config"]["task"])))
+            pack_run(outgoing, run_dir, TaskHome.from_env().public_dir(SimpleNamespace(name=job["config"]["task"])),
+                     read_only=task["read_only"])
             run_refs = [self.ray.put(block) for block in chunks(outgoing)]
             outgoing.unlink()
         archive = self.shipping / "incoming" / f"{run_dir.name}.tar"
-        stream = self.remote.remote(sent, self._task(job["config"]["task"]), run_refs, self.board)
+        stream = self.remote.remote(sent, task, run_refs, self.board)
         self.trips[job["key"]] = _Trip(job, stream, archive, open(archive, "wb"), run_refs)
 
     def poll(self) -> list[tuple[JobSpec, Result]]:
@@ -558,8 +579,9 @@ class RayEngine:
             refused = extract(trip.archive, staging)
             self._take_log(staging, trip.job)
             if (staging / RUN_MEMBER).is_dir():
-                task = SimpleNamespace(name=trip.job["config"]["task"])
-                link_shared(staging, TaskHome.from_env().public_dir(task))
+                name = trip.job["config"]["task"]
+                link_shared(staging, TaskHome.from_env().public_dir(SimpleNamespace(name=name)),
+                            self._task(name, trip.job)["read_only"])
                 if refused:
                     _note(staging / RUN_MEMBER, "[bench] left out of the run folder shipped from its Ray node "
                           "(unsafe): " + "; ".join(refused))

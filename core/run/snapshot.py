@@ -637,7 +637,9 @@ class SnapshotStore:
                 remove_at(folder, leaf)
             os.symlink(entry["link"], leaf, dir_fd=folder)
             return None
-        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry["size"]:
+        # A file with other hard links is written afresh: a write to it would reach the other names (a shipped
+        # run folder may have a link into the task's own copy put in its place).
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry["size"] and st.st_nlink == 1:
             try:
                 fd = os.open(leaf, FILE_FLAGS, dir_fd=folder)
             except OSError:
