@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mlab.core.agent import AgentContext, RunState
+from mlab.core.agent_program import ProgramAgent, check_program
 from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
@@ -33,6 +34,7 @@ from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import held_out_files
 from mlab.core.run.packages import package_versions
+from mlab.core.run.program_agent import ProgramLoop
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
@@ -94,6 +96,7 @@ class Runner:
                                                         "sandbox_confined": self.harness.sandbox_confined})
         self.agent_cls = self.registry.get("agents", config.agent)
         check_agent_options(self.agent_cls, config.agent_options)  # a bad option fails before anything is written
+        check_program(self.agent_cls)  # a program agent whose program is missing: one line, nothing written
         if self.agent_cls.needs_llm and not config.llm:
             raise MlabError(f"agent {config.agent!r} needs a model: give --llm")
         backends = build_roles(self.registry, config.llm, config.fast_llm, config.edit_llm,
@@ -264,6 +267,8 @@ class Runner:
         if last is not None and is_final(last.action) and not last.is_error:
             reason = "final answer"  # stopped after the Final Answer step was saved: only the scoring is left
         try:
+            if reason is None and isinstance(self.agent, ProgramAgent):  # it runs its own loop
+                reason = ProgramLoop(self, trace, time_before, clock_start).run()
             while reason is None:
                 elapsed = time_before + time.monotonic() - clock_start
                 index = len(trace.steps) + 1

@@ -1,0 +1,82 @@
+"""The ProgramAgent contract: an agent that is a program running its own loop (a third-party agent, a lab's
+script). mlab runs it once per run inside the run's sandbox, in the workspace, and records each model call it
+makes through mlab's endpoint as a step (mlab.core.run.program_agent).
+
+What a program gets, in its environment:
+  OPENAI_BASE_URL, OPENAI_API_BASE, MLAB_LLM_BASE_URL  http://127.0.0.1:PORT/v1, mlab's OpenAI-compatible
+                                  endpoint (POST /chat/completions), served by the run's model (`--llm`)
+  OPENAI_API_KEY                  a placeholder: the user's key never enters the sandbox
+  MLAB_MODEL                      a name to send as the model (any name gets the run's model)
+  MLAB_TASK_FILE                  the research problem, as a file beside the workspace (also MLAB_RESEARCH_PROBLEM)
+  MLAB_MAX_STEPS, MLAB_TIME_LIMIT_S  the model calls and seconds it has left
+  MLAB_RESUMED                    "1" when the run was resumed: the workspace is as after the last recorded call
+  MLAB_AGENT_DIR                  the folder holding ProgramSpec.files
+A call past the step limit or a budget is answered HTTP 429 (not to be retried) and the program is ended after a
+short grace; the run is scored on the workspace as it is.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from mlab.core.agent import Agent, RunState
+from mlab.core.errors import MlabError
+from mlab.core.models import Action, StopRun
+
+
+@dataclass
+class ProgramLaunch:
+    """What mlab tells an agent before it starts its program."""
+
+    research_problem: str
+    task_file: Path  # the research problem as a file (inside the sandbox at the same path)
+    agent_dir: Path  # where ProgramSpec.files are written (the same path inside the sandbox)
+    workspace: Path  # the program's working folder
+    python: str  # the interpreter agent code runs with (its packages are the program's)
+    max_steps: int  # model calls left
+    seconds_left: float
+    resumed: bool = False
+
+
+@dataclass
+class ProgramSpec:
+    """How to start the program: argv (`{base_url}` in an argument is the endpoint's URL), variables to add,
+    and files (name: text) written into ProgramLaunch.agent_dir first."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class ProgramAgent(Agent):
+    """Subclass with `program`; declare `install` (one line: how to get the program) and override `available`
+    when the program may be missing. The core never calls `step`: it runs the program instead."""
+
+    install: ClassVar[str] = ""
+    """How to install what the program needs, shown by `mlab agents` and when it is missing."""
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether the program can run here; (False, one line saying what is missing and how to install it)."""
+        return True, ""
+
+    @abstractmethod
+    def program(self, launch: ProgramLaunch) -> ProgramSpec:
+        """The command to run for this run (called at its start and again on each resume).
+
+        Raises:
+            MlabError: the options cannot give a command (one line).
+        """
+
+    def step(self, state: RunState) -> Action | StopRun:
+        raise MlabError(f"agent {self.name!r} runs its own program: the runner does not ask it for steps")
+
+
+def check_program(agent_cls: type) -> None:
+    """Refuse, in one line, a program agent whose program is missing here (before a run writes anything)."""
+    if isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent):
+        ok, why = agent_cls.available()
+        if not ok:
+            raise MlabError(f"agent {agent_cls.name!r} cannot run here: {why}")

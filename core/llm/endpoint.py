@@ -1,0 +1,228 @@
+"""The model endpoint a program agent calls: OpenAI's chat-completions shape on a unix socket, each request
+answered by a callback of the harness (the run's LLM client). A unix socket is reached through the file system,
+so a sandbox with no network reaches it when the folder holding it is shown; the forwarder (endpoint_forwarder.py,
+run inside the sandbox) makes it an http://127.0.0.1 URL there, as agents expect one.
+
+Only text goes through: a message's content as a string or as text parts; the model is the run's, whatever the
+request names. A stream request gets the whole answer as one chunk, then [DONE].
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlab.core.models import Message
+
+MAX_BODY_BYTES = 16 * 2**20  # a request larger than this is refused unread
+SOCKET_NAME = "llm.sock"
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; a longer path is bound through /proc/self/fd
+# Roles an agent may send that the run's Message has no name for: said to the model as the nearest one.
+_ROLE_AS = {"developer": "system", "tool": "user", "function": "user"}
+# What the program may set per call; anything else (the model, tools) stays the run's.
+_PARAMS = ("temperature", "top_p", "stop", "seed")
+
+
+class EndpointError(Exception):
+    """A request the endpoint answers with an error: HTTP status, error type and message."""
+
+    def __init__(self, status: int, kind: str, message: str, retry: bool = False):
+        super().__init__(message)
+        self.status, self.kind, self.retry = status, kind, retry
+
+
+@dataclass
+class ChatRequest:
+    messages: list[Message]
+    params: dict[str, Any] = field(default_factory=dict)
+    stream: bool = False
+
+
+@dataclass
+class ChatReply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str = ""
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # text parts; an image part is named, not sent
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')} not supported by this endpoint]")
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return str(content)
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """A chat-completions body as the run's messages and parameters; EndpointError(400) when malformed."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise EndpointError(400, "invalid_request_error", "send {'messages': [{'role': ..., 'content': ...}]}")
+    messages = []
+    for m in body["messages"]:
+        if not isinstance(m, dict):
+            raise EndpointError(400, "invalid_request_error", "each message must be an object")
+        role = str(m.get("role", "user"))
+        role = _ROLE_AS.get(role, role)
+        if role not in ("system", "user", "assistant"):
+            raise EndpointError(400, "invalid_request_error", f"unknown role {role!r}")
+        text = _text(m.get("content"))
+        if m.get("tool_calls"):  # an assistant's earlier tool calls, kept as text
+            text += "\n" + json.dumps(m["tool_calls"])
+        messages.append(Message(role=role, content=text))  # type: ignore[arg-type]
+    params = {k: body[k] for k in _PARAMS if body.get(k) is not None}
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    if cap:
+        params["max_completion_tokens"] = int(cap)
+    return ChatRequest(messages=messages, params=params, stream=bool(body.get("stream")))
+
+
+def reply_payload(reply: ChatReply) -> dict[str, Any]:
+    return {"id": f"chatcmpl-mlab-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+            "model": reply.model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": reply.text}}],
+            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                      "total_tokens": reply.prompt_tokens + reply.completion_tokens}}
+
+
+def stream_chunks(reply: ChatReply) -> list[dict[str, Any]]:
+    base = {"id": f"chatcmpl-mlab-{time.time_ns()}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": reply.model}
+    return [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply.text},
+                                  "finish_reason": None}]},
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                       "total_tokens": reply.prompt_tokens + reply.completion_tokens}}]
+
+
+Serve = Callable[[ChatRequest], ChatReply]
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    serve: Serve  # set on the per-endpoint subclass
+
+    def address_string(self) -> str:
+        return "sandbox"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, exc: EndpointError) -> None:
+        # x-should-retry: false stops the openai package's own retries of a 429 (a spent budget stays spent)
+        self._send(exc.status, {"error": {"type": exc.kind, "code": exc.kind, "message": str(exc)}},
+                   {"x-should-retry": "true" if exc.retry else "false"})
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._send(200, {"object": "list", "data": [{"id": "mlab", "object": "model", "owned_by": "mlab"}]})
+        else:
+            self._send(404, {"error": {"message": f"no such endpoint {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            if 0 < length <= MAX_BODY_BYTES:
+                self.rfile.read(length)
+            self._send(404, {"error": {"message": f"no such endpoint {self.path}; POST /v1/chat/completions"}})
+            return
+        try:
+            if length <= 0 or length > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise EndpointError(413 if length else 400, "invalid_request_error", f"request body of {length} bytes")
+            try:
+                body = json.loads(self.rfile.read(length))
+            except ValueError as exc:
+                raise EndpointError(400, "invalid_request_error", f"the body is not JSON: {exc}") from None
+            request = parse_request(body)
+            reply = type(self).serve(request)
+        except EndpointError as exc:
+            self._error(exc)
+            return
+        if not request.stream:
+            self._send(200, reply_payload(reply))
+            return
+        data = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in stream_chunks(reply))
+        data += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ModelEndpoint:
+    """The endpoint's server in a thread while the block runs; `socket_path` is where it listens."""
+
+    def __init__(self, serve: Serve, folder: Path):
+        self.serve = serve
+        self.folder = Path(folder)
+        self.socket_path = self.folder / SOCKET_NAME
+        self._server: _Server | None = None
+        self._dir_fd: int | None = None
+
+    def __enter__(self) -> ModelEndpoint:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(self.socket_path):
+            self.socket_path.unlink()
+        address = str(self.socket_path)
+        if len(address.encode()) > SOCKET_PATH_MAX:
+            self._dir_fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            address = f"/proc/self/fd/{self._dir_fd}/{SOCKET_NAME}"
+        handler = type("EndpointHandler", (_Handler,), {"serve": staticmethod(self.serve)})
+        self._server = _Server(address, handler)
+        os.chmod(self.socket_path, 0o666)  # sandboxed code may run as another user
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                         name="mlab-model-endpoint", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+        try:
+            self.socket_path.unlink()
+        except OSError:
+            pass
+
+
+def forwarder_source() -> str:
+    """The forwarder's code, written beside the program for the sandbox's Python to run (the harness's own
+    packages are hidden from agent code)."""
+    return (Path(__file__).with_name("endpoint_forwarder.py")).read_text(encoding="utf-8")

@@ -1,0 +1,304 @@
+"""Running a program agent (mlab.core.agent_program): the program runs once in the run's sandbox, and each model
+call it makes through the endpoint becomes a step of the trace.
+
+Step N is model call N and what followed it: the request's newest messages, the completion, then the workspace
+changes and the program's output up to call N+1 (or the program's end); its snapshot is the workspace when call
+N+1 arrives, taken with the program frozen. Calls are answered one at a time, in order. The step limit, the time
+limit and the budgets end the program: the call that crosses one is refused (HTTP 429, not to be retried), the
+program has GRACE_S to finish, then its tree is killed; the run is scored as any other. A
+program that made no call in a session gets one step for what it did (PROGRAM_ENDED).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlab.core.agent_program import ProgramAgent, ProgramLaunch
+from mlab.core.errors import BudgetExceeded, LLMError
+from mlab.core.llm.endpoint import ChatReply, ChatRequest, EndpointError, ModelEndpoint, forwarder_source
+from mlab.core.models import Action, Completion, Step, StepFinished
+from mlab.core.sandbox.wait import EndWatch
+
+if TYPE_CHECKING:
+    from mlab.core.models import Trace
+    from mlab.core.run.runner import Runner
+
+MODEL_CALL = "Model Call"  # the action name of a recorded call
+PROGRAM_ENDED = "Program Ended"  # the one step of a program that made no call
+GRACE_S = 10.0  # how long a program told to stop may take to exit by itself
+OUTPUT_KEPT = 20_000  # characters of a step's program output kept in the trace (head and tail)
+MESSAGE_KEPT = 8_000  # characters of each shown message
+AGENT_DIR = ".mlab-agent"  # in the sandbox home: the task file, the forwarder, the agent's files, the socket
+POLL_S = 0.1
+
+
+@dataclass
+class _Pending:
+    index: int
+    messages: list[dict[str, str]]
+    completion: Completion
+    started: float
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters not shown ...]\n{text[-half:]}"
+
+
+def _new_messages(request: ChatRequest) -> list[dict[str, str]]:
+    """The messages after the last assistant message (what the program added since its last answer)."""
+    messages = request.messages
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    shown = messages[last + 1:] or messages[-1:]
+    return [{"role": m.role, "content": _cut(m.content, MESSAGE_KEPT)} for m in shown]
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    lines = [f"+ {rel}" for rel in sorted(after) if rel not in before]
+    lines += [f"~ {rel}" for rel in sorted(after) if rel in before and before[rel] != after[rel]]
+    lines += [f"- {rel}" for rel in sorted(before) if rel not in after]
+    return lines
+
+
+class ProgramLoop:
+    """One session of the program (a run's start, or a resume), inside the runner's loop."""
+
+    def __init__(self, runner: Runner, trace: Trace, time_before: float, clock_start: float):
+        self.r = runner
+        self.trace = trace
+        self.time_before = time_before
+        self.clock_start = clock_start
+        self.agent: ProgramAgent = runner.agent
+        self._lock = threading.Lock()
+        self._pending: _Pending | None = None
+        self._output = bytearray()
+        self._output_lock = threading.Lock()
+        self._stop: str | None = None  # why the program is told to end (a limit)
+        self._stopped = threading.Event()
+        self._failure: BaseException | None = None  # raised in the runner's loop once the program is gone
+        self._proc: Any = None
+
+    # ---- time -----------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return self.time_before + time.monotonic() - self.clock_start
+
+    def _end(self, reason: str) -> None:
+        if self._stop is None:
+            self._stop = reason
+        self._stopped.set()
+
+    # ---- the run ----------------------------------------------------------------------------------
+    def run(self) -> str:
+        """Run the program to its end; returns why the run ends. Raises what the runner's loop handles."""
+        r, config = self.r, self.r.config
+        seconds_left = config.max_time_s - self._elapsed()
+        steps_left = config.max_steps - len(self.trace.steps)
+        if steps_left <= 0:
+            return f"max steps reached ({config.max_steps})"
+        if seconds_left <= 0:
+            return f"time limit reached ({config.max_time_s:g} s)"
+        home = Path(r.env.s.sandbox_home or r.run_dir / "home")
+        agent_dir = home / AGENT_DIR
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        resumed = bool(self.trace.steps)
+        task_file = agent_dir / "task.md"
+        problem = r.task.research_problem
+        if resumed:
+            problem += (f"\n\n[This run was interrupted and resumed: the workspace holds the files as they were "
+                        f"after model call {len(self.trace.steps)}. Earlier conversation is not kept.]")
+        task_file.write_text(problem, encoding="utf-8")
+        python = r.env.s.python
+        spec = self.agent.program(ProgramLaunch(
+            research_problem=problem, task_file=task_file, agent_dir=agent_dir, workspace=r.workspace,
+            python=python, max_steps=steps_left, seconds_left=seconds_left, resumed=resumed))
+        for name, text in spec.files.items():
+            target = agent_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        forwarder = agent_dir / "endpoint_forwarder.py"
+        forwarder.write_text(forwarder_source(), encoding="utf-8")
+        scripts = r.env.scripts
+        with ModelEndpoint(self._serve, agent_dir) as endpoint:
+            before = scripts.guard.survey()
+            exec_spec = scripts.exec_spec(timeout_s=seconds_left, survey=before)
+            exec_spec.env.update({
+                "OPENAI_BASE_URL": "{base_url}", "OPENAI_API_BASE": "{base_url}", "MLAB_LLM_BASE_URL": "{base_url}",
+                "OPENAI_API_KEY": "mlab-endpoint-no-key", "MLAB_MODEL": "mlab",
+                "MLAB_TASK_FILE": str(task_file), "MLAB_RESEARCH_PROBLEM": problem,
+                "MLAB_MAX_STEPS": str(steps_left), "MLAB_TIME_LIMIT_S": f"{seconds_left:.0f}",
+                "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir), **spec.env})
+            argv = [python, "-u", str(forwarder), str(endpoint.socket_path), "--", *spec.argv]
+            changes = r._store.changes
+            changes.ran_agent_code()
+            try:
+                exit_code = self._watch(argv, exec_spec, seconds_left)
+            finally:
+                r.workspace.mkdir(exist_ok=True)
+                outcome = scripts.guard.restore(before)
+                changes.code_ended(outcome.intact)
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            self._flush(final=True, exit_code=exit_code)
+        if self._failure is not None:
+            raise self._failure
+        if self._stop is not None:
+            return self._stop
+        return f"agent program exited (code {exit_code})"
+
+    def _watch(self, argv: list[str], spec: Any, seconds_left: float) -> int | None:
+        sandbox = self.r.sandbox
+        proc = self._proc = sandbox.popen(argv, spec)
+        reader = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + seconds_left
+        grace_until: float | None = None
+        watch = EndWatch(proc)
+        try:
+            while not watch.wait(POLL_S):
+                now = time.monotonic()
+                if now >= deadline:
+                    self._end(f"time limit reached ({self.r.config.max_time_s:g} s)")
+                    break
+                limit = sandbox.check(proc, spec)
+                if limit:
+                    self._end(f"agent program stopped by its {limit} limit")
+                    break
+                if self._stopped.is_set():
+                    grace_until = grace_until or now + GRACE_S
+                    if now >= grace_until:
+                        break
+        finally:
+            with self._lock:  # a call being answered finishes first; later ones are refused
+                self._stopped.set()
+                sandbox.kill(proc)
+            if proc.poll() is None:
+                proc.wait()
+            reader.join(timeout=2)
+            watch.close()
+            sandbox.release(proc)
+        code: int | None = proc.returncode
+        if sandbox.signal_exit_codes and code is not None and 128 < code <= 128 + 64:
+            code = 128 - code
+        return code
+
+    def _read(self, stream: Any) -> None:
+        if stream is None:
+            return
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._output_lock:
+                self._output += chunk
+                if len(self._output) > 4 * OUTPUT_KEPT:  # keep the head and the tail
+                    del self._output[OUTPUT_KEPT:len(self._output) - OUTPUT_KEPT]
+            self.r.live.output(chunk)
+
+    def _take_output(self) -> str:
+        with self._output_lock:
+            data, self._output = bytes(self._output), bytearray()
+        return self.r.env.scripts.relative_paths(_cut(data.decode("utf-8", "replace"), OUTPUT_KEPT))
+
+    # ---- model calls ------------------------------------------------------------------------------
+    def _serve(self, request: ChatRequest) -> ChatReply:
+        with self._lock:
+            if self._failure is not None or self._stopped.is_set():
+                raise EndpointError(429, "run_ended", f"the run is ending ({self._stop or 'stopped'}): no more "
+                                                       "model calls; save your work and exit")
+            try:
+                self._flush(final=False)
+            except BaseException as exc:
+                self._failure = exc
+                self._stopped.set()
+                raise EndpointError(500, "harness_error", "the harness failed; the run ends") from None
+            index = len(self.trace.steps) + 1
+            config = self.r.config
+            if index > config.max_steps:
+                self._end(f"max steps reached ({config.max_steps})")
+                raise EndpointError(429, "max_steps", f"the run's step limit ({config.max_steps} model calls) "
+                                                      "is reached: save your work and exit")
+            if self._elapsed() >= config.max_time_s:
+                self._end(f"time limit reached ({config.max_time_s:g} s)")
+                raise EndpointError(429, "time_limit", "the run's time limit is reached: save your work and exit")
+            llm = self.r.llm
+            assert llm is not None  # a program agent needs a model
+            llm.step_index = index
+            self.r.live.begin(index)
+            started = time.time()
+            try:
+                completion = llm.complete(request.messages, **request.params)
+            except BudgetExceeded as exc:
+                self._end(f"budget reached: {exc}")
+                raise EndpointError(429, "budget_exceeded", f"the run's budget is spent ({exc}): save your work "
+                                                            "and exit") from None
+            except LLMError as exc:
+                self._failure = exc
+                self._stopped.set()
+                raise EndpointError(502, "upstream_error", f"the model failed: {exc}") from None
+            except ValueError as exc:  # a parameter the run's client refuses
+                raise EndpointError(400, "invalid_request_error", str(exc)) from None
+            self._pending = _Pending(index, _new_messages(request), completion, started)
+            return ChatReply(text=completion.text, prompt_tokens=completion.prompt_tokens,
+                             completion_tokens=completion.completion_tokens, model=llm.model_name())
+
+    def _flush(self, final: bool, exit_code: int | None = None) -> None:
+        """Record the pending call as a step, its snapshot the workspace now (the program frozen unless it has
+        ended). At the end, a program that made no call at all gets one step for what it did."""
+        pending = self._pending  # None at the end only when this session made no call
+        if pending is None and not final:
+            return
+        r, trace = self.r, self.trace
+        index = pending.index if pending else len(trace.steps) + 1
+        name = f"step_{index:04d}"
+        previous = trace.steps[-1].snapshot if trace.steps else "step_0000"
+        proc = self._proc
+        frozen = not final and proc is not None and proc.poll() is None
+        if frozen:
+            r.sandbox.freeze(proc)
+        try:
+            r._store.changes.ran_agent_code()  # the program lives on: a full look, not the change events
+            note = r._snapshot(name, trace)
+        finally:
+            if frozen:
+                r.sandbox.thaw(proc)
+        changed = _changes(r._store.manifest(previous), r._store.manifest(name))
+        output = self._take_output()
+        observation = "Workspace changes since this call:\n" + ("\n".join(changed) or "(none)")
+        observation += "\n\nProgram output:\n" + (output or "(none)") + note
+        if final:
+            observation += f"\n\n[The program ended (exit code {exit_code}).]"
+        if pending is not None:
+            action = Action(name=MODEL_CALL, args={"messages": pending.messages}, raw_response=pending.completion.text)
+            started = pending.started
+        else:
+            action = Action(name=PROGRAM_ENDED, args={"exit_code": str(exit_code)})
+            started = time.time()
+        llm = r.llm
+        step = Step(index=index, action=action, observation=observation, is_error=bool(final and exit_code),
+                    started_at=started, duration_s=time.time() - started, snapshot=name,
+                    agent_state={"calls": sum(s.action.name == MODEL_CALL for s in trace.steps) + bool(pending)},
+                    env_state=r.env.state_dict(), llm_state=llm.state_dict() if llm else {},
+                    usage=llm.usage.model_copy() if llm else trace.usage)
+        self._pending = None
+        trace.steps.append(step)
+        trace.usage = step.usage
+        trace.total_time_s = self._elapsed()
+        try:
+            r.trace_log.append(trace)
+        except BaseException:
+            trace.steps.pop()
+            raise
+        r._notify("step_finished", StepFinished(run_dir=str(r.run_dir), step=step))
+        if r.on_step:
+            r.on_step(step)

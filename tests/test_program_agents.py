@@ -1,0 +1,127 @@
+"""Program agents (issue 32): a user's own agent program runs in the run's sandbox, reaches the run's model only
+through mlab's endpoint, is budgeted, traced one step per model call and scored, and sees no hidden file."""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mlab.core.llm.client import read_call_log
+from tests.fixtures.cli import mlab
+from tests.fixtures.llm_server import FakeLLMServer
+
+pytestmark = pytest.mark.timeout(300)
+
+# The user's agent: plain urllib against $OPENAI_BASE_URL. It reads its task, asks the model, runs the starter
+# (which writes submission.csv), looks for what it must not see, tells the model, and exits; a refused call
+# (a budget) makes it stop at once.
+AGENT = textwrap.dedent('''
+    import json, os, subprocess, sys, urllib.error, urllib.request
+
+    BASE = os.environ["OPENAI_BASE_URL"].rstrip("/")
+    history = [{"role": "system", "content": "You are a research agent."}]
+
+    def ask(text):
+        history.append({"role": "user", "content": text})
+        body = json.dumps({"model": os.environ["MLAB_MODEL"], "messages": history}).encode()
+        request = urllib.request.Request(BASE + "/chat/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            print("REFUSED", exc.code, exc.read().decode()[:300])
+            sys.exit(0)
+        text = answer["choices"][0]["message"]["content"]
+        history.append({"role": "assistant", "content": text})
+        print("USAGE", answer["usage"]["total_tokens"])
+        return text
+
+    task = open(os.environ["MLAB_TASK_FILE"]).read()
+    print("PLAN", ask("Task:\\n" + task[:300] + "\\nWhat first?"))
+    subprocess.run([sys.executable, "train.py"], check=True)
+    found = []
+    for root in PROBES:
+        if os.path.isfile(root):
+            found.append(root)
+        for folder, _dirs, names in os.walk(root):
+            found += [os.path.join(folder, name) for name in names]
+    found += [k for k in os.environ if "KEY" in k and os.environ[k] != "mlab-endpoint-no-key"]
+    print("NEXT", ask("Probe found: " + (" | ".join(found) or "NOTHING")))
+    print("DONE", ask("Anything else?"))
+''')
+
+
+def _agent_script(tmp_path: Path, probes: list[str]) -> Path:
+    script = tmp_path / "my_agent.py"
+    script.write_text(f"PROBES = {probes!r}\n" + AGENT)
+    return script
+
+
+def _run(tmp_path: Path, server: FakeLLMServer, sandbox: str, *extra: str):
+    run_dir = tmp_path / "run"
+    home = Path(os.environ["MLAB_HOME"])
+    probes = [str(home), str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl"), str(run_dir / "snapshots"),
+              str(tmp_path / "my_agent.py")]
+    _agent_script(tmp_path, probes)
+    done = mlab("run", "--task", "lite/wine", "--agent", "command", "--agent-option", "command=python my_agent.py",
+                "--llm", "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--sandbox", sandbox,
+                "--max-steps", "10", "--run-dir", run_dir, *extra, cwd=tmp_path,
+                env={"OPENAI_API_KEY": "sk-user-secret"})
+    return done, run_dir
+
+
+def _trace(run_dir: Path) -> dict:
+    return json.loads((run_dir / "trace.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_command_agent_runs_sandboxed_through_the_endpoint_and_is_scored(tmp_path, sandbox):
+    with FakeLLMServer(lambda body: f"answer {len(body['messages'])}") as server:
+        done, run_dir = _run(tmp_path, server, sandbox)
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished" and trace["end_reason"] == "agent program exited (code 0)"
+    assert trace["final_score"] is not None
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert len(calls) == 3 == len(server.requests)
+    assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 and c["error"] is None for c in calls)
+    assert [c["step"] for c in calls] == [1, 2, 3]
+    # the user's key went nowhere: not to the program (probe), not to the upstream from the program
+    assert all("sk-user-secret" not in json.dumps(r.body) for r in server.requests)
+    probe = calls[1]["messages"][-1]["content"]
+    assert probe == "Probe found: NOTHING", probe
+    # one step per model call: its newest messages, its completion, the changes and output that followed
+    steps = trace["steps"]
+    assert [s["action"]["name"] for s in steps] == ["Model Call"] * 3
+    assert steps[0]["action"]["args"]["messages"][-1]["content"].startswith("Task:")
+    assert steps[0]["action"]["raw_response"] == "answer 2"
+    assert "+ submission.csv" in steps[0]["observation"] and "PLAN answer 2" in steps[0]["observation"]
+    assert "(none)" in steps[2]["observation"].split("Program output:")[0]  # the last call changed nothing
+    assert (run_dir / "snapshots" / "step_0001.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_token_budget_ends_the_program_cleanly_and_the_run_is_scored(tmp_path):
+    with FakeLLMServer(lambda body: "go on " * 5) as server:
+        done, run_dir = _run(tmp_path, server, "local", "--token-limit", "20")
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished" and trace["end_reason"].startswith("budget reached:")
+    assert trace["final_score"] is not None  # the submission written before the budget ran out is scored
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert len(calls) == 1 == len(server.requests)  # the refused call never reached the model
+    assert "REFUSED 429" in trace["steps"][-1]["observation"]
+
+
+def test_command_agent_without_a_command_is_one_line(tmp_path):
+    done = mlab("run", "--task", "lite/wine", "--agent", "command", "--llm", "openai/gpt-4o-mini",
+                "--run-dir", tmp_path / "run", cwd=tmp_path, env={"OPENAI_API_KEY": "sk-x"})
+    assert done.returncode == 2, done.stderr
+    assert "agent command needs its program" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
