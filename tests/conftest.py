@@ -1,7 +1,8 @@
 """Shared test set-up: an isolated MLAB_HOME for every test, and the shared-data tier.
 
 Tiers (markers in pyproject.toml): unmarked tests are the fast tier (`make test-fast`, under two minutes on two
-cores); `slow` ones train models, run whole bench loops, start a browser or Ray, or stress a sandbox;
+cores); `slow` ones train models, run whole bench loops, start a browser, Ray or Docker containers (every
+case of the docker sandbox is slow), or stress a sandbox;
 `shared_data` ones need ../shared/data and skip with a reason without it. `make test` runs all three, on
 pytest-xdist workers, and then the `timing` cases alone (they time code beside a CPU load of their own, and
 another worker's tests would be load they do not control).
@@ -42,11 +43,15 @@ def _isolated_mlab_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MLAB_HOME", str(tmp_path_factory.mktemp("mlab-home")))
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a docker case is in the slow tier
 def pytest_collection_modifyitems(config, items):
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if group := _worker_group(item):
-                item.add_marker(pytest.mark.xdist_group(group))
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        group = _worker_group(item)
+        if group == "docker":
+            item.add_marker(pytest.mark.slow)  # each starts containers on the session's own Docker engine
+        if xdist and group:
+            item.add_marker(pytest.mark.xdist_group(group))
     if SHARED_DATA.is_dir():
         return
     skip = pytest.mark.skip(reason=f"shared data not found at {SHARED_DATA} (set MLAB_SHARED_DIR)")

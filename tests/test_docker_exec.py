@@ -17,7 +17,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_sandbox import TRAIN, make_env, make_sandbox, marked_processes, run, wait_gone
+
+from tests.test_sandbox import TRAIN, make_env, make_sandbox, marked_processes, run, wait_gone
 
 
 def _engine():

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sandbox import make_sandbox
 
 from mlab.core import Action, Agent, InvalidSubmission, Metric, RunConfig, RunState, Task
 from mlab.core.models import Trace
@@ -28,12 +27,14 @@ from mlab.core.run.environment import MAX_ARG_CHARS
 from mlab.core.run.runner import Runner
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.sandbox.limits import Limits
+from tests.fixtures.sandboxes import CONFINING
+from tests.test_sandbox import make_sandbox
 
 SECRET = "SECRET-ANSWER-7f3a"
 API_KEY = "sk-hostile-test-key-0042"
 TRAIN = "id,label\n1,0\n2,1\n"
 TASK_NAME = "hostile/box"
-SANDBOXES = ["local", "bwrap", "docker"]
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 TIMEOUT = 3.0  # per action; the slowest cases (endless loops) cost this much
 # The disk limit counts what the whole file system gains, which other processes share, and a file at the size
 # limit takes a little more than that on disk: it is kept far from the other limits so that only the limit a

@@ -16,10 +16,11 @@ from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.sandbox.limits import Limits
+from tests.fixtures.sandboxes import CONFINING
 from tests.test_sandbox import make_sandbox
 
 IMAGES = 3_000
-SANDBOXES = ["local", "local-fresh", "bwrap", "docker", "fallback"]
+SANDBOXES = [*CONFINING, "local-fresh", "fallback"]  # every registered sandbox that confines, and variants
 
 
 def image_bytes(number: int) -> bytes:
@@ -183,7 +184,7 @@ def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap", "docker"])
+@pytest.mark.parametrize("sandbox", CONFINING)
 def test_check_task_passes_with_thousands_of_read_only_images(tmp_path, sandbox):
     """The issue's task: `mlab new-task`'s task whose prepare also writes 3,000 images declared `images/*`.
     Before, its starter never ran (argv too long in local, too many bwrap options); now check-task passes."""

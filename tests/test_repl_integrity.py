@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_sandbox import make_env
 
 from mlab.core import Action
+from tests.fixtures.sandboxes import CONFINING
+from tests.test_sandbox import make_env
 
-SANDBOXES = ["local", "bwrap", "docker", "fallback"]
+SANDBOXES = [*CONFINING, "fallback"]  # every registered sandbox that confines, and the fallback
 
 
 def repl(env, code: str):

@@ -10,9 +10,11 @@ import threading
 import uuid
 
 import pytest
-from test_sandbox import make_env, run
 
-SANDBOXES = ["local", "bwrap", "docker"]
+from tests.fixtures.sandboxes import CONFINING
+from tests.test_sandbox import make_env, run
+
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 
 
 @pytest.fixture
@@ -99,11 +101,10 @@ def test_the_run_folder_and_the_harness_users_home_are_hidden_from_agent_code(tm
     stay usable."""
     from pathlib import Path
 
-    from test_sandbox import make_sandbox
-
     from mlab.core.run.environment import Environment, EnvSettings
     from mlab.core.run.snapshot import SnapshotStore
     from mlab.core.sandbox.limits import Limits
+    from tests.test_sandbox import make_sandbox
 
     make_sandbox("local")
     base = Path(tempfile.mkdtemp(prefix="mlab-test-", dir="/var/tmp"))

@@ -17,11 +17,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_sandbox import make_env, run
 
+from tests.fixtures.sandboxes import CONFINING
 from tests.fixtures.users import as_nobody
+from tests.test_sandbox import make_env, run
 
-SANDBOXES = ["local", "bwrap", "docker"]
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 REPO = Path(__file__).resolve().parents[1]
 
 AGENT = r'''
@@ -175,9 +176,8 @@ print("PROBE", result.exit_code, result.output)
 def test_an_installed_task_packs_code_is_not_there_for_agent_code(tmp_path, sandbox):
     """A pack installed normally lives in the shown Python environment: its generator and seed would rebuild
     the answers, so its code is covered (the harness itself still imports it)."""
-    from test_sandbox import make_sandbox
-
     from tests.fixtures.venvs import EXAMPLE_PACK, make_venv
+    from tests.test_sandbox import make_sandbox
 
     make_sandbox(sandbox)  # skips with the reason where this sandbox cannot run here
     venv = make_venv(tmp_path / "venv")
