@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,17 +20,12 @@ from mlab.core.declarative.task import MAX_SCORE_BYTES, DeclarativeTask  # noqa:
 from mlab.core.declarative.yamlfile import TaskFileError  # noqa: E402
 from mlab.core.task import ValidationSplit  # noqa: E402
 from tests.fixtures.agents_fixtures import edit_reply, research_response, write_script  # noqa: E402
-from tests.fixtures.venvs import MAIN_PYTHON, make_venv  # noqa: E402
+from tests.fixtures.cli import mlab  # noqa: E402
+from tests.fixtures.venvs import make_venv  # noqa: E402
 
 DECLARATIVE_PACK = REPO / "examples" / "task-pack-declarative"
 EXAMPLE_TASKS = DECLARATIVE_PACK / "mlab_example_declarative"
 PACK, DIST = "example-yaml", "mlab-example-declarative"
-
-
-def mlab(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The real CLI of the main .venv."""
-    return subprocess.run([MAIN_PYTHON, "-m", "mlab.cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def task_folder(root: Path, text: str, files: dict[str, str] | None = None) -> Path:
