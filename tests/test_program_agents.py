@@ -125,3 +125,47 @@ def test_command_agent_without_a_command_is_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "agent command needs its program" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def _smol_script(probes: list[str]):
+    """A scripted model for smolagents' CodeAgent: run the starter, probe, then give the final answer."""
+    answers = [
+        "Thought: run the starter.\n<code>\nimport subprocess, sys\n"
+        "done = subprocess.run([sys.executable, 'train.py'], capture_output=True, text=True)\n"
+        "print(done.returncode, done.stdout[-200:])\n</code>",
+        "Thought: look around.\n<code>\nimport os\nfound = []\n"
+        f"for root in {probes!r}:\n"
+        "    if os.path.isfile(root):\n        found.append(root)\n"
+        "    for folder, _d, names in os.walk(root):\n        found += [os.path.join(folder, n) for n in names]\n"
+        "print('PROBE', found or 'NOTHING')\n</code>",
+        "Thought: done.\n<code>\nfinal_answer('submission.csv written')\n</code>",
+    ]
+    calls = iter(range(100))
+
+    def respond(body: dict) -> str:
+        n = next(calls)
+        return answers[min(n, len(answers) - 1)]
+    return respond
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
+    pytest.importorskip("smolagents", reason="pip install -e 'plugins/agents/smolagents[agent]'")
+    run_dir = tmp_path / "run"
+    probes = [os.environ["MLAB_HOME"], str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl")]
+    with FakeLLMServer(_smol_script(probes)) as server:
+        done = mlab("run", "--task", "lite/wine", "--agent", "smolagents", "--llm", "openai/gpt-4o-mini",
+                    "--llm-api-base", server.base_url, "--sandbox", sandbox, "--max-steps", "10",
+                    "--run-dir", run_dir, cwd=tmp_path, env={"OPENAI_API_KEY": "sk-user-secret"})
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished", trace["end_reason"]
+    assert trace["final_score"] is not None
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert len(calls) == 3 == len(server.requests)
+    assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 for c in calls)
+    assert [s["action"]["name"] for s in trace["steps"]] == ["Model Call"] * 3
+    assert "+ submission.csv" in trace["steps"][0]["observation"]
+    assert "PROBE NOTHING" in trace["steps"][1]["observation"], trace["steps"][1]["observation"]
+    assert "FINAL ANSWER: submission.csv written" in trace["steps"][2]["observation"]
