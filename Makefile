@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
 	# ray: so the two-node cluster test runs rather than skips (Ray needs no torch: the CPU build above stays).
-	$(PY) -m pip install -q -e '.[test,report,ray]' $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install -q -e '.[test,report,ray,inspect]' $(addprefix -e ,$(PLUGINS))
 	# The task pack's light extras, so the tests of its image and language-model tasks run too.
 	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
 	touch $@
@@ -52,9 +52,9 @@ test: setup browser sandbox-tools
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not timing"
 	$(PY) -m pytest -q -p no:cacheprovider -m timing
 
-# The quick tier for the edit-test loop: under two minutes on two cores.
+# The quick tier for the edit-test loop: under two minutes on two cores, on TEST_WORKERS pytest-xdist workers.
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not shared_data"
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not slow and not shared_data"
 
 # Only the tier that needs ../shared/data (the original competitions' files).
 test-shared: setup

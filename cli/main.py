@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                                        "paper (PDF, SVG, PNG) and a static HTML report with a trace viewer."),
     "view": ("view_cmds", "view", "Watch runs in a browser: one run, a folder of runs (searched recursively) or a "
                                   "bench (default: runs/)."),
+    "export": ("export_cmds", "export", "Write a run, a folder of runs or a bench as Inspect AI eval logs, one per "
+                                        "task, agent and model."),
 }
 
 

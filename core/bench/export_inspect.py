@@ -1,0 +1,339 @@
+"""Runs as Inspect AI eval logs (`mlab export --format inspect`), written with inspect_ai's own log API.
+
+One log per (task, agent, model); each run is a sample of it, its seed an epoch. The sample's messages are the
+first prompt and then, per step, the agent's reply (with the step's action as a tool call) and the observation
+(as the tool's answer); every model call is a model event with its whole prompt, every action a tool event. The
+scores are the run's verdict as `mlab report` judges it (verdict.RunJudge, or judge_runs for a bench, which
+reads its results.db as the report does), never worked out here; usage is the model call log's, per model.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlab.core.bench.results import ResultsDB, judge_runs
+from mlab.core.bench.run_folders import is_bench, runs_in
+from mlab.core.bench.verdict import Judged, RunJudge, spent, success_text
+from mlab.core.errors import MlabError
+from mlab.core.llm.client import read_call_log
+from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.trace import LLM_LOG_FILE, read_trace
+
+if TYPE_CHECKING:
+    from inspect_ai.log import EvalLog, EvalSample
+    from inspect_ai.model import ChatMessage, ModelUsage
+
+    from mlab.core.models import Trace
+    from mlab.core.plugins.registry import Registry
+
+NEEDS = "the Inspect export needs inspect-ai: pip install 'mlab[inspect]'"
+SCORER = "mlab"
+SCORE_NAMES = ("final_score", "improvement", "success", "valid")
+NO_MODEL = "none"  # the model of runs whose agent used none (the baseline agent)
+
+
+@dataclass
+class ExportedRun:
+    run_dir: Path
+    trace: Trace
+    score: float | None
+    score_error: str | None
+    judged: Judged
+    problem: str  # the task's research problem: the sample's input
+
+
+def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
+    """The runs PATH stands for, each with its verdict: a bench's as its results.db judges them (the report's
+    numbers), any other run's by verdict.RunJudge."""
+    from mlab.core.plugins.registry import load_registry
+
+    registry = registry or load_registry()
+    home = TaskHome.from_env()
+    path = Path(path)
+    runs: list[ExportedRun] = []
+    if is_bench(path):
+        with ResultsDB.open_existing(path, read_only=True) as db:
+            rows, judged = db.runs(), judge_runs(db, home)
+        for row in sorted(rows, key=lambda r: str(r["key"])):
+            run_dir = path / str(row["run_dir"])
+            if not (run_dir / "trace.json").is_file():
+                continue  # never started: nothing to show
+            runs.append(ExportedRun(run_dir, read_trace(run_dir), row["final_score"], row["final_score_error"],
+                                    judged[row["key"]], _problem(registry, row["task"])))
+        return runs
+    judge = RunJudge(home)
+    for run_dir in runs_in(path):
+        trace = read_trace(run_dir)
+        try:
+            task = registry.get("tasks", trace.config.task)
+        except Exception:  # a task not installed here: its baseline and rule cannot be known
+            raise MlabError(f"{run_dir}: task {trace.config.task!r} is not installed, so its runs cannot be "
+                            "judged") from None
+        runs.append(ExportedRun(run_dir, trace, trace.final_score, trace.final_score_error,
+                                judge.judge(run_dir, task, trace.final_score), task.research_problem))
+    return runs
+
+
+def _problem(registry: Registry, task_name: str) -> str:
+    try:
+        return str(registry.get("tasks", task_name).research_problem)
+    except Exception:  # a bench run with a registry of its own (--registry): the task's name says what it was
+        return f"mlab task {task_name}"
+
+
+def export(path: Path, out_dir: Path, registry: Registry | None = None) -> list[Path]:
+    """Write PATH's runs as Inspect logs in out_dir, one per (task, agent, model); returns the files written."""
+    try:
+        from inspect_ai.log import write_eval_log
+    except ImportError:
+        raise MlabError(NEEDS) from None
+    groups: dict[tuple[str, str, str], list[ExportedRun]] = defaultdict(list)
+    for run in gather(path, registry):
+        config = run.trace.config
+        groups[(config.task, config.agent, config.llm or NO_MODEL)].append(run)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (task, agent, model), runs in sorted(groups.items()):
+        log = eval_log(task, agent, model, sorted(runs, key=lambda r: (r.trace.config.seed, str(r.run_dir))))
+        target = out_dir / log_name(log.eval.created, task, agent, model)
+        write_eval_log(log, target)
+        written.append(target)
+    return written
+
+
+def log_name(created: str, task: str, agent: str, model: str) -> str:
+    """Inspect's own pattern, TIME_TASK_ID.eval, with the agent and model in the task part; the id is the log's
+    task_id, which `inspect view` groups retries by, so each agent and model is a task of its own there."""
+    stamp = created.replace(":", "-")
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", f"{task}-{agent}-{model}").strip("-")[:120]
+    return f"{stamp}_{slug}_{_id(task, agent, model)}.eval"
+
+
+def _id(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:22]
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun]) -> EvalLog:
+    """The Inspect log of one (task, agent, model): each run a sample, its seed the epoch."""
+    from inspect_ai.log import (
+        EvalConfig,
+        EvalDataset,
+        EvalLog,
+        EvalMetric,
+        EvalPlan,
+        EvalPlanStep,
+        EvalResults,
+        EvalScore,
+        EvalSpec,
+        EvalStats,
+    )
+
+    samples = [sample(run, epoch) for epoch, run in enumerate(runs, start=1)]
+    first = runs[0].trace
+    started = min(r.trace.started_at for r in runs)
+    ended = max(r.trace.started_at + r.trace.total_time_s for r in runs)
+    created = _iso(started)
+    scores = []
+    for name in SCORE_NAMES:
+        values = [s.scores[name].value for s in samples if s.scores and name in s.scores]
+        numbers = [float(v) for v in values if isinstance(v, (int, float))]
+        metrics = {"mean": EvalMetric(name="mean", value=sum(numbers) / len(numbers))} if numbers else {}
+        scores.append(EvalScore(name=name, scorer=SCORER, scored_samples=len(values),
+                                unscored_samples=len(samples) - len(values), metrics=metrics))
+    spec = EvalSpec(
+        eval_id=_id(task, agent, model, *(r.trace.run_id for r in runs)), run_id=_id("mlab-export", created),
+        created=created, task=task, task_id=_id(task, agent, model), task_version=0, tags=[agent],
+        dataset=EvalDataset(name=task, samples=1, sample_ids=[task]),
+        solver=agent, solver_args=dict(first.config.agent_options), model=model,
+        config=EvalConfig(epochs=len(runs), message_limit=None),
+        packages={k: v for k, v in first.plugin_versions.items() if isinstance(v, str)},
+        metadata={"source": "mlab export", "agent": agent, "llm": first.config.llm, "sandbox": first.config.sandbox,
+                  "max_steps": first.config.max_steps},
+    )
+    usage = _sum_usage([s.model_usage for s in samples])
+    errors = sum(1 for s in samples if s.error is not None)
+    return EvalLog(
+        status="success", eval=spec,
+        plan=EvalPlan(name=agent, steps=[EvalPlanStep(solver=agent, params=dict(first.config.agent_options))]),
+        results=EvalResults(total_samples=len(samples), completed_samples=len(samples) - errors, scores=scores),
+        stats=EvalStats(started_at=created, completed_at=_iso(ended), model_usage=usage),
+        samples=samples,
+    )
+
+
+def sample(run: ExportedRun, epoch: int) -> EvalSample:
+    """One run as an Inspect sample: messages, model and tool events, scores, usage."""
+    from inspect_ai.log import EvalError, EvalSample
+    from inspect_ai.model import ModelOutput
+    from inspect_ai.scorer import Score
+
+    trace, verdict = run.trace, run.judged.verdict
+    calls = read_call_log(run.run_dir / LLM_LOG_FILE)
+    messages = conversation(run, calls)
+    events = [event for _key, event in sorted(model_events(trace, calls) + tool_events(trace, calls),
+                                               key=lambda pair: pair[0])]
+    figures: dict[str, Any] = {"final_score": run.score, "improvement": verdict.improvement,
+                               "success": verdict.success, "valid": verdict.valid}
+    explanation = success_text(run.judged) + (f"; no score: {run.score_error}" if run.score_error else "")
+    scores = {name: Score(value=value, explanation=explanation, metadata=run.judged.fields())
+              for name, value in figures.items() if value is not None}
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    model = trace.config.llm or NO_MODEL
+    failed = trace.status != "finished"
+    return EvalSample(
+        id=trace.config.task, epoch=epoch, input=run.problem, target="",
+        messages=messages, output=ModelOutput.from_content(model, last.text if last else ""),
+        scores=scores, events=events, model_usage=usage_by_model(calls),
+        metadata={"run_dir": str(run.run_dir), "run_id": trace.run_id, "seed": trace.config.seed,
+                  "status": trace.status, "end_reason": trace.end_reason, "score": run.score,
+                  "score_error": run.score_error, **run.judged.fields(), **spent(trace)},
+        started_at=_iso(trace.started_at), completed_at=_iso(trace.started_at + trace.total_time_s),
+        total_time=round(trace.total_time_s, 3), working_time=round(trace.total_time_s, 3),
+        error=EvalError(message=trace.end_reason or trace.status, traceback="", traceback_ansi="") if failed
+        else None,
+    )
+
+
+def chat(raw: dict[str, Any]) -> ChatMessage:
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
+
+    role, content = str(raw.get("role", "user")), str(raw.get("content", ""))
+    if role == "system":
+        return ChatMessageSystem(content=content)
+    if role == "assistant":
+        return ChatMessageAssistant(content=content)
+    return ChatMessageUser(content=content)
+
+
+def conversation(run: ExportedRun, calls: list[dict[str, Any]]) -> list[ChatMessage]:
+    """The run as one conversation: the first main prompt (else the task's problem), then per step the agent's
+    reply with its action as a tool call and the observation as the tool's answer."""
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ChatMessageUser
+    from inspect_ai.tool import ToolCall, ToolCallError
+
+    first = next((c for c in calls if c.get("role") == "main" and c.get("messages")), None)
+    messages: list[ChatMessage] = ([chat(m) for m in first["messages"] if isinstance(m, dict)] if first
+                                   else [ChatMessageUser(content=run.problem)])
+    model = run.trace.config.llm
+    for step in run.trace.steps:
+        call_id = f"step-{step.index}"
+        action = step.action
+        messages.append(ChatMessageAssistant(
+            content=action.raw_response or "", model=model,
+            tool_calls=[ToolCall(id=call_id, function=action.name, arguments=dict(action.args))],
+            metadata={"step": step.index, "entries": action.entries} if action.entries else {"step": step.index}))
+        messages.append(ChatMessageTool(
+            content=step.observation, tool_call_id=call_id, function=action.name,
+            error=ToolCallError(type="unknown", message=step.observation[:500]) if step.is_error else None))
+    return messages
+
+
+def _step_of(trace: Trace, call: dict[str, Any]) -> int:
+    """The step a call was made for: its own tag, else the last step begun before it (0: before any)."""
+    if isinstance(call.get("step"), int):
+        return int(call["step"])
+    begun = [s.index for s in trace.steps if s.started_at <= float(call.get("time") or 0.0)]
+    return begun[-1] if begun else 0
+
+
+def model_events(trace: Trace, calls: list[dict[str, Any]]) -> list[tuple[tuple[int, float], Any]]:
+    """Every model call, whatever its role (main, fast, edit), as a model event with its whole prompt, keyed by
+    (step, start) so that a step's calls come before the action they chose."""
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.model import GenerateConfig, ModelOutput, ModelUsage
+
+    events = []
+    for call in calls:
+        model = str(call.get("model") or NO_MODEL)
+        latency = float(call.get("latency_s") or 0.0)
+        ended = float(call.get("time") or 0.0)
+        error = str(call["error"]) if call.get("error") else None
+        output = ModelOutput.from_content(model, str(call.get("completion") or ""), error=error)
+        output.usage = _usage(call) if _answered(call) else ModelUsage()
+        event = ModelEvent(
+            model=model, role=str(call.get("role") or "main"),
+            input=[chat(m) for m in call.get("messages") or [] if isinstance(m, dict)],
+            tools=[], tool_choice="none", config=GenerateConfig(), output=output, error=error,
+            cache="read" if call.get("cached") else None, retries=len(call.get("retries") or []) or None,
+            timestamp=_at(ended - latency), completed=_at(ended), working_time=latency,
+            metadata={"step": call.get("step"), "params": call.get("params") or {}})
+        events.append(((_step_of(trace, call), ended - latency), event))
+    return events
+
+
+def tool_events(trace: Trace, calls: list[dict[str, Any]]) -> list[tuple[tuple[int, float], Any]]:
+    """Every step's action and observation as a tool event, begun when the step's last main call ended (the
+    step's own start covers the agent's thinking too)."""
+    from inspect_ai.event import ToolEvent
+    from inspect_ai.tool import ToolCallError
+
+    chose: dict[int, float] = {}
+    for call in calls:
+        if call.get("role") == "main" and isinstance(call.get("step"), int):
+            chose[call["step"]] = max(chose.get(call["step"], 0.0), float(call.get("time") or 0.0))
+    events = []
+    for s in trace.steps:
+        ended = s.started_at + s.duration_s
+        begun = min(max(s.started_at, chose.get(s.index, 0.0)), ended)
+        event = ToolEvent(id=f"step-{s.index}", function=s.action.name, arguments=dict(s.action.args),
+                          result=s.observation,
+                          error=ToolCallError(type="unknown", message=s.observation[:500]) if s.is_error else None,
+                          timestamp=_at(begun), completed=_at(ended), working_time=ended - begun,
+                          metadata={"step": s.index, "snapshot": s.snapshot})
+        events.append(((s.index, begun), event))
+    return events
+
+
+def _answered(call: dict[str, Any]) -> bool:
+    return call.get("error") is None and call.get("completion") is not None
+
+
+def _usage(call: dict[str, Any]) -> ModelUsage:
+    from inspect_ai.model import ModelUsage
+
+    prompt, completion = int(call.get("prompt_tokens") or 0), int(call.get("completion_tokens") or 0)
+    cost = call.get("cost_usd")
+    return ModelUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion,
+                      total_cost=float(cost) if cost is not None else None)
+
+
+def usage_by_model(calls: list[dict[str, Any]]) -> dict[str, ModelUsage]:
+    """Tokens and cost per model of the calls that answered (as the run's own usage counts them)."""
+    per: dict[str, list[ModelUsage]] = defaultdict(list)
+    for call in calls:
+        if _answered(call):
+            per[str(call.get("model") or NO_MODEL)].append(_usage(call))
+    return {model: _total(us) for model, us in per.items()}
+
+
+def _total(usages: list[ModelUsage]) -> ModelUsage:
+    """Summed usage; the cost unknown when any call's was (as mlab's own usage shows it), not the priced part's."""
+    from inspect_ai.model import ModelUsage
+
+    costs = [u.total_cost for u in usages]
+    return ModelUsage(input_tokens=sum(u.input_tokens for u in usages),
+                      output_tokens=sum(u.output_tokens for u in usages),
+                      total_tokens=sum(u.total_tokens for u in usages),
+                      total_cost=None if any(c is None for c in costs) else sum(c for c in costs if c is not None))
+
+
+def _sum_usage(per_sample: list[dict[str, ModelUsage]]) -> dict[str, ModelUsage]:
+    per: dict[str, list[ModelUsage]] = defaultdict(list)
+    for usage in per_sample:
+        for model, u in usage.items():
+            per[model].append(u)
+    return {model: _total(us) for model, us in per.items()}
