@@ -104,6 +104,13 @@ def test_command_agent_runs_sandboxed_through_the_endpoint_and_is_scored(tmp_pat
     assert "+ submission.csv" in steps[0]["observation"] and "PLAN answer 2" in steps[0]["observation"]
     assert "(none)" in steps[2]["observation"].split("Program output:")[0]  # the last call changed nothing
     assert (run_dir / "snapshots" / "step_0001.json").is_file()
+    # the run's calls as chat records for training: call for call with llm_calls.jsonl, with the run's score
+    from mlab.core.bench.export_chat import export
+
+    records = [json.loads(line) for line in export(run_dir, tmp_path / "chat").read_text().splitlines()]
+    assert [r["messages"][:-1] for r in records] == [c["messages"] for c in calls]
+    assert [r["messages"][-1] for r in records] == [{"role": "assistant", "content": c["completion"]} for c in calls]
+    assert {r["score"] for r in records} == {trace["final_score"]} and all("success" in r for r in records)
 
 
 @pytest.mark.slow
