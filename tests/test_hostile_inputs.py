@@ -523,3 +523,51 @@ def test_a_resumed_workspace_holds_no_hard_link_to_a_writable_file_outside(tmp_p
     with open(workspace / "train.py", "a") as f:
         f.write("# agent code\n")
     assert starter.read_text() == "print('starter')\n"
+
+
+SCORED_TASK = """\
+name: peeking
+description: "A pack whose scorer reaches for what is not its own."
+research_problem: Write submission.txt.
+metric: ok
+direction: higher
+scorer: score.py
+answers: {file: answers.txt}
+files:
+  public: {train.py: train.py}
+  hidden: {answers.txt: answers.txt}
+"""
+PEEKING_SCORER = """\
+import os
+leaks = [p for p in {secrets!r} if os.access(p, os.R_OK)] + [k for k in os.environ if k.startswith("MLAB_HOME")]
+if leaks:
+    raise SystemExit("LEAKED " + " ".join(leaks))
+open(os.environ["MLAB_SCORE_FILE"], "w").write("1")
+"""
+
+
+@pytest.mark.parametrize("sandbox", [*SANDBOXES, "unconfined"])
+def test_a_packs_scorer_runs_confined_even_in_an_unconfined_run(sandbox, outside_tmp, monkeypatch):
+    from mlab.core.declarative.pack import FOLDER_PACK
+    from mlab.core.declarative.task import DeclarativeTask
+
+    if sandbox != "unconfined":
+        make_sandbox(sandbox)
+    _folder, env = greedy_pack(outside_tmp, 9)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    secrets = [str(outside_tmp / "private.txt"), str(outside_tmp / "mlab-home" / "tasks" / "lite__other"),
+               str(outside_tmp / "user" / ".ssh" / "id_ed25519")]
+    folder = outside_tmp / "scored"
+    folder.mkdir()
+    (folder / "task.yaml").write_text(SCORED_TASK)
+    (folder / "score.py").write_text(PEEKING_SCORER.format(secrets=secrets))
+    (folder / "train.py").write_text("open('submission.txt', 'w').write('1')\n")
+    (folder / "answers.txt").write_text("1\n")
+    task = DeclarativeTask.from_folder(folder, FOLDER_PACK)
+    harness = Harness(load_registry(), TaskHome(outside_tmp / "home"), sandbox=sandbox)
+    harness.prepare(task)
+    workspace = outside_tmp / "ws"
+    workspace.mkdir()
+    (workspace / "submission.txt").write_text("1")
+    assert harness.scorer.score_folder(task, workspace) == (1.0, None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import io
 import math
@@ -18,7 +19,7 @@ from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.run.held_out import held_out_problem
-from mlab.core.run.scoring_context import scoring_context
+from mlab.core.run.scoring_context import ScoringContext, scoring_context
 from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
@@ -164,7 +165,7 @@ class DeclarativeTask(Task):
         """The pack's scorer in the scoring sandbox: the submission folder is its read-only working directory, a
         copy of the answers file and of itself are in scratch, and it writes one number to $MLAB_SCORE_FILE. It
         exits non-zero (saying why) when the submission is unusable."""
-        ctx = scoring_context()
+        ctx = _confining(scoring_context())
         with ctx.scratch() as scratch:
             scorer = scratch / Path(str(self.spec.scorer)).name
             copy_from_pack(self.folder, str(self.spec.scorer), scorer)
@@ -200,6 +201,19 @@ class DeclarativeTask(Task):
         script = Path(self.spec.reference).name
         copy_from_pack(self.folder, self.spec.reference, Path(workspace) / script)
         return script
+
+
+def _confining(ctx: ScoringContext) -> ScoringContext:
+    """ctx, with a confining sandbox in place of one that does not confine (`--sandbox unconfined`): a pack's
+    scorer is its author's code, which the user chose to run no more than the agent's."""
+    from mlab.core.run.taskdata import pack_sandbox
+
+    sandbox = ctx.new_sandbox()
+    try:
+        confined = sandbox.confined
+    finally:
+        sandbox.close()
+    return ctx if confined else dataclasses.replace(ctx, new_sandbox=pack_sandbox)
 
 
 def _last_line(output: str) -> str:

@@ -146,10 +146,11 @@ def _confinement(view: RootView, spec: ExecSpec, idle_processes: int = 0) -> lis
             cmd += _mount_option("bind", target, source, readonly=True)
     for device in view.devices:  # a folder (/dev/dri): every device in it
         cmd += ["--device", device]
-    for path in view.writable:
-        cmd += _mount_option("bind", path, path)
+    for path in view.writable:  # a working folder that is itself read-only (a submission being scored): one mount
+        cmd += _mount_option("bind", path, path, readonly=path in view.protected)
     for path in view.protected:
-        cmd += _mount_option("bind", path, path, readonly=True)
+        if path not in view.writable:
+            cmd += _mount_option("bind", path, path, readonly=True)
     for path in view.masked_dirs:
         cmd += _mount_option("tmpfs", path, readonly=True, extra=",tmpfs-size=4096")
     for path in view.masked_files:
