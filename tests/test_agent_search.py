@@ -109,7 +109,8 @@ def operators(nodes: list[dict]) -> list[tuple[str, list[int]]]:
 
 
 def node_script(run_dir: Path, trace, node: dict) -> str:
-    return trace.steps[node["write_step"] - 1].action.args["content"]
+    action = trace.steps[node["write_step"] - 1].action
+    return action.entries["script"] if action.name == "Python REPL" else action.args["content"]
 
 
 def llm_prompts(run_dir: Path) -> list[str]:
@@ -118,14 +119,14 @@ def llm_prompts(run_dir: Path) -> list[str]:
 
 
 def check_submitted_best(run_dir: Path, trace, best_id: int) -> None:
-    """The run ends by writing the best node's script as train.py, running it, and submitting; the harness
-    scored that submission."""
+    """The run starts with the data overview and ends by writing the best node's script as train.py and running
+    it (one REPL step), then submitting; the harness scored that submission."""
     names = [s.action.name for s in trace.steps]
     assert (trace.status, trace.end_reason) == ("finished", "final answer"), trace.end_reason
-    assert names[:2] == ["List Files", "Read File"] and names[-3:] == ["Write File", "Execute Script", "Final Answer"]
+    assert names[0] == "Python REPL" and "_mlab_overview('train.py')" in trace.steps[0].action.args["command"]
+    assert names[-2:] == ["Python REPL", "Final Answer"]
     best = graph_of(trace)[best_id - 1]
-    assert trace.steps[-3].action.args == {"file_name": "train.py", "content": node_script(run_dir, trace, best)}
-    assert trace.steps[-2].action.args == {"script_name": "train.py"} and not trace.steps[-2].is_error
+    assert "_p.Path('train.py')" in trace.steps[-2].action.args["command"] and not trace.steps[-2].is_error
     assert "wrote submission.csv" in trace.steps[-2].observation
     assert trace.steps[-1].action.entries["best"] == best_id
     assert f"node {best_id}" in trace.steps[-1].action.args["final_answer"]
@@ -154,13 +155,14 @@ def test_greedy_drafts_debugs_and_improves_the_best_then_submits_it(tmp_path):
     assert [n["fitness"] for n in nodes] == [0.8, None, 0.9, None, 0.85, 0.93, 0.91]
     assert "ValueError" in nodes[1]["error"] and nodes[3]["error"] == "printed no VALIDATION_METRIC line"
     assert [n["debug_depth"] for n in nodes[3:5]] == [1, 2]
-    # two steps per node: the script written to solutions/, then run
+    # one step per node: the script written to solutions/ and run by one REPL command
     for n in nodes:
         assert n["file"] == f"solutions/node_{n['id']:03d}.py"
-        assert trace.steps[n["write_step"] - 1].action.args["file_name"] == n["file"]
-        assert trace.steps[n["run_step"] - 1].action.args == {"script_name": n["file"]}
-        assert n["run_step"] == n["write_step"] + 1
-    assert len(trace.steps) == 2 + 2 * 7 + 3
+        step = trace.steps[n["write_step"] - 1]
+        assert step.action.name == "Python REPL" and f"_p.Path({n['file']!r})" in step.action.args["command"]
+        assert n["run_step"] == n["write_step"]
+        assert (tmp_path / "run/workspace" / n["file"]).read_text() == node_script(tmp_path / "run", trace, n)
+    assert len(trace.steps) == 1 + 7 + 2
     check_submitted_best(tmp_path / "run", trace, best_id=6)
     prompts = llm_prompts(tmp_path / "run")
     assert "Your job: fix a failing solution" in prompts[3] and "no_such_column" in prompts[3]
@@ -169,6 +171,8 @@ def test_greedy_drafts_debugs_and_improves_the_best_then_submits_it(tmp_path):
     assert solution(task, 5, 0.90) in prompts[5]  # the best node's script is the one improved
     assert "- node 2 (draft): buggy: ValueError" in prompts[5]
     assert "(higher is better)" in prompts[0] and "data/" in prompts[0] and "KNeighborsClassifier" in prompts[0]
+    assert "- node 6 (improve of node 3): VALIDATION_METRIC 0.93 (the best so far). Plan: Improve: 9 neighbours." \
+        "\nIt should help." in prompts[6]
     # the viewer shows the graph: each node step carries its operator, parents and the graph's table
     write = trace.steps[nodes[5]["write_step"] - 1].action.entries
     assert (write["node"], write["operator"], write["parents"]) == (6, "improve", [3])
@@ -332,17 +336,17 @@ def test_kill_9_mid_search_then_resume_continues_the_same_graph(tmp_path):
                 steps_at_kill = len(json.loads((run_dir / "trace.json").read_text())["steps"])
             except (FileNotFoundError, json.JSONDecodeError, KeyError):
                 steps_at_kill = 0
-            if steps_at_kill >= 9:  # node 4 (the debug) is written, maybe running
+            if steps_at_kill >= 5:  # node 4 (the debug) has run; node 5 may be running
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.02)
     finally:
-        if proc.poll() is None and steps_at_kill < 9:
+        if proc.poll() is None and steps_at_kill < 5:
             proc.kill()
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
     before = read_trace(run_dir)  # trace.json names a running run's states; the log holds them
-    assert before.status == "running" and 9 <= len(before.steps) < 2 + 2 * 6 + 3
+    assert before.status == "running" and 5 <= len(before.steps) < 1 + 6 + 2
     nodes_before = before.steps[-1].agent_state["graph"]["nodes"]
     assert len(nodes_before) >= 4
 
@@ -362,8 +366,8 @@ def test_kill_9_mid_search_then_resume_continues_the_same_graph(tmp_path):
     assert [(n["id"], n["operator"], n["parents"]) for n in nodes] == [
         (1, "draft", []), (2, "draft", []), (3, "draft", []), (4, "debug", [2]), (5, "improve", [3]),
         (6, "improve", [5])]
-    assert len(after["steps"]) == 2 + 2 * 6 + 3 and after["final_score"] is not None
-    assert after["steps"][-3]["action"]["args"]["content"] == solution(task, 9, 0.93)
+    assert len(after["steps"]) == 1 + 6 + 2 and after["final_score"] is not None
+    assert (run_dir / "workspace/train.py").read_text() == solution(task, 9, 0.93)
     calls = (run_dir / "llm_calls.jsonl").read_text().splitlines()
     assert len([c for c in calls if json.loads(c).get("error") is None]) >= 6  # every reply was used
 
@@ -402,8 +406,7 @@ def test_with_no_working_node_the_starter_is_run_and_submitted(tmp_path):
     task = "lite/wine"
     trace = run_search(tmp_path / "run", task, [reply("Broken.", solution(task, 5, 0.9, bug=BROKEN))],
                        {"num_drafts": 1, "max_debug_depth": 0, "max_nodes": 1})
-    assert [s.action.name for s in trace.steps] == ["List Files", "Read File", "Write File", "Execute Script",
-                                                   "Execute Script", "Final Answer"]
+    assert [s.action.name for s in trace.steps] == ["Python REPL", "Python REPL", "Execute Script", "Final Answer"]
     assert trace.steps[-2].action.args == {"script_name": "train.py"}
     assert trace.steps[-1].action.args["final_answer"].endswith("the starter script train.py was run instead.")
     assert trace.final_score is not None  # the starter's own submission
@@ -415,19 +418,22 @@ def test_a_best_script_that_fails_when_run_again_is_reported_in_the_final_answer
             'open("ran_once", "w").close()\n')
     trace = run_search(tmp_path / "run", task, [reply("Once only.", once + solution(task, 5, 0.9))],
                        {"num_drafts": 1, "max_nodes": 1})
-    assert graph_of(trace)[0]["status"] == "ok" and trace.steps[-2].is_error
+    assert graph_of(trace)[0]["status"] == "ok" and "[exit code 1]" in trace.steps[-2].observation
     assert trace.steps[-1].action.args["final_answer"].endswith(
         "It is now train.py; its final run failed: refusing a second run")
 
 
 def test_the_search_stops_early_enough_to_submit_within_max_steps(tmp_path):
     task = "lite/wine"
-    replies = [reply(f"Draft {n}.", solution(task, 2 * n + 1, n / 10)) for n in range(1, 9)]
+    replies = [reply(f"Script {n}.", solution(task, 2 * n + 1, n / 10)) for n in range(1, 9)]
     trace = run_search(tmp_path / "run", task, replies, {"num_drafts": 8}, max_steps=11)
     nodes = graph_of(trace)
-    assert len(nodes) == 3 and len(trace.steps) == 11  # 2 looks + 3 nodes + 3 to finish
+    assert len(nodes) == 8 and len(trace.steps) == 11  # the overview + 8 nodes + 2 to finish
+    # the drafts adapt to the budget: 40% of the 8 nodes the steps allow, then the best is improved
+    assert operators(nodes) == [("draft", [])] * 4 + [("improve", [4]), ("improve", [5]), ("improve", [6]),
+                                                      ("improve", [7])]
     assert "steps left" in trace.steps[-1].action.args["final_answer"]
-    check_submitted_best(tmp_path / "run", trace, best_id=3)
+    check_submitted_best(tmp_path / "run", trace, best_id=8)
 
 
 # ---- options ----------------------------------------------------------------------------------------

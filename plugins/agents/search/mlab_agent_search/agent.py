@@ -1,18 +1,25 @@
 """The search agent: grows a graph of whole solution scripts, one environment action per step.
 
-Each node takes two steps: a Write File of the script the operator's model call returned (to solutions/), then an
-Execute Script whose output gives the node's status and fitness. When the run offers Validate Submission
-(--allow-validate), a node that ran takes a third step: the harness scores the predictions it wrote for the
-task's validation split, and that score is its fitness instead of the metric the script prints.
+The steps go to nodes. The first step takes the data overview (overview_script.py, run by the agent's own code
+in the Python REPL: files, starter script, description files, each CSV file's rows, columns and types), which
+every prompt shows. Each node is then one step: a Python REPL command that writes the script the operator's
+model call returned (to solutions/) and runs it as `python SCRIPT`; its output gives the node's status and
+fitness. Without the REPL a node is two steps (Write File, Execute Script) and the overview is List Files and
+Read File of the starter. When the run offers Validate Submission (--allow-validate), a node that ran takes one
+more step: the harness scores the predictions it wrote for the task's validation split, and that score is its
+fitness instead of the metric the script prints.
 
-The search ends at max_nodes, when the steps or time left would not cover another node and the finish, or when
-the model gives no usable script; then the best node's script becomes the task's starter script, runs once more
-so its submission is in place, and the agent submits with Final Answer.
+The number of drafts adapts to the budget (at most DRAFT_SHARE of the nodes the steps allow), so a short run
+improves and debugs too. The search ends at max_nodes, when the steps, time, tokens or cost left would not cover
+another node and the finish, or when the model gives no usable script; then the best node's script becomes the
+task's starter script and runs once more so its submission is in place, and the agent submits with Final Answer.
 """
 from __future__ import annotations
 
+import math
 import random
 import re
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -34,27 +41,31 @@ from .graph import FAILED, Node, SolutionGraph
 from .policies import POLICIES, Proposal, Settings
 
 USED_ACTIONS = ["List Files", "Read File", "Write File", "Execute Script", "Final Answer"]
+REPL = "Python REPL"  # writes and runs a script in one step, and takes the overview in one
 SCRIPT_DIR = "solutions"
-NODE_STEPS = 2  # Write File, Execute Script
-VALIDATED_NODE_STEPS = 3  # and Validate Submission
-FINISH_STEPS = 3  # Write File of the best script, Execute Script, Final Answer
 FINISH_TIME_MARGIN_S = 60.0  # besides two of the longest runs so far: one more node and the final run
+DRAFT_SHARE = 0.4  # of the nodes the budget allows, at most, go to drafts: the rest improve and debug
+BUDGET_MARGIN = 1.5  # another model call is made only while this many of the largest call so far fit the budget
+OVERVIEW_CHARS = 24_000
 STARTER_CHARS = 8_000
 LISTING_CHARS = 3_000
 RESULT_LINES = 30  # nodes listed under "Results so far", the newest
 _CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 Stage = Literal["list", "read", "search", "finish-write", "finish-run", "answer"]
+_OVERVIEW = (Path(__file__).with_name("overview_script.py")).read_text(encoding="utf-8")
 
 
 class SearchOptions(AgentOptions):
     policy: Literal["greedy", "mcts", "evolutionary"] = Field(
         "greedy", description="how the next node is chosen: greedy (AIDE-like), mcts (UCT) or evolutionary")
-    num_drafts: int = Field(5, ge=1, description="drafts written before any other operator (greedy, mcts)")
+    num_drafts: int = Field(5, ge=1, description="drafts written before any other operator (greedy, mcts), at "
+                                                "most 40% of the nodes the run's steps allow")
     max_debug_depth: int = Field(3, ge=0, description="debug operators in a row on one failing line of nodes")
     max_nodes: int = Field(20, ge=1, description="nodes (scripts written and run) before the search ends")
     exploration_constant: float = Field(1.414, ge=0, allow_inf_nan=False,
                                         description="UCT's exploration constant (mcts)")
-    population_size: int = Field(4, ge=2, description="initial drafts and population kept (evolutionary)")
+    population_size: int = Field(4, ge=2, description="initial drafts and population kept (evolutionary), at "
+                                                     "most 40% of the nodes the run's steps allow (at least 2)")
     direction: Literal["auto", "higher", "lower"] = Field(
         "auto", description="which way the task's metric is better; auto reads it from the task's text")
     output_chars: int = Field(4_000, ge=200, description="characters of a script's output shown to the model")
@@ -78,10 +89,14 @@ class SearchAgent(Agent):
         self.settings = Settings(num_drafts=opts.num_drafts, max_debug_depth=opts.max_debug_depth,
                                  exploration_constant=opts.exploration_constant,
                                  population_size=opts.population_size)
-        self.task_text = research_problem(ctx, USED_ACTIONS)
+        self.task_text = prompts.for_script_writer(research_problem(ctx, USED_ACTIONS))
         # The harness's validation score is the fitness when the run offers it.
         self.validate_spec = ctx.actions.get(VALIDATE_SUBMISSION)
-        self.node_steps = VALIDATED_NODE_STEPS if self.validate_spec else NODE_STEPS
+        self.repl = REPL in ctx.actions
+        self.node_steps = (1 if self.repl else 2) + (1 if self.validate_spec else 0)
+        self.look_steps = 1 if self.repl else 2
+        self.finish_steps = 2 if self.repl else 3  # (Write File,) run the best as the starter, Final Answer
+        self.largest_call = (0, 0.0)  # the most tokens and cost one operator's model calls took so far
         # Memory (state_dict): the graph, where the search is, and the steps that looked at the task.
         self.graph = SolutionGraph(direction="lower" if inferred == "lower" else "higher")
         self.stage: Stage = "list"
@@ -92,6 +107,10 @@ class SearchAgent(Agent):
     def step(self, state: RunState) -> Action | StopRun:
         steps = {s.index: s for s in state.history}
         self._absorb(steps)
+        if self.stage == "list" and self.repl:
+            self.stage, self.look["overview"] = "search", state.step_index
+            command = f"{_OVERVIEW}\n_mlab_overview({self.ctx.starter_script!r})\ndel _mlab_overview\n"
+            return Action(name=REPL, args={"command": command}, entries={"overview": "the data overview"})
         if self.stage == "list":
             self.stage, self.look["listing"] = "read", state.step_index
             return Action(name="List Files", args={"dir_path": "."})
@@ -127,7 +146,7 @@ class SearchAgent(Agent):
             pending.validate_step = state.step_index
             return Action(name=VALIDATE_SUBMISSION, args={"predictions_file": self._predictions_file(pending.id)},
                           entries={"node": pending.id, "graph": self.graph.table()})
-        if pending is not None:
+        if pending is not None and pending.run_step is None:
             written = steps.get(pending.write_step)
             if written is not None and not written.is_error:
                 pending.run_step = state.step_index
@@ -138,7 +157,7 @@ class SearchAgent(Agent):
         self.stopped = self._stop_reason(state, steps)
         if self.stopped:
             return None
-        proposal = POLICIES[self.opts.policy](self.graph, self.settings,
+        proposal = POLICIES[self.opts.policy](self.graph, self._settings(state.max_steps),
                                               random.Random(f"{self.ctx.seed}:{len(self.graph.nodes)}"))
         return self._grow(proposal, state, steps)
 
@@ -146,19 +165,37 @@ class SearchAgent(Agent):
         if len(self.graph.nodes) >= self.opts.max_nodes:
             return f"reached max_nodes ({self.opts.max_nodes})"
         steps_left = state.max_steps - state.step_index + 1
-        if steps_left < self.node_steps + FINISH_STEPS:
+        if steps_left < self.node_steps + self.finish_steps:
             return f"{steps_left} steps left: only enough to submit the best node"
+        llm, (tokens, cost) = self.llm, self.largest_call
+        if llm.max_tokens is not None and llm.usage.total_tokens + BUDGET_MARGIN * tokens > llm.max_tokens:
+            return (f"{llm.usage.total_tokens} of the {llm.max_tokens} tokens used (--token-limit): not enough "
+                    "for another node")
+        if llm.max_cost is not None and llm.usage.cost_usd + BUDGET_MARGIN * cost > llm.max_cost:
+            return f"${llm.usage.cost_usd:.4f} of ${llm.max_cost:g} spent (--cost-limit): not enough for another node"
         longest = max((steps[n.run_step].duration_s for n in self.graph.nodes
                        if n.run_step is not None and n.run_step in steps), default=0.0)
         if state.seconds_left < 2 * longest + FINISH_TIME_MARGIN_S:
             return f"{state.seconds_left:.0f} s left: only enough to submit the best node"
         return ""
 
+    def _settings(self, max_steps: int) -> Settings:
+        """The policy's settings, with the drafts (population) cut to a share of the nodes the steps allow."""
+        nodes = max(1, min(self.opts.max_nodes, (max_steps - self.look_steps - self.finish_steps) // self.node_steps))
+        share = max(1, math.ceil(DRAFT_SHARE * nodes))
+        return Settings(num_drafts=min(self.settings.num_drafts, share),
+                        max_debug_depth=self.settings.max_debug_depth,
+                        exploration_constant=self.settings.exploration_constant,
+                        population_size=min(self.settings.population_size, max(2, share)))
+
     def _grow(self, proposal: Proposal, state: RunState, steps: dict[int, Step]) -> Action | None:
-        """One operator: its model call, and the Write File of the new node's script."""
+        """One operator: its model call, and the step that writes (and, with the REPL, runs) the new script."""
         messages = [Message(role="system", content=self._context(steps)),
                     Message(role="user", content=self._ask(proposal, steps))]
+        before = (self.llm.usage.total_tokens, self.llm.usage.cost_usd)
         result = ask_until_valid(self.llm, messages, self._parse, prompts.correction, self.opts.max_attempts)
+        spent = (self.llm.usage.total_tokens - before[0], self.llm.usage.cost_usd - before[1])
+        self.largest_call = (max(self.largest_call[0], spent[0]), max(self.largest_call[1], spent[1]))
         for failure in result.failures:
             self.ctx.log(f"step {state.step_index}: unusable reply to {proposal.operator}, asked again: "
                          f"{failure['problem']}")
@@ -169,11 +206,15 @@ class SearchAgent(Agent):
         plan, code = result.value
         node = self.graph.add(proposal.operator, list(proposal.parents),
                               f"{SCRIPT_DIR}/node_{len(self.graph.nodes) + 1:03d}.py", state.step_index,
-                              plan.splitlines()[0][:200] if plan else "")
+                              prompts.clip(plan, prompts.PLAN_CHARS))
         entries: dict[str, Any] = {"node": node.id, "operator": node.operator, "parents": node.parents,
                                    "plan": plan, "graph": self.graph.table()}
         if result.failures:
             entries["invalid_responses"] = result.failures
+        if self.repl:
+            node.run_step = state.step_index
+            return Action(name=REPL, args={"command": prompts.write_and_run(node.file, code)},
+                          entries={**entries, "script": code}, raw_response=result.text)
         return Action(name="Write File", args={"file_name": node.file, "content": code}, entries=entries,
                       raw_response=result.text)
 
@@ -183,6 +224,10 @@ class SearchAgent(Agent):
         entries: dict[str, Any] = {"best": best.id if best else None, "graph": self.graph.table()}
         if self.stage == "finish-write":
             self.stage = "finish-run"
+            if best is not None and self.repl:
+                self.stage, self.look["submit_run"] = "answer", state.step_index
+                return Action(name=REPL, args={"command": prompts.write_and_run(starter, self._code(best, steps))},
+                              entries=entries)
             if best is not None:
                 self.look["submit_write"] = state.step_index
                 return Action(name="Write File", args={"file_name": starter, "content": self._code(best, steps)},
@@ -194,17 +239,28 @@ class SearchAgent(Agent):
 
     # ---- prompts ----------------------------------------------------------------------------------
     def _context(self, steps: dict[int, Step]) -> str:
+        validation = (self._validation_inputs(), self._predictions_file(len(self.graph.nodes) + 1)) \
+            if self.validate_spec else None
+        direction = self.graph.direction if self.direction_known else None
+        overview = steps.get(self.look.get("overview", 0))
+        if overview is not None:
+            return prompts.context(self.task_text, truncate_middle(overview.observation.strip(), OVERVIEW_CHARS),
+                                   direction, validation)
         listing = steps.get(self.look.get("listing", 0))
         starter = steps.get(self.look.get("starter", 0))
-        return prompts.context(
-            self.task_text,
+        shown = prompts.listing_and_starter(
             truncate_middle(listing.observation.strip(), LISTING_CHARS) if listing else "(not listed)",
             self.ctx.starter_script,
             truncate_middle(starter.observation, STARTER_CHARS) if starter and not starter.is_error
-            else "(there is none)",
-            self.graph.direction if self.direction_known else None,
-            (self.validate_spec.description, self._predictions_file(len(self.graph.nodes) + 1))
-            if self.validate_spec else None)
+            else "(there is none)")
+        return prompts.context(self.task_text, shown, direction, validation)
+
+    def _validation_inputs(self) -> str:
+        """The file of validation inputs the run's Validate Submission names (its description says "The inputs
+        are FILE (...)")."""
+        assert self.validate_spec is not None
+        found = re.search(r"The inputs are (\S+) \(", self.validate_spec.description)
+        return found.group(1) if found else "the validation inputs file"
 
     @staticmethod
     def _predictions_file(node_id: int) -> str:
@@ -234,16 +290,20 @@ class SearchAgent(Agent):
 
     def _results(self) -> str:
         lines = []
+        best = self.graph.best()
         for n in [n for n in self.graph.nodes if n.evaluated][-RESULT_LINES:]:
             origin = n.operator + (f" of node {' and '.join(map(str, n.parents))}" if n.parents else "")
             score = prompts.score_name(bool(self.validate_spec))
             outcome = f"{score} {n.fitness:g}" if n.status == "ok" else f"{n.status}: {n.error}"
-            lines.append(f"- node {n.id} ({origin}): {outcome}. {n.plan}")
+            mark = " (the best so far)" if best is not None and n.id == best.id else ""
+            lines.append(f"- node {n.id} ({origin}): {outcome}{mark}. Plan: {n.plan or '(none given)'}")
         return "\n".join(lines) or "(none yet)"
 
     def _code(self, node: Node, steps: dict[int, Step]) -> str:
-        """The node's script: the content of its Write File step, which the trace keeps."""
-        return str(steps[node.write_step].action.args.get("content", ""))
+        """The node's script, which the trace keeps: the content of its Write File step, or the script its REPL
+        step wrote."""
+        action = steps[node.write_step].action
+        return str(action.entries.get("script") if action.name == REPL else action.args.get("content", ""))
 
     def _output(self, node: Node, steps: dict[int, Step]) -> str:
         run = steps.get(node.run_step or 0)
@@ -282,17 +342,20 @@ class SearchAgent(Agent):
                 return f"{text} It could not be written over {starter}: {write.observation.strip()[:200]}"
             text += f" It is now {starter}"
         run = steps.get(self.look.get("submit_run", 0))
-        if run is not None and run.is_error:
-            return f"{text}; its final run failed: {read_outcome(run.observation, True).error}"
+        outcome = read_outcome(run.observation, run.is_error, need_metric=False) if run is not None else None
+        if outcome is not None and outcome.status != "ok":
+            return f"{text}; its final run failed: {outcome.error}"
         return f"{text}{'' if best is None else ', and was run again to write the submission.'}"
 
     # ---- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "look": dict(self.look), "stopped": self.stopped,
-                "graph": self.graph.state()}
+                "largest_call": list(self.largest_call), "graph": self.graph.state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stage = state.get("stage", "list")
+        tokens, cost = state.get("largest_call", (0, 0.0))
+        self.largest_call = (int(tokens), float(cost))
         self.look = {k: int(v) for k, v in state.get("look", {}).items()}
         self.stopped = state.get("stopped", "")
         if "graph" in state:

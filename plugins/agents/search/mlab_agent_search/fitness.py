@@ -11,6 +11,7 @@ METRIC_TAG = "VALIDATION_METRIC"
 _METRIC_LINE = re.compile(rf"^\s*{METRIC_TAG}\s*[:=]\s*(\S+)", re.MULTILINE)
 _TIMEOUT = "ran past the time limit"
 _TRACEBACK = "Traceback (most recent call last):"
+_FAILED_EXIT = re.compile(r"^\[exit code -?[1-9]\d*\]\s*$", re.MULTILINE)  # a script that exited non-zero
 
 # Said outright in a research problem.
 _SAYS_LOWER = re.compile(r"lower is better|smaller is better|\bminimi[sz]e\b|\blower the\b", re.IGNORECASE)
@@ -46,7 +47,7 @@ def read_outcome(observation: str, is_error: bool, need_metric: bool = True) -> 
     has no fitness yet."""
     if is_error and _TIMEOUT in observation:
         return RunOutcome("timeout", None, "ran past the time limit")
-    if is_error or _TRACEBACK in observation:
+    if is_error or _TRACEBACK in observation or _FAILED_EXIT.search(observation):
         return RunOutcome("buggy", None, _last_error_line(observation))
     if not need_metric:
         return RunOutcome("ok", None, "")

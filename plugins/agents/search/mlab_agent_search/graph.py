@@ -16,8 +16,8 @@ class Node:
     operator: Operator
     parents: list[int]
     file: str  # the node's script in the workspace
-    write_step: int  # the step whose Write File holds the script (the trace keeps it, the state does not)
-    plan: str = ""  # the first line of what the model said it would do
+    write_step: int  # the step that wrote the script (the trace keeps it, the state does not)
+    plan: str = ""  # what the model said it would do (up to prompts.PLAN_CHARS)
     status: Status = "pending"
     fitness: float | None = None  # the harness's validation score, else the metric the script printed (ok nodes)
     error: str = ""  # why a failed node failed, in one line
@@ -88,7 +88,8 @@ class SolutionGraph:
         for n in self.nodes:
             fitness = f"{n.fitness:.6g}" if n.fitness is not None else "-"
             mark = " *" if best is not None and n.id == best.id else ""
-            note = n.plan if n.status != "buggy" and n.status != "timeout" else f"{n.plan} [{n.error}]"
+            head = " ".join(n.plan.split())  # one line per node
+            note = head if n.status != "buggy" and n.status != "timeout" else f"{head} [{n.error}]"
             lines.append(f"{n.id:>4}  {','.join(map(str, n.parents)) or '-':<8} {n.operator:<9} {n.status:<7} "
                          f"{fitness:>10}{mark}  {note[:120]}")
         lines.append(f"metric: {self.direction} is better; * marks the best node")

@@ -1,7 +1,11 @@
 """What the search agent asks its model: one whole solution script per operator."""
 from __future__ import annotations
 
+import re
+
 from .fitness import METRIC_TAG
+
+PLAN_CHARS = 800  # of a node's plan kept in its memory and shown in later prompts
 
 ROLE = ("You are an experienced machine-learning engineer. You solve the task below by writing complete, "
         "self-contained Python scripts; each one is run as it is and judged by its validation score.")
@@ -19,21 +23,52 @@ def metric_rule(direction: str | None) -> str:
     return f"print the task's metric on the validation data ({direction} is better)"
 
 
+# Task texts address an agent that reads files step by step; this agent's model writes whole scripts and reads
+# nothing itself (the harness shows it the data overview), so those requests are turned into what holds for it.
+_NO_CSV_READING = re.compile(r"\s*Do not read the CSV files directly[^.;]*(?:\([^)]*\))?[^.;]*;?[^.]*\.",
+                             re.IGNORECASE)
+_READ_FIRST = re.compile(r"\b(?:Start by reading|Read) (\S+\.(?:txt|md)) to ([^.;\n]*)", re.IGNORECASE)
+
+
+def for_script_writer(task: str) -> str:
+    """The task's text without the requests a writer of whole scripts cannot carry out: reading a description
+    file (the overview shows it) and not reading the CSV files (only the scripts read them)."""
+    task = _NO_CSV_READING.sub("", task)
+    return _READ_FIRST.sub(lambda m: f"{m.group(1)} (shown in the data overview below) is there to {m.group(2)}",
+                           task)
+
+
+def clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 5].rstrip() + " [...]"
+
+
+def write_and_run(path: str, code: str) -> str:
+    """The Python REPL command of one node: write the script and run it as `python SCRIPT` from the workspace,
+    its output streamed, a failed exit told as Execute Script tells it."""
+    return (f"import pathlib as _p, subprocess as _s, sys as _y\n"
+            f"_f = _p.Path({path!r})\n"
+            f"_f.parent.mkdir(parents=True, exist_ok=True)\n"
+            f"_f.write_text({code!r}, encoding='utf-8')\n"
+            f"_r = _s.run([_y.executable, '-u', {path!r}], stderr=_s.STDOUT)\n"
+            f"if _r.returncode:\n    print(f'[exit code {{_r.returncode}}]')\n"
+            f"del _p, _s, _y, _f, _r\n")
+
+
 def requirements(direction: str | None, validation: tuple[str, str] | None = None) -> str:
-    """What every script must do; with validation (what the harness says of its validation split, the file the
-    script writes its predictions for it to) the harness scores the script instead of a line it prints."""
+    """What every script must do; with validation (the validation inputs file, the file the script writes its
+    predictions for them to) the harness scores the script instead of a line it prints."""
     if validation is None:
         measure = [
             "- It trains only on the training data and holds part of it out (or cross-validates) to measure itself.",
             f"- It must {metric_rule(direction)} on one line of its own, exactly like `{METRIC_TAG}: 0.8123`.",
         ]
     else:
-        about, predictions = validation
+        inputs, predictions = validation
         measure = [
-            f"- The harness scores it on a validation split whose labels it keeps. {about}",
-            f"- Besides the submission, it writes its predictions for those validation inputs, in the format of "
-            f"the submission, to `{predictions}` (exactly this path), from a model fitted without the validation "
-            "rows; the submission's model may then use all the training data.",
+            f"- Besides the submission, it predicts the rows of `{inputs}` (validation inputs: their labels are "
+            f"kept by the harness, which scores these predictions; the training data holds none of these rows) "
+            f"and writes them, in the format of the submission, to `{predictions}` (exactly this path).",
         ]
     return "\n".join([
         "Requirements for every script:",
@@ -44,11 +79,14 @@ def requirements(direction: str | None, validation: tuple[str, str] | None = Non
     ])
 
 
-def context(task: str, listing: str, starter_name: str, starter: str, direction: str | None,
-            validation: tuple[str, str] | None = None) -> str:
-    return (f"{ROLE}\n\n# Task\n{task}\n\n# Files in the workspace\n{listing}\n\n"
-            f"# The task's starter script, {starter_name}\n```python\n{starter}\n```\n\n"
-            f"{requirements(direction, validation)}")
+def listing_and_starter(listing: str, starter_name: str, starter: str) -> str:
+    return (f"## Files\n{listing}\n\n## The task's starter script, {starter_name}\n```python\n{starter}\n```")
+
+
+def context(task: str, overview: str, direction: str | None, validation: tuple[str, str] | None = None) -> str:
+    """The system prompt: the role, the task, the data overview the harness took, the requirements."""
+    return (f"{ROLE}\n\n# Task\n{task}\n\n# Data overview (read from the workspace by the harness)\n"
+            f"{overview}\n\n{requirements(direction, validation)}")
 
 
 def reply_format() -> str:
