@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlab.core import RunConfig
+from mlab.core import LLM, Completion, RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
 from tests.test_agent_search import BROKEN, graph_of, llm_prompts, node_script, solution
@@ -124,3 +124,71 @@ def test_a_token_budget_ends_the_search_with_the_best_node_submitted(tmp_path):
     calls = [json.loads(line) for line in (tmp_path / "run/llm_calls.jsonl").read_text().splitlines()]
     assert sum(c["prompt_tokens"] + c["completion_tokens"] for c in calls) <= 9_000
     assert trace.final_score is not None
+
+
+# ---- budgets that compare (issue 30, item 5) ------------------------------------------------------------------
+class BothAgentsLLM(LLM):
+    """Answers the research agent in its format (run the starter, then look at the files again and again) and the
+    search agent with a working script; tokens counted from the text (4 characters a token), so budgets bind as
+    with a real model."""
+
+    name = "fixture-both"
+    description = "answers research and aide"
+
+    def __init__(self, model: str = "", **options):
+        super().__init__(model, **options)
+        self.calls = 0
+
+    def complete(self, messages, **params) -> Completion:
+        from tests.fixtures.agents_fixtures import research_response
+
+        self.calls += 1
+        prompt = "\n".join(m.content for m in messages)
+        if "Research Plan and Status" in prompt:
+            text = (research_response("Execute Script", {"script_name": "train.py"}, self.calls) if self.calls == 1
+                    else research_response("List Files", {"dir_path": "."}, self.calls))
+        else:
+            text = reply(f"Script {self.calls}: {2 * self.calls + 1}-NN.", solution(TASK, 2 * self.calls + 1, 0.8))
+        return Completion(text=text, model="fixture-both", prompt_tokens=len(prompt) // 4,
+                          completion_tokens=len(text) // 4)
+
+    def state_dict(self):
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state):
+        self.calls = int(state.get("calls", 0))
+
+
+def budget_registry():
+    registry = load_registry()
+    registry.items["llms"]["fixture-both"] = BothAgentsLLM
+    registry.providers["llms"]["fixture-both"] = "tests"
+    return registry
+
+
+def test_a_bench_of_research_and_aide_at_one_token_budget_ends_each_run_at_it_scored(tmp_path):
+    from tests.fixtures.bench_cli import db_rows
+    from tests.fixtures.cli import mlab
+
+    limit = 12_000
+    out = tmp_path / "bench"
+    result = mlab("bench", "--tasks", TASK, "--agents", "research,aide", "--llm", "fixture-both", "--runs", "1",
+                  "--max-steps", "40", "--token-limit", str(limit), "--bench-dir", out, "--registry",
+                  "tests.test_search_budget:budget_registry", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = {r["agent"]: r for r in db_rows(out)}
+    assert sorted(rows) == ["aide", "research"]
+    for agent, row in rows.items():
+        assert row["status"] == "finished" and row["final_score"] is not None, (agent, row)
+        assert json.loads(row["config"])["max_tokens"] == limit
+        assert row["llm_calls"] >= 2 and row["steps"] >= 2 and row["time_s"] > 0
+        calls = [json.loads(line) for line in (out / row["run_dir"] / "llm_calls.jsonl").read_text().splitlines()]
+        spent = sum(c["prompt_tokens"] + c["completion_tokens"] for c in calls)
+        assert spent == row["prompt_tokens"] + row["completion_tokens"] and len(calls) == row["llm_calls"]
+        largest = max(c["prompt_tokens"] + c["completion_tokens"] for c in calls)
+        assert spent <= limit + largest  # a run overshoots by at most the call that crossed the limit
+    # research uses its model every step and is stopped at the budget; aide stops itself before it and submits
+    assert rows["research"]["end_reason"].startswith("budget reached")
+    assert rows["aide"]["end_reason"] == "final answer"
+    aide_calls = (out / rows["aide"]["run_dir"] / "llm_calls.jsonl").read_text().splitlines()
+    assert sum(json.loads(c)["prompt_tokens"] + json.loads(c)["completion_tokens"] for c in aide_calls) <= limit
