@@ -63,6 +63,8 @@ class ValidationSplit:
     # Other public files only the split uses (e.g. its sample predictions): like `inputs`, they reach the workspace
     # only in runs started with --allow-validate, since the original's workspaces hold no validation split.
     more_inputs: list[str] = field(default_factory=list)
+    # Validate Submission calls a run may make: each score tells something about the held-out labels.
+    max_calls: int = 10
 
 
 @dataclass

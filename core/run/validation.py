@@ -24,6 +24,8 @@ ALLOW_VALIDATE_FLAG = OPT_IN_FLAGS[VALIDATE_SUBMISSION]
 _COPY_CHUNK = 1 << 20
 # The observation of a scored validation, which agents read their node's fitness from (read_validation).
 _SCORED = re.compile(r"^Validation .+ of .+: (\S+) \((higher|lower) is better\), on the rows of ")
+# A score is told to this many significant digits: enough to compare models, fewer bits about the labels a call.
+SIGNIFICANT_DIGITS = 3
 
 
 def read_validation(observation: str) -> tuple[float, str] | None:
@@ -54,6 +56,8 @@ class Validator:
         self.split = validation_split(task)
         self.hidden_dir = Path(hidden_dir)
         self.scorer = scorer
+        self.max_calls = int(self.split.max_calls)
+        self.calls = 0  # calls that reached the scorer, this run
         missing = [name for name in self.split.answers if not (self.hidden_dir / name).is_file()]
         if missing:  # a home prepared before the task declared its split
             raise MlabError(f"task {task.name!r} was prepared without its validation split ({', '.join(missing)} "
@@ -72,7 +76,8 @@ class Validator:
             origin = "also rows of the training data: leave them out of training for an honest score"
         return spec.model_copy(update={
             "description": f"{spec.description} The inputs are {self.split.inputs} ({origin}); the predictions "
-                           "file has the format of the test submission.",
+                           f"file has the format of the test submission. At most {self.max_calls} calls a run; "
+                           f"scores are given to {SIGNIFICANT_DIGITS} significant digits.",
             "args": {"predictions_file": f"the predictions file, relative to the workspace (default "
                                          f"{self.split.predictions})"}})
 
@@ -86,6 +91,9 @@ class Validator:
         if not os.path.lexists(path):
             raise EnvError(f"there is no {given!r} in the workspace; write the predictions for {self.split.inputs} "
                            "there first")
+        if self.calls >= self.max_calls:
+            raise EnvError(f"no Validate Submission calls left: this run has used all {self.max_calls} (each score "
+                           "tells something about the held-out labels)")
         limit = int(self.task.max_submission_bytes)
         with tempfile.TemporaryDirectory(prefix="mlab-validate-") as scratch:
             submission = Path(scratch) / "workspace"
@@ -101,6 +109,7 @@ class Validator:
             except OSError as exc:  # the agent is told what failed, never where the answers live
                 raise EnvError(f"the validation answers cannot be read ({exc.strerror or type(exc).__name__}); "
                                "the task may need preparing again") from None
+            self.calls += 1  # counted once the predictions reach the scorer, whatever it says of them
             try:
                 with self.scorer.scoring(self.task):
                     score = float(self.task.evaluate(submission, hidden))
@@ -109,8 +118,10 @@ class Validator:
             except Exception as exc:
                 raise EnvError(f"validation failed: {type(exc).__name__}: {exc}") from None
         direction = "higher" if self.task.metric.higher_is_better else "lower"
-        return (f"Validation {self.task.metric.name} of {given}: {score:.6g} ({direction} is better), on the rows of "
-                f"{self.split.inputs} (labels held by the harness; the test set was not used).")
+        rounded = float(f"{score:.{SIGNIFICANT_DIGITS}g}")
+        return (f"Validation {self.task.metric.name} of {given}: {rounded:.6g} ({direction} is better), on the rows "
+                f"of {self.split.inputs} (labels held by the harness; the test set was not used). Validate "
+                f"Submission call {self.calls} of {self.max_calls}.")
 
     @staticmethod
     def _copy_bounded(space: Workspace, given: str, target: Path, limit: int) -> None:
