@@ -1,19 +1,18 @@
-"""Time the generation part of a llama-inference inference.py: run by the scorer in the scoring sandbox, once per
-script per repetition. Usage: python time_generation.py FOLDER STARTER_FOLDER (FOLDER holds the inference.py to
-time, with links to the task's model, data and inference_config.json; STARTER_FOLDER the shipped inference.py).
+"""The worker that runs a llama-inference inference.py for time_pair.py, in the scoring sandbox. Usage: python
+time_generation.py FOLDER STARTER_FOLDER (FOLDER holds the inference.py to run, with links to the task's model,
+data and inference_config.json; STARTER_FOLDER the shipped inference.py), with MLAB_TIMER_FDS set.
 
-The script's DO NOT EDIT blocks must be the starter's, unchanged. What is timed lies between the end of the first
-block (the fixed setup: loading the model and the data, the same for every script and slow for a 7B model) and
-the start of the last one (the fixed footer recording the time): the script's generation loop and any preparation
-of its own. The marks go onto the blocks' own comment lines, so tracebacks keep the script's line numbers.
-Clock: CPU time of the process and its finished children on a CPU (the scorer limits torch to one thread), which
-other processes on the machine barely change; wall-clock time, synchronised, when the script can use a GPU (GPU
-work is no CPU time). The script's own printed and recorded times count for nothing. Prints one JSON line."""
+The script's DO NOT EDIT blocks must be the starter's, unchanged. At the end of the first block (the fixed setup:
+loading the model and the data) the worker says the script is loaded and waits for its inputs: random token ids
+drawn by time_pair.py, which replace the setup's eval_dataset (as many sequences, context_length tokens each). At
+the start of the last block (the fixed footer) it sends back the tokens the script generated (its
+`generated_tokens`, one entry a batch). time_pair.py times everything in between: the script's generation loop
+and any preparation of its own. The marks go onto the blocks' own comment lines, so tracebacks keep the script's
+line numbers. The script's own printed and recorded times count for nothing."""
 import json
 import os
-import resource
+import struct
 import sys
-import time
 
 BLOCK_START, BLOCK_END = "#### DO NOT EDIT ######", "#################"
 SCRIPT = "inference.py"
@@ -30,12 +29,6 @@ def fixed_blocks(source):
             blocks.append("\n".join(lines[opened:number + 1]))
             opened = None
     return blocks
-
-
-def cpu_seconds():
-    """CPU time of this process (to the nanosecond) and of its children that have ended (in ticks)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def instrumented(source, starter_source):
@@ -55,8 +48,38 @@ def instrumented(source, starter_source):
             + f"{MARK}('end')  " + source[footer_start:])
 
 
-def time_script(folder, starter_folder):
-    """The script's timed part in seconds, and the clock that measured it."""
+def _channel():
+    to_me, to_timer = (int(fd) for fd in os.environ.pop("MLAB_TIMER_FDS").split(","))
+
+    def send(payload):
+        data = struct.pack("<Q", len(payload)) + payload
+        while data:
+            data = data[os.write(to_timer, data):]
+
+    def receive():
+        chunks, wanted = b"", 8
+        while len(chunks) < wanted:
+            chunk = os.read(to_me, min(wanted - len(chunks), 1 << 20))
+            if not chunk:
+                sys.exit("the timer closed the pipe")
+            chunks += chunk
+            if wanted == 8 and len(chunks) == 8:
+                chunks, wanted = b"", struct.unpack("<Q", chunks)[0]
+        return chunks
+
+    return send, receive
+
+
+def _token_ids(value):
+    """A flat list of ints from generated_tokens (lists or tensors, one entry a batch)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [token for item in value for token in _token_ids(item)]
+    return [int(value)]
+
+
+def run_script(folder, starter_folder):
     with open(os.path.join(starter_folder, SCRIPT), encoding="utf-8") as f:
         starter_source = f.read()
     with open(os.path.join(folder, SCRIPT), encoding="utf-8") as f:
@@ -65,28 +88,35 @@ def time_script(folder, starter_folder):
         code = compile(instrumented(source, starter_source), os.path.join(folder, SCRIPT), "exec")
     except ValueError as exc:
         sys.exit(str(exc))
-    readings = {}
-    on_gpu = False
+    send, receive = _channel()
+    passed = []
+    script_globals = {"__name__": "__main__", "__file__": os.path.join(folder, SCRIPT)}
 
     def mark(name):
-        nonlocal on_gpu
-        if name in readings:
+        if name in passed:
             raise RuntimeError(f"the timing mark {name!r} was passed twice")
+        passed.append(name)
+        torch = sys.modules.get("torch")
         if name == "start":
-            on_gpu = "torch" in sys.modules and sys.modules["torch"].cuda.is_available()
-        if on_gpu:
-            sys.modules["torch"].cuda.synchronize()
-        readings[name] = time.perf_counter() if on_gpu else cpu_seconds()
+            dataset = script_globals["eval_dataset"]
+            gpu = bool(torch is not None and torch.cuda.is_available())
+            send(json.dumps({"sequences": len(dataset), "gpu": gpu}).encode())
+            ids = receive()
+            width = context_length = script_globals["context_length"]
+            flat = struct.unpack(f"<{len(ids) // 8}q", ids)
+            dataset[:] = [{"input_ids": list(flat[i:i + width]), "attention_mask": [1] * context_length}
+                          for i in range(0, len(flat), width)]
+        else:
+            send(json.dumps(_token_ids(script_globals.get("generated_tokens", []))).encode())
 
+    script_globals[MARK] = mark
     os.chdir(folder)
     sys.path.insert(0, folder)
     sys.argv = [SCRIPT]
-    exec(code, {"__name__": "__main__", "__file__": os.path.join(folder, SCRIPT), MARK: mark})
-    if set(readings) != {"start", "end"}:
+    exec(code, script_globals)
+    if passed != ["start", "end"]:
         sys.exit(f"{SCRIPT} ended without reaching its DO NOT EDIT footer")
-    return readings["end"] - readings["start"], "wall" if on_gpu else "cpu"
 
 
 if __name__ == "__main__":
-    seconds, clock_name = time_script(*(os.path.abspath(path) for path in sys.argv[1:3]))
-    print(json.dumps({"seconds": seconds, "clock": clock_name}))
+    run_script(*(os.path.abspath(path) for path in sys.argv[1:3]))

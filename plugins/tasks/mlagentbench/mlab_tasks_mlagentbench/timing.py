@@ -5,14 +5,21 @@ The scorer times the shipped starter and the submission back to back, interleave
 the score is a robust mean of the per-pair ratios (submission's time / starter's time): the two runs of a pair see
 about the same load, where a time compared with a baseline recorded under other load would not. A task whose runs
 disagree more (llama-inference times its part once per run) times more pairs while they disagree, up to a cap.
-Timers report the fastest of several repeats within a run where the timed part can be repeated (vectorization):
-other load only ever adds CPU time (context switches cost cache). Beside `stress-ng --cpu 2` on a loaded 2-core
-machine one starter's single-pass CPU times ranged from 1.86 to 3.2 s, and each estimate from one pass per run
-(median ratio, ratio of the fastest runs) scored an unchanged starter 14-16% off in one of 5 scorings.
+What is timed, and on what: time_pair.py (one sandboxed command per pair, running no submission code itself)
+loads each script in a worker process, and only then draws the inputs from a seed of its own and sends them; it
+times the CPU time of the worker and everything it started from the inputs going out to the outputs coming back,
+and checks the submission's outputs against the starter's on the same inputs (vectorization: the forward pass's
+output; llama-inference: the generated tokens). A script can thus neither precompute its outputs while it loads
+nor skip the work, and its loading is bounded against the starter's. Within a run the fastest of several passes
+counts where the timed part can be repeated (vectorization): other load only ever adds CPU time. Beside
+`stress-ng --cpu 2` on a loaded 2-core machine one starter's single-pass CPU times ranged from 1.86 to 3.2 s, and
+each estimate from one pass per run (median ratio, ratio of the fastest runs) scored an unchanged starter 14-16%
+off in one of 5 scorings.
 
-Layout: `stage` (read-only to every timed command) holds the timer, `starter/`, `submission/` and the task's shared
-files; each timed run gets a fresh writable copy of its script folder in `scratch`, with links to the shared
-files, so one run cannot change what the next one runs (a submission slowing the starter down would win).
+Layout: `stage` (read-only to every timed command) holds the timers, `starter/`, `submission/` and the task's
+shared files; each run gets a fresh writable copy of its script folder in `scratch`, with links to the shared
+files, and what a run leaves running is killed before the next, so one run cannot change or slow what the next
+one runs (a submission slowing the starter down would win).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,34 +71,32 @@ def stage_task_files(source: Path, stage: Path, names: Iterable[str], *, link: b
             place(str(path), str(stage / name))
 
 
-def _timed_run(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, who: str, what: str,
-               shared: Iterable[str]) -> Report:
-    # One folder for every run: the starter and the submission then start with the same argv and environment.
-    # Run from folders of different names, two identical scripts differed by up to 14% for a whole scoring,
-    # consistently (their stacks sit at other alignments), and by other amounts in other scorings.
-    run_dir, home = scratch / "run", scratch / "home"
-    for folder in (run_dir, home):
-        shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(stage / who, run_dir, symlinks=True)
-    home.mkdir()
-    for name in shared:
-        os.symlink(stage / name, run_dir / name)
+PAIR_TIMER = "time_pair.py"  # runs each pair: draws the inputs, times the workers, checks the outputs
+
+
+def _timed_pair(ctx: ScoringContext, stage: Path, scratch: Path, mode: str, order: tuple[str, str],
+                what: str, shared: list[str]) -> dict[str, Report]:
+    """One pair's reports, timed by time_pair.py (whose inputs and checks no script can see or change)."""
+    argv = [sys.executable, "-s", str(stage / PAIR_TIMER), mode, str(stage), str(scratch), ",".join(order),
+            ",".join(shared)]
     # -s: no user site-packages, which a run could plant in the shared HOME for the next one
-    argv = [sys.executable, "-s", str(stage / timer), str(run_dir), str(stage / "starter")]
-    result = ctx.run(argv, stage, scratch, env={**SINGLE_THREAD, "HOME": str(home), "TMPDIR": str(home)})
+    result = ctx.run(argv, stage, scratch, env={**SINGLE_THREAD, "HOME": str(scratch), "TMPDIR": str(scratch)})
     lines = [line for line in result.output.splitlines() if line.startswith("{")]
     if result.exit_code != 0 or not lines:
         tail = " | ".join(result.output.strip().splitlines()[-3:])[-300:]
-        raise InvalidSubmission(f"timing the {who}'s {what} failed (exit code {result.exit_code}): {tail}")
+        raise InvalidSubmission(f"timing the {what} failed (exit code {result.exit_code}): {tail}")
     try:
-        report = json.loads(lines[-1])
-        seconds = float(report["seconds"])
+        reports: dict[str, Any] = json.loads(lines[-1])
+        if reports.get("problem"):
+            raise InvalidSubmission(str(reports["problem"]))
+        for who in WHO:
+            seconds = float(reports[who]["seconds"])
+            if not math.isfinite(seconds) or seconds <= 0:
+                raise InvalidSubmission(f"the {who}'s {what} took {seconds} s")
+            reports[who]["seconds"] = seconds
     except (ValueError, KeyError, TypeError):
-        raise InvalidSubmission(f"timing the {who}'s {what} printed {lines[-1][:120]!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidSubmission(f"the {who}'s {what} took {seconds} s")
-    report["seconds"] = seconds
-    return report
+        raise InvalidSubmission(f"timing the {what} printed {lines[-1][:120]!r}") from None
+    return reports
 
 
 def _scipy_stats() -> Any:
@@ -125,24 +130,22 @@ def settled(ratios: list[float], *, least: int = REPETITIONS, most: int = REPETI
     return critical * spread <= math.log1p(PRECISION)
 
 
-def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, timer: str, *, what: str,
-                      shared: Iterable[str] = (), most: int = REPETITIONS,
-                      difference: Callable[[Report, Report], str | None] | None = None) -> float:
+def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, worker: str, *, what: str,
+                      shared: Iterable[str] = (), most: int = REPETITIONS) -> float:
     """`ratio_estimate` over back-to-back pairs of the submission's time and the starter's, alternating which runs
-    first (so neither gets more of the runs that come second), until `settled` (at most `most` pairs). `timer` (a
-    script of the pack) is run as `python TIMER RUN_FOLDER STARTER_FOLDER` with the stage as its working
-    directory; `difference` says how the submission's result differs from the starter's (InvalidSubmission), or
-    None."""
+    first (so neither gets more of the runs that come second), until `settled` (at most `most` pairs). `worker` (a
+    script of the pack: time_forward.py or time_generation.py) loads a script in the pair timer's worker process;
+    a submission whose outputs are not the starter's on the same inputs is InvalidSubmission. `shared` names the
+    task's files in the stage that the timer links into each run's folder."""
     if most < REPETITIONS or most % 2:
         raise ValueError(f"timing needs an even number of pairs, at least {REPETITIONS}, not {most}")
-    shutil.copyfile(PACKAGE_DIR / timer, stage / timer)
+    modes = {"time_forward.py": "forward", "time_generation.py": "generation"}
+    for script in (worker, PAIR_TIMER):
+        shutil.copyfile(PACKAGE_DIR / script, stage / script)
     shared = list(shared)
     ratios: list[float] = []
     while not settled(ratios, most=most):
         order = WHO if len(ratios) % 2 == 0 else WHO[::-1]  # alternating: a drift in the load favours neither
-        reports = {who: _timed_run(ctx, stage, scratch, timer, who, what, shared) for who in order}
-        problem = difference(reports["starter"], reports["submission"]) if difference else None
-        if problem:
-            raise InvalidSubmission(problem)
+        reports = _timed_pair(ctx, stage, scratch, modes[worker], order, what, shared)
         ratios.append(reports["submission"]["seconds"] / reports["starter"]["seconds"])
     return ratio_estimate(ratios)

@@ -3,10 +3,11 @@ starter's, both timed by the scorer.
 
 The original shipped no evaluation script and no baseline number; the time inference.py records itself was
 measured once, under whatever load the machine had then. Ours times the shipped starter and the submission back
-to back, interleaved, in the scoring sandbox (time_generation.py times the part between the fixed setup and the
-fixed footer), and the score is their robust mean ratio over 4 to 6 pairs (timing.py): 1 is the starter's speed,
-so the fixed baseline is 1 and improvement is 1 - ratio, the same under any load. The model is a LLaMA-7B
-checkpoint in Hugging Face format, given as a local copy or fetched from the Hub, and copied into the prepared
+to back, interleaved, in the scoring sandbox (time_pair.py times the part between the fixed setup and the
+fixed footer, on random token sequences it sends only when the setup is done, and checks the generated tokens
+against the starter's), and the score is their robust mean ratio over 4 to 6 pairs (timing.py): 1 is the
+starter's speed, so the fixed baseline is 1 and improvement is 1 - ratio, the same under any load. The model is a
+LLaMA-7B checkpoint in Hugging Face format, given as a local copy or fetched from the Hub, and copied into the prepared
 task (model/, read-only): a host path would not resolve inside a sandbox that hides /tmp or the task home; the
 scorer gives the timed scripts their own copy (or hard links in a read-only folder) of the prepared files.
 """
@@ -83,7 +84,9 @@ class LlamaInference(MLAgentBenchTask):
         "whether there is any other way to improve the speed. The score is measured anew: your inference.py "
         "and the original one are run back to back on the same machine, timing everything between the end of "
         "the first DO NOT EDIT part and the start of the last one (CPU time with torch limited to one thread "
-        "when there is no GPU), and your score is the ratio of the two times (below 1 is faster).")
+        "when there is no GPU), on new random token sequences put into eval_dataset when the first part ends, "
+        "and your score is the ratio of the two times (below 1 is faster). The list generated_tokens must hold "
+        "each batch's generated tokens, as in the original: they are checked against the original's.")
 
     def data_files(self) -> list[DataFile]:
         repo = os.environ.get(REPO_ENV, DEFAULT_REPO)

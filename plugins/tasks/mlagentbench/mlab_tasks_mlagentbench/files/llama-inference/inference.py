@@ -39,6 +39,7 @@ with torch.no_grad():
     model.eval()
     # record average step time
     total_time = 0
+    generated_tokens = []  # each batch's new tokens: the scorer checks them against the starter's
     for idx, batch in enumerate(eval_dataloader):
         if idx == 100:
             break
@@ -49,6 +50,7 @@ with torch.no_grad():
             max_length=generation_length + context_length,
         )
         total_time += time.time() - start_time
+        generated_tokens.append(outputs[:, context_length:].tolist())
     print("Average per token generation time: ", total_time / 100)
 
 #### DO NOT EDIT ######

@@ -44,6 +44,7 @@ if device == "cuda":
 with torch.inference_mode():
     model.eval()
     total_time = 0
+    generated_tokens = []  # each batch's new tokens: the scorer checks them against the starter's
     for idx, batch in enumerate(eval_dataloader):
         if idx == 100:
             break
@@ -54,6 +55,7 @@ with torch.inference_mode():
         if device == "cuda":
             torch.cuda.synchronize()
         total_time += time.time() - start_time
+        generated_tokens.append(outputs[:, context_length:].tolist())
     print("Average per token generation time: ", total_time / 100)
 
 #### DO NOT EDIT ######
