@@ -132,11 +132,14 @@ def taken_in(path: Path, max_file_bytes: int) -> Iterator[Path]:
     watchdog = _watch(scratch)
     try:
         target = Path(scratch) / "submission"
-        if path.is_dir():
-            shutil.copytree(path, target, symlinks=True)
-        else:
-            target.mkdir()
-            shutil.copyfile(path, target / path.name)
+        try:
+            if path.is_dir():
+                shutil.copytree(path, target, symlinks=True)
+            else:
+                target.mkdir()
+                shutil.copyfile(path, target / path.name)
+        except (OSError, shutil.Error) as exc:  # changed since it was checked (a file swapped for a FIFO)
+            raise SubmissionRefused(f"{path}: changed while it was copied: {exc}") from None
         yield target
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
