@@ -296,8 +296,11 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
     """Score each run (or every run of a bench folder, updating its results.db) from its final snapshot."""
     from mlab.core.bench.evaluate import eval_rows
 
+    warn = make_console(stderr=True)
     rows = eval_rows([Path(p) for p in run_dirs], intermediate=intermediate, workers=workers,
-                     registry=load_registry())
+                     registry=load_registry(),
+                     on_skip=lambda line: warn.print(f"warning: {line}", highlight=False, markup=False,
+                                                     soft_wrap=True))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -106,14 +106,21 @@ class Evaluated(TypedDict):
 
 def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int | None = None,
                   registry: Registry | None = None, on_done: Callable[[int], None] | None = None,
-                  harness: Harness | None = None) -> list[Evaluated]:
-    """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel."""
+                  harness: Harness | None = None, on_skip: Callable[[str], None] | None = None) -> list[Evaluated]:
+    """Score each run's final snapshot and, with `intermediate`, up to 50 step snapshots, in parallel. A run that
+    cannot be read (or whose task is not installed) raises, or with `on_skip` is left out and told to it."""
     harness = harness or Harness(registry or registry_from())
     workers = workers or os.cpu_count() or 1
     plans = []
     for run_dir in run_dirs:
-        trace = read_trace(Path(run_dir))
-        task = harness.task(trace.config.task)
+        try:
+            trace = read_trace(Path(run_dir))
+            task = harness.task(trace.config.task)
+        except MlabError as exc:
+            if on_skip is None:
+                raise
+            on_skip(f"{run_dir}: skipped: {exc}")
+            continue
         final = trace.final_snapshot or (trace.steps[-1].snapshot if trace.steps else "step_0000")
         steps = intermediate_steps(trace) if intermediate else []
         plans.append((Path(run_dir), trace, task, final, steps))
@@ -127,9 +134,11 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
 
 
 def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None = None,
-              registry: Registry | None = None, on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+              registry: Registry | None = None, on_done: Callable[[int], None] | None = None,
+              on_skip: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
-    database); one row per run, with the best step when `intermediate`."""
+    database); one row per run, with the best step when `intermediate`. A run folder that cannot be read is told to
+    `on_skip` and left out (with no `on_skip`, it raises); none readable raises."""
     harness = Harness(registry or registry_from())
     run_dirs: list[Path] = []
     bench_of: dict[Path, tuple[Path, str]] = {}
@@ -143,7 +152,13 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                         bench_of[run_dir] = (path, row["key"])
         else:
             run_dirs.extend(runs_in(path))  # one run, or every run in a folder of runs (runs/demo)
-    results = evaluate_runs(run_dirs, intermediate, workers, on_done=on_done, harness=harness)
+    skipped: list[str] = []
+    results = evaluate_runs(run_dirs, intermediate, workers, on_done=on_done, harness=harness,
+                            on_skip=skipped.append if on_skip else None)
+    if run_dirs and not results:
+        raise MlabError("no run could be read: " + "; ".join(skipped))
+    for line in skipped if on_skip else ():
+        on_skip(line)
     for res in results:
         if res["run_dir"] in bench_of:
             bench, key = bench_of[res["run_dir"]]

@@ -197,11 +197,16 @@ def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportDat
     folder = Path(folder)
     judge = RunJudge(TaskHome.from_env())
     chosen: dict[str, tuple[float | None, str]] = {}
+    unreadable: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mlab-report-") as scratch:
         with ResultsDB(Path(scratch) / DB_FILE, root=folder) as db:
             for run_dir in runs_in(folder):
-                trace = read_trace(run_dir)
-                task = registry.get("tasks", trace.config.task)
+                try:
+                    trace = read_trace(run_dir)
+                    task = registry.get("tasks", trace.config.task)
+                except MlabError as exc:  # one bad run does not hide the others: said, then left out
+                    unreadable.append(f"{run_dir}: skipped: {exc}")
+                    continue
                 key = run_dir.relative_to(folder).as_posix() if run_dir != folder else run_dir.resolve().name
                 db.upsert_run(key, task=task.name, agent=trace.config.agent, llm=trace.config.llm,
                               seed=trace.config.seed, run_dir=run_dir.relative_to(folder).as_posix(),
@@ -215,7 +220,10 @@ def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportDat
                         "each bench folder on its own")
             for task_name, (score, source) in chosen.items():
                 db.set_baseline(task_name, score, source)
+        if not chosen:
+            raise MlabError(f"{str(folder)!r}: no run could be read ({'; '.join(unreadable)})")
         data = load(Path(scratch), compare, root=folder, settled=True)
+    data.skipped[:0] = unreadable
     return data
 
 
