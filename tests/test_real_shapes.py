@@ -10,7 +10,8 @@ minutes). Everything here shares one worker (the docker group) and, per task, on
 workspace made the harness's way: a contrails workspace copies 20,529 pixel masks (5.4 GB, read-only files under
 the 1 MB link threshold) and takes a minute on a loaded two-core machine, so one is made, not one per sandbox.
 The starters (and so baseline and check-task) take minutes to hours on this data, even the CPU-scaled
-variants': benchmarks/real_shapes.py runs check-task of each task in each sandbox.
+variants': benchmarks/real_shapes.py runs check-task of each task in each sandbox. So does babylm's scoring (a
+saved model evaluated in the sandbox: minutes a sandbox here), which is why babylm has no submission case.
 """
 from __future__ import annotations
 
