@@ -7,7 +7,7 @@ its elapsed time and a running script's last lines show while a step is still go
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 REFRESH_PER_SECOND = 4
 TAIL_LINES = 6  # of a running script's output, under the table
 OTHER_LINES = 10  # what the table leaves room for on the screen: title, header, borders, current step, tail
+STEP_COLUMNS = ("step", "action", "input", "observation", "s")
+CELL_CHARS = 400  # of an input or observation kept for its cell, however wide the terminal
+MIN_FLEXIBLE = 6  # the least input and observation get: a narrower terminal cuts the table at its edge
 
 
 def _short(text: str, width: int) -> str:
@@ -48,8 +51,38 @@ def current_step(state: LiveState, now: float | None = None) -> Text:
     args = ", ".join(f"{k}={_short(v, 40)}" for k, v in state["args"].items())
     what = "waiting for the agent" if state["action"] is None else f"{state['action']}" + (f" ({args})" if args
                                                                                              else "")
-    return Text.assemble((f"step {state['step']}: ", "bold"), (_short(what, 120), "cyan"),
+    line = Text.assemble((f"step {state['step']}: ", "bold"), (_short(what, 120), "cyan"),
                          f" — {elapsed((now or time.time()) - state['started'])}")
+    line.no_wrap, line.overflow = True, "ellipsis"  # one line: the table above keeps its room
+    return line
+
+
+def step_table(title: str, rows: Sequence[tuple[str | Text, ...]], width: int) -> Table:
+    """The steps as a table `width` columns wide: step, action and time keep their whole text, and what is left
+    goes to input and observation (2 to 3), each cut with an ellipsis: one line a row, so the room is exact.
+    Left to itself rich would narrow every column alike, cutting action names to a letter or two at 80 columns."""
+    table = Table(title=title)
+
+    def longest(i: int) -> int:
+        cells = (Text(row[i]) if isinstance(row[i], str) else row[i] for row in rows)
+        return max([len(STEP_COLUMNS[i]), *(cell.cell_len for cell in cells)])
+
+    fixed = {STEP_COLUMNS[i]: longest(i) for i in (0, 1, 4)}
+    natural = [longest(2), longest(3)]
+    free = width - sum(fixed.values()) - 3 * len(STEP_COLUMNS) - 1  # each column's padding and border
+    if sum(natural) <= free:
+        flexible = natural
+    else:
+        share = max(MIN_FLEXIBLE, free * 2 // 5)
+        input_width = min(natural[0], max(share, free - natural[1]))
+        flexible = [input_width, max(MIN_FLEXIBLE, free - input_width)]
+    widths = dict(zip(("input", "observation"), flexible, strict=True))
+    widths.update(fixed)
+    for name in STEP_COLUMNS:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=widths[name])
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 class StepView:
@@ -77,13 +110,10 @@ class StepView:
         tail = state["output_tail"].splitlines()[-TAIL_LINES:] if state else []
         room = self._room(len(tail))
         hidden = max(0, len(self.rows) - room)
-        table = Table(title=f"{self.title} — {len(self.rows)}/{self.max_steps} steps")
-        for column in ("step", "action", "input", "observation", "s"):
-            table.add_column(column, no_wrap=True, overflow="ellipsis")  # one line a row: the room is exact
-        if hidden:
-            table.add_row("…", Text(f"{hidden} earlier step(s) not shown", style="dim"), "", "", "")
-        for row in self.rows[hidden:]:
-            table.add_row(*row)
+        table = step_table(f"{self.title} — {len(self.rows)}/{self.max_steps} steps", self.rows[hidden:],
+                           self.console.width)
+        if hidden:  # under the table, as a caption: a row would be cut to the width of the step column
+            table.caption = f"{hidden} earlier step(s) not shown"
         parts: list[RenderableType] = [table]
         if state:
             parts.append(current_step(state))
@@ -102,9 +132,10 @@ class StepView:
             self.live.__exit__(exc_type, exc, tb)
 
     def add(self, step: Step) -> None:
-        args = ", ".join(f"{k}={_short(v, 30)}" for k, v in step.action.args.items())
-        observation = Text(_short(step.observation, 80), style="red" if step.is_error else "")
-        self.rows.append((str(step.index), step.action.name, _short(args, 60), observation,
+        args = ", ".join(f"{k}={_short(v, 60)}" for k, v in step.action.args.items())
+        # cells keep more than a terminal shows: the table cuts them to the width there is
+        observation = Text(_short(step.observation, CELL_CHARS), style="red" if step.is_error else "")
+        self.rows.append((str(step.index), step.action.name, Text(_short(args, CELL_CHARS)), observation,
                           f"{step.duration_s:.1f}"))
         if self.live:
             self.live.refresh()
