@@ -176,3 +176,76 @@ def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, 
     assert "+ submission.csv" in trace["steps"][0]["observation"]
     assert "PROBE NOTHING" in trace["steps"][1]["observation"], trace["steps"][1]["observation"]
     assert "FINAL ANSWER: submission.csv written" in trace["steps"][2]["observation"]
+
+
+# A program that is killed while it waits after its second call, and on resume (MLAB_RESUMED=1) goes on from the
+# workspace it finds: the notes written after call 1 (the snapshot when call 2 arrived), not those after call 2.
+RESUMABLE = textwrap.dedent('''
+    import json, os, subprocess, sys, time, urllib.request
+
+    def ask(text):
+        body = json.dumps({"model": "mlab", "messages": [{"role": "user", "content": text}]}).encode()
+        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+                                         data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())["choices"][0]["message"]["content"]
+
+    if os.environ["MLAB_RESUMED"] == "0":
+        ask("first")
+        open("notes.txt", "w").write("after call 1\\n")
+        ask("second")
+        open("notes.txt", "a").write("after call 2\\n")
+        time.sleep(600)  # the harness is killed here
+    told = open(os.environ["MLAB_TASK_FILE"]).read()
+    ask("resumed: " + open("notes.txt").read().strip() + " | told: " + str("resumed" in told))
+    subprocess.run([sys.executable, "train.py"], check=True)
+    ask("done")
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_path, sandbox):
+    import signal
+    import subprocess
+    import time
+
+    from mlab.core.llm.client import usage_of_log
+    from tests.fixtures.cli import MLAB, cli_env
+
+    (tmp_path / "resumable.py").write_text(RESUMABLE)
+    run_dir = tmp_path / "run"
+    with FakeLLMServer(lambda body: "ok " + body["messages"][-1]["content"]) as server:
+        args = ["run", "--task", "lite/wine", "--agent", "command", "--agent-option", "command=python resumable.py",
+                "--llm", "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--sandbox", sandbox,
+                "--max-steps", "10", "--run-dir", str(run_dir)]
+        env = cli_env({"OPENAI_API_KEY": "sk-user-secret"}, None)
+        proc = subprocess.Popen([*MLAB, *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.err", "w"),
+                                start_new_session=True)
+        notes = run_dir / "workspace" / "notes.txt"
+        deadline = time.monotonic() + 120
+        while not (notes.is_file() and "after call 2" in notes.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "first.err").read_text()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert len(read_call_log(run_dir / "llm_calls.jsonl")) == 2 == len(server.requests)
+
+        done = subprocess.run([*MLAB, "run", "--resume", str(run_dir)], cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished" and trace["end_reason"] == "agent program exited (code 0)"
+    assert trace["final_score"] is not None
+    # every call that reached the model is in the log once: 2 before the kill, 2 after the resume
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    sent = [r.body["messages"][-1]["content"] for r in server.requests]
+    assert [c["messages"][-1]["content"] for c in calls] == sent
+    assert sent == ["first", "second", "resumed: after call 1 | told: True", "done"]
+    assert len({c["session"] for c in calls}) == 2 and [c["step"] for c in calls] == [1, 2, 2, 3]
+    # the trace: call 1, then the resumed session's two calls; call 2 of the killed session is done again
+    steps = trace["steps"]
+    assert [s["index"] for s in steps] == [1, 2, 3]
+    assert [s["action"]["args"]["messages"][-1]["content"] for s in steps] == ["first", *sent[2:]]
+    assert usage_of_log(calls).model_dump() == trace["usage"]  # the killed session's call 2 was paid for too
