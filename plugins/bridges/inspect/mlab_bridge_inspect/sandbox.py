@@ -8,7 +8,7 @@ import shlex
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from inspect_ai.util import ExecResult, SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
 
@@ -155,6 +155,12 @@ class MlabSandboxEnvironment(SandboxEnvironment):
             path.write_text(contents, encoding="utf-8")
         else:
             path.write_bytes(contents)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
 
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
         path = self.run.inside(file)
