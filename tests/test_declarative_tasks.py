@@ -20,7 +20,7 @@ from mlab.core.declarative.task import MAX_SCORE_BYTES, DeclarativeTask  # noqa:
 from mlab.core.declarative.yamlfile import TaskFileError  # noqa: E402
 from mlab.core.task import ValidationSplit  # noqa: E402
 from tests.fixtures.agents_fixtures import edit_reply, research_response, write_script  # noqa: E402
-from tests.fixtures.cli import mlab  # noqa: E402
+from tests.fixtures.cli import mlab, mlab_in_process  # noqa: E402
 from tests.fixtures.venvs import make_venv  # noqa: E402
 
 DECLARATIVE_PACK = REPO / "examples" / "task-pack-declarative"
@@ -68,7 +68,7 @@ def prepared(task: DeclarativeTask, root: Path) -> tuple[Path, Path]:
 # ---- malformed task.yaml: one line, file:line, the field, exit 2 ------------------------------------------------
 
 def scaffolded(tmp_path: Path, name: str = "good") -> Path:
-    result = mlab("new-task", str(tmp_path / name))
+    result = mlab_in_process("new-task", str(tmp_path / name))
     assert result.returncode == 0, result.stderr
     return tmp_path / name
 
@@ -98,7 +98,7 @@ def test_a_malformed_task_file_is_one_line_with_file_line_and_field(tmp_path, ca
     path = folder / "task.yaml"
     text = edit(path.read_text())
     path.write_text(text)
-    result = mlab("check-task", str(folder))
+    result = mlab_in_process("check-task", str(folder))  # bad input: the exit code and the line, no process needed
     assert result.returncode == 2, (case, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
