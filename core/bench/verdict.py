@@ -14,6 +14,7 @@ to measure a gap from.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,17 +125,27 @@ class RunJudge:
             found = self._benches[bench].get(key)
             if found is not None:
                 return found.baseline, found.baseline_source
-        return known_baseline(task, self.home)
+        return known_baseline(task, self.home, started_at=_started_at(run_dir, task, self.home))
 
     def judge(self, run_dir: Path, task: Task, score: float | None) -> Judged:
         return judged(score, self.baseline(run_dir, task), ScoreRule.of(task),
                       recorded_reference(self.home, task.name))
 
 
-def known_baseline(task: Task, home: TaskHome) -> tuple[float | None, str]:
+def known_baseline(task: Task, home: TaskHome, started_at: float | None = None) -> tuple[float | None, str]:
     from mlab.core.run.baseline import known_baseline as known
 
-    return known(task, home)
+    return known(task, home, started_at)
+
+
+def _started_at(run_dir: Path, task: Task, home: TaskHome) -> float | None:
+    """When a run started, read only where a superseded baseline might be the one it is judged against."""
+    if not home.superseded_baselines(task):
+        return None
+    try:
+        return float(json.loads((Path(run_dir) / "trace.json").read_text())["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def trace_judge(home: TaskHome | None = None) -> Callable[[Path, Trace], dict[str, Any]]:

@@ -74,7 +74,8 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
                 f"{task.metric.name} = {task.fixed_baseline:.6g} ({task.fixed_baseline_source})") from None
         raise MlabError(f"{task.name}: {exc} ({errors[-1]})") from None
     summary.update(sandbox=harness.sandbox_name, machine=machine(), measured_at=time.time(), seconds=seconds,
-                   peak_memory_mb=peak_child_memory_mb())
+                   peak_memory_mb=peak_child_memory_mb(),
+                   inputs=harness.home.inputs_fingerprint(task))  # prepare --force keeps it while they match
     if record:
         harness.home.record_baseline(task, summary)
     harness.notify("baseline_measured", BaselineMeasured(
@@ -82,11 +83,17 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
     return scores
 
 
-def known_baseline(task: Task, home: TaskHome) -> tuple[float | None, str]:
+def known_baseline(task: Task, home: TaskHome, started_at: float | None = None) -> tuple[float | None, str]:
     """The baseline a task's scores are judged against outside a bench: the task's fixed one, else the one
-    `mlab baseline` recorded. Returns (value, where it came from)."""
+    `mlab baseline` recorded; for a run that started before `prepare --force` changed the data (started_at),
+    the one recorded on the data it ran on. Returns (value, where it came from)."""
     if task.fixed_baseline is not None:
         return float(task.fixed_baseline), f"fixed: {task.fixed_baseline_source}"
+    if started_at is not None:
+        for old in home.superseded_baselines(task):
+            if started_at < old["superseded_at"] and isinstance(old.get("score"), (int, float)):
+                until = time.strftime("%Y-%m-%d %H:%M", time.localtime(old["superseded_at"]))
+                return float(old["score"]), f"measured on the data prepared before {until} ({old['path']})"
     record = home.baseline_record(task)
     if record is not None and record.get("score") is not None:
         n, runs = record.get("n"), record.get("runs")

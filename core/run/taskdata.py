@@ -112,8 +112,9 @@ class TaskHome:
                 {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
                  "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())
             if final.exists():  # replaced: a stale, unfinished folder, or (force) the earlier preparation
+                carry_baselines(task, final, staging, log)  # a baseline is kept, never lost with the old data
                 retired = final.parent / f".retired-{final.name}-{os.getpid()}"
-                os.replace(final, retired)  # its recorded baseline goes too: it was measured on that data
+                os.replace(final, retired)
                 os.replace(staging, final)
                 shutil.rmtree(retired, ignore_errors=True)
             else:
@@ -154,6 +155,75 @@ class TaskHome:
 
     def record_baseline(self, task: Named, record: dict[str, Any]) -> None:
         write_atomic(self.baseline_path(task), json.dumps({"task": task.name, **record}, indent=1).encode())
+
+    def inputs_fingerprint(self, task: Named) -> str:
+        """What a baseline depends on: the prepared public files (the starter among them) and hidden answers."""
+        return inputs_fingerprint(self.task_dir(task))
+
+    def prepared_at(self, task: Named) -> float | None:
+        try:
+            return float(json.loads((self.task_dir(task) / "prepared.json").read_text())["prepared_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def superseded_baselines(self, task: Named) -> list[dict[str, Any]]:
+        """Baselines measured on data an earlier `prepare --force` replaced, oldest first; each says until when
+        (superseded_at) it was the one runs were judged against."""
+        folder = self.task_dir(task) / SUPERSEDED_DIR
+        records = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("superseded_at"), (int, float)):
+                records.append({**record, "path": str(path)})
+        return sorted(records, key=lambda r: r["superseded_at"])
+
+
+SUPERSEDED_DIR = "superseded-baselines"
+
+
+def inputs_fingerprint(task_dir: Path) -> str:
+    """One sha256 over a prepared folder's public and hidden trees (names, kinds and contents)."""
+    digest = hashlib.sha256()
+    for part in ("public", "hidden"):
+        tree = tree_digest(task_dir / part) if (task_dir / part).is_dir() else {}
+        for path, (kind, content) in sorted(tree.items()):
+            digest.update(f"{part}/{path}\0{kind}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def carry_baselines(task: Named, old: Path, new: Path, log: Callable[[str], None]) -> None:
+    """Before a prepared folder is replaced: its recorded baseline moves to the new one when the inputs it was
+    measured on did not change; otherwise it is kept among the superseded ones, with the time from which runs
+    are judged against a new measurement, and the log says so. Earlier superseded baselines come along."""
+    if (old / SUPERSEDED_DIR).is_dir():
+        shutil.copytree(old / SUPERSEDED_DIR, new / SUPERSEDED_DIR, dirs_exist_ok=True)
+    path = old / "baseline.json"
+    if not path.is_file():
+        return
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:
+        return  # not a record anything can judge against: nothing to keep
+    if not isinstance(record, dict):
+        return
+    measured_on = record.get("inputs") or inputs_fingerprint(old)  # an older record: the data it lay beside
+    score = record.get("score")
+    value = f"{score:.6g}" if isinstance(score, (int, float)) else "?"
+    if inputs_fingerprint(new) == measured_on:
+        shutil.copy2(path, new / "baseline.json")
+        log(f"{task.name}: kept the recorded baseline ({value}): the prepared data and starter did not change")
+        return
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    (new / SUPERSEDED_DIR).mkdir(exist_ok=True)
+    kept = new / SUPERSEDED_DIR / f"baseline-{stamp}.json"
+    write_atomic(kept, json.dumps({**record, "inputs": measured_on, "superseded_at": now}, indent=1).encode())
+    log(f"{task.name}: the prepared data or starter changed, so the recorded baseline ({value}) no longer applies "
+        f"to new runs: kept in {kept}; runs started before {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
+        f" are still judged against it, later ones against a new measurement: mlab baseline {task.name}")
 
 
 # ---- where task code from a pack runs ---------------------------------------------------------------
