@@ -13,7 +13,7 @@ from mlab.core.errors import MlabError
 from mlab.core.run.trace_log import read_log
 from tests.fixtures.bench_cli import REGISTRY, db_rows, start
 from tests.fixtures.bench_plugins import SCENARIOS
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 
 TASK = "fixture/counter"
 
@@ -175,7 +175,7 @@ def test_ctrl_c_keeps_finished_runs_and_a_rerun_resumes_the_rest(tmp_path):
     (("--tasks", TASK, "--agents", "baseline", "--runs", "0"), "--runs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    result = mlab("bench", *args, "--bench-dir", tmp_path / "b", "--registry", REGISTRY)
+    result = mlab_in_process("bench", *args, "--bench-dir", tmp_path / "b", "--registry", REGISTRY)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr

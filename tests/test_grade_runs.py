@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 
 TASK = "lite/wine"
 
@@ -78,9 +78,10 @@ def test_grade_of_an_invalid_submission_says_why_and_exits_1(demo, tmp_path):
 
 def test_grade_refuses_bad_input_in_one_line(tmp_path):
     home = tmp_path / "home"
-    one_line_error(mlab("grade", TASK, tmp_path / "missing.csv", home=home), "does not exist")
+    one_line_error(mlab_in_process("grade", TASK, tmp_path / "missing.csv", home=home), "does not exist")
     (tmp_path / "s.csv").write_text("id,label\n")
-    one_line_error(mlab("grade", "no-such-task", tmp_path / "s.csv", home=home), "unknown task 'no-such-task'")
+    one_line_error(mlab_in_process("grade", "no-such-task", tmp_path / "s.csv", home=home),
+                   "unknown task 'no-such-task'")
 
 
 @pytest.mark.slow
@@ -100,8 +101,9 @@ def test_runs_lists_every_run_under_a_folder(demo):
 
 def test_runs_says_what_it_accepts(tmp_path):
     (tmp_path / "empty").mkdir()
-    one_line_error(mlab("runs", tmp_path / "empty", home=tmp_path), "holds no runs", "trace.json", "results.db")
-    one_line_error(mlab("runs", tmp_path / "nope", home=tmp_path), "does not exist")
+    one_line_error(mlab_in_process("runs", tmp_path / "empty", home=tmp_path), "holds no runs", "trace.json",
+                   "results.db")
+    one_line_error(mlab_in_process("runs", tmp_path / "nope", home=tmp_path), "does not exist")
 
 
 @pytest.mark.slow
