@@ -32,6 +32,7 @@ RUN_AS_IT_IS = re.compile(r"\bas it is\b[^.\n]*\bbaseline\b|\bas-is\b|\bnote its
                           r"\brun the provided script\b", re.IGNORECASE)
 NO_READING = re.compile(r"Do not read the CSV files|^\s*(Read|Start by reading) \S+\.txt", re.IGNORECASE | re.MULTILINE)
 FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:csv|txt|py|json))\b")
+QUOTED_DOCUMENT = re.compile(r"^## [\w./-]+\.(?:txt|md)\n.*?(?=^## |^# |\Z)", re.MULTILINE | re.DOTALL)
 # Files a run is asked to write, not to find.
 WRITTEN = re.compile(r"^(submission\.csv|valid_submission\.csv|research_log\.log|solutions/.*|seen_ids\.txt)$")
 
@@ -53,6 +54,8 @@ def check(prompt: str, workspace: Path, task: str, agent: str) -> None:
     if agent in ("search", "aide"):
         found = NO_READING.search(prompt)
         assert found is None, f"{agent} on {task} passes on {found.group(0)!r}"
+    # the task's own documents, which the search agent's overview shows verbatim, may name the original's files
+    prompt = QUOTED_DOCUMENT.sub("", prompt)
     named = {m.group(1) for m in FILE_NAME.finditer(prompt)}
     missing = sorted(n for n in named if not WRITTEN.match(n) and not (workspace / n).exists())
     assert not missing, f"{agent} on {task} names files the workspace lacks: {missing}"
