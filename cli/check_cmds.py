@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -70,8 +71,21 @@ def _task_or_folder(registry: Registry, name: str) -> Task:
         from mlab.core.declarative.task import DeclarativeTask
 
         return DeclarativeTask.from_folder(path, FOLDER_PACK)
+    if name not in registry.items["tasks"] and _names_a_path(name):
+        if path.is_dir():
+            raise MlabError(f"{name!r} is a folder without a task.yaml; a task folder holds one "
+                            "(mlab new-task DIR writes a scaffold)")
+        if path.exists():
+            raise MlabError(f"{name!r} is a file, not a task folder (a folder holding task.yaml)")
+        raise MlabError(f"the folder {name!r} does not exist; give a task folder (holding task.yaml) or an "
+                        "installed task (see: mlab tasks)")
     task: Task = registry.get("tasks", name)
     return task
+
+
+def _names_a_path(name: str) -> bool:
+    """A name written as a path (./x, ../x, /x, ~/x, x/ or one that exists), not as a task (pack/name)."""
+    return name.startswith((".", "/", "~")) or name.endswith("/") or os.path.lexists(name)
 
 
 def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,

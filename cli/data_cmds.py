@@ -40,7 +40,8 @@ def _size(size: int | None) -> str:
     return "?"
 
 
-@click.command()
+@click.command(short_help="The files each task's prepare needs and where each goes; --download fetches "
+                          "them.")
 @click.argument("task_names", nargs=-1, metavar="[TASK]...")
 @click.option("--all", "all_tasks", is_flag=True, help="Every installed task.")
 @click.option("--json", "as_json", is_flag=True)

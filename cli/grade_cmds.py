@@ -3,6 +3,7 @@ through the harness, and judge it against the task's baseline as runs are judged
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from mlab.core.plugins.registry import load_registry
 from .console import make_console
 
 
-@click.command()
+@click.command(short_help="Score a submission (a file or a folder) with TASK's scorer and judge it against "
+                          "the baseline.")
 @click.argument("task_name", metavar="TASK")
 @click.argument("submission", metavar="FILE_OR_DIR", type=click.Path(exists=True, path_type=Path))
 @click.option("--sandbox", default="auto", show_default=True,
@@ -31,6 +33,7 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool) -> None
     task = harness.task(task_name)
     harness.ensure_prepared(task)
     score, error = harness.scorer.score_path(task, submission)
+    error = _misnamed(submission, error)
     harness.scored(task, (score, error))
     verdict = judged(score, known_baseline(task, harness.home), ScoreRule.of(task),
                      recorded_reference(harness.home, task.name))
@@ -52,3 +55,14 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool) -> None
         console.print(success_text(verdict), highlight=False, soft_wrap=True)
     if score is None:
         sys.exit(1)
+
+
+def _misnamed(submission: Path, error: str | None) -> str | None:
+    """A file graded under a name the task does not read: say so, rather than the task's words for an agent
+    ("the script must write it"), which blame a script the user never ran."""
+    missing = re.search(r"there is no (\S+) in the workspace", error or "")
+    if not missing or not submission.is_file() or submission.name == missing.group(1):
+        return error
+    wanted = missing.group(1)
+    return (f"the task scores a file named {wanted}, and a file is graded under its own name ({submission.name}): "
+            f"rename or copy it to {wanted}")

@@ -15,24 +15,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tasks": ("inspect_cmds", "tasks", "Available tasks: metric, direction, whether they prepare offline, and "
                                        "what they need of the machine."),
     "agents": ("inspect_cmds", "agents", "Available agents."),
-    "data": ("data_cmds", "data", "The files each task's prepare needs (URL, size, checksum, terms, where it goes "
-                                  "under --data-dir); with --download, fetch them on a machine with..."),
+    "data": ("data_cmds", "data", "The files each task's prepare needs and where each goes; --download fetches them."),
     "prepare": ("data_cmds", "prepare", "Prepare a task's data (once; a second call does nothing unless --force)."),
     "baseline": ("run_cmds", "baseline", "Run a task's baseline and record the mean score that improvement is "
                                          "measured against."),
     "check-task": ("check_cmds", "check_task", "Self-check tasks: two prepares in fresh homes must write the same "
                                                "files, and the reference solution must beat the baseline by the "
                                                "success margin."),
-    "check-sandbox": ("sandbox_cmds", "check_sandbox_cmd", "Run the sandbox contract's cases (commands, exit codes, "
-                                                           "output cap, time limit, killing and freezing the process "
-                                                           "tree, cleanup) and, for a sandbox..."),
+    "check-sandbox": ("sandbox_cmds", "check_sandbox_cmd", "Run the sandbox contract's cases (and, if it confines, "
+                                                           "the hostile ones) against sandbox NAME."),
     "new-task": ("newtask_cmds", "new_task", "Scaffold a declarative task (a folder with task.yaml) that `mlab "
                                              "check-task` passes as written."),
     "run": ("run_cmds", "run", "Run an agent on a task, tracing every step; or resume a killed run."),
     "eval": ("run_cmds", "eval_runs", "Score each run (or every run of a bench folder, updating its results.db) "
                                       "from its final snapshot."),
-    "grade": ("grade_cmds", "grade", "Score FILE_OR_DIR with TASK's scorer: a folder is scored as a run's workspace "
-                                     "would be, a file as the only file in one (under its own name, e.g...."),
+    "grade": ("grade_cmds", "grade", "Score a submission (a file or a folder) with TASK's scorer and judge it "
+                                     "against the baseline."),
     "runs": ("runs_cmds", "runs", "List the runs in FOLDER (default: runs), searched at any depth: a run, a folder "
                                   "of runs or a bench."),
     "bench": ("bench_cmds", "bench", "Run every task × agent × model × seed, many at once; results go to "

@@ -1,6 +1,7 @@
 """`mlab new-task`: scaffold a declarative task folder, or a pip-installable pack around one."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -23,4 +24,12 @@ def new_task(directory: Path, name: str | None, metric: str, pack: str | None) -
     if pack is None:
         click.echo(f"check it: mlab check-task {folder}")
     else:
-        click.echo(f"install it: pip install {directory}; then: mlab check-task {pack}/{folder.name}")
+        click.echo(f"install it: pip install {pip_path(directory)}; then: mlab check-task {pack}/{folder.name}")
+
+
+def pip_path(directory: Path) -> str:
+    """DIR as pip reads a local folder: a bare name (mypack) would be looked up on the package index."""
+    text = str(directory)
+    if not directory.is_absolute() and not text.startswith(("./", "../")):
+        text = f"./{text}"
+    return shlex.quote(text)

@@ -48,13 +48,14 @@ _MODEL_FLAGS = (
     click.option("--token-limit", type=click.IntRange(1), help="Token budget of a run (prompt + completion)."),
     click.option("--cost-limit", type=click.FloatRange(0, min_open=True), help="Cost budget of a run in USD."),
     click.option("--time-limit", type=Duration(), help="Wall-clock limit of a run  [default: 5h]"),
+    click.option("--max-calls", type=click.IntRange(1), help="Model calls a run may make (every role's)."),
     click.option("--max-tokens", type=click.IntRange(1), hidden=True, callback=_deprecated_alias("--token-limit")),
     click.option("--max-cost", type=click.FloatRange(0, min_open=True), hidden=True,
                  callback=_deprecated_alias("--cost-limit")),
     click.option("--max-time", type=Duration(), hidden=True, callback=_deprecated_alias("--time-limit")),
 )
 _MODEL_KEYS = ("temperature", "top_p", "llm_seed", "max_completion_tokens", "model_params", "model_config",
-               "prices", "token_limit", "cost_limit", "time_limit", "max_tokens", "max_cost", "max_time")
+               "prices", "token_limit", "cost_limit", "time_limit", "max_calls", "max_tokens", "max_cost", "max_time")
 DEFAULT_TIME_LIMIT_S = 5 * 3600.0
 
 
@@ -62,7 +63,7 @@ def model_settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The flags `mlab run` and `mlab bench` share: generation parameters by role, prices and a run's budgets.
 
     The command receives them gathered as `model_settings`, RunConfig fields: llm_params, llm_price,
-    max_tokens, max_cost and max_time_s.
+    max_tokens, max_cost, max_calls and max_time_s.
     """
     @functools.wraps(command)
     def gathered(*args: Any, **kwargs: Any) -> Any:
@@ -77,8 +78,9 @@ def model_settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def model_settings(temperature: tuple[str, ...] = (), top_p: tuple[str, ...] = (), llm_seed: tuple[str, ...] = (),
                    max_completion_tokens: tuple[str, ...] = (), model_params: tuple[str, ...] = (),
                    model_config: str | None = None, prices: tuple[str, ...] = (), token_limit: int | None = None,
-                   cost_limit: float | None = None, time_limit: float | None = None, max_tokens: int | None = None,
-                   max_cost: float | None = None, max_time: float | None = None) -> dict[str, Any]:
+                   cost_limit: float | None = None, time_limit: float | None = None, max_calls: int | None = None,
+                   max_tokens: int | None = None, max_cost: float | None = None,
+                   max_time: float | None = None) -> dict[str, Any]:
     """RunConfig fields from the shared flags; a budget given under both its names is refused."""
     def one(new_name: str, new: Any, old_name: str, old: Any) -> Any:
         if new is not None and old is not None:
@@ -92,6 +94,7 @@ def model_settings(temperature: tuple[str, ...] = (), top_p: tuple[str, ...] = (
             "llm_price": generation.parse_prices(prices),
             "max_tokens": one("--token-limit", token_limit, "--max-tokens", max_tokens),
             "max_cost": one("--cost-limit", cost_limit, "--max-cost", max_cost),
+            "max_calls": max_calls,
             "max_time_s": DEFAULT_TIME_LIMIT_S if time_s is None else time_s}
 
 
@@ -306,6 +309,8 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
         return
     from rich.markup import escape
 
+    from mlab.core.view.live import run_in_progress
+
     table = Table(title="mlab results")
     columns = ["run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement",
                "success\n(original)", "of\nreference", "model\ncalls", "tokens", "time s"]
@@ -320,7 +325,10 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
         ratio = "-" if r["of_reference"] is None else f"{r['of_reference']:.3g}"
         best = [] if not intermediate else [
             "-" if r["best_step"] is None else f"{r['best_score']:.6g} at step {r['best_step']}"]
-        table.add_row(escape(Path(r["run_dir"]).name), escape(r["task"]), escape(r["agent"]), r["status"],
+        status = r["status"]
+        if status == "running" and run_in_progress(Path(r["run_dir"])) is False:
+            status = "interrupted"  # its process is gone: `mlab run --resume` continues it
+        table.add_row(escape(Path(r["run_dir"]).name), escape(r["task"]), escape(r["agent"]), status,
                       str(r["steps"]), escape(r["metric"]) + (" ↑" if r["higher_is_better"] else " ↓"), score, base,
                       imp, success, ratio, str(r["llm_calls"]), f"{r['tokens']:,}", f"{r['time_s']:.1f}", *best)
     notes = sorted({f"{r['task']}: {r['baseline_note']}" for r in rows if r["baseline_note"]})

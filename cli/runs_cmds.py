@@ -22,7 +22,8 @@ from .console import make_console
 def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the listing shows of one run: its verdict (the one rule's, through `judge`) and what it spent; an
     unreadable trace is listed with its problem, not skipped."""
-    where = "." if run_dir == root else run_dir.relative_to(root).as_posix()
+    # a single run is named by its folder, not "."
+    where = run_dir.resolve().name if run_dir == root else run_dir.relative_to(root).as_posix()
     try:
         trace = read_trace(run_dir)
     except MlabError as exc:

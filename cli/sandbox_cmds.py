@@ -15,7 +15,8 @@ FAILED_EXIT = 1  # beyond 0 (every case passed) and 2 (bad input: an unknown or 
 CASES = [case.__name__ for case in (*CONTRACT, *CONFINEMENT)]
 
 
-@click.command("check-sandbox")
+@click.command("check-sandbox", short_help="Run the sandbox contract's cases (and, if it confines, the hostile "
+                                          "ones) against sandbox NAME.")
 @click.argument("name")
 @click.option("--case", "cases", multiple=True, type=click.Choice(CASES), help="Run only this case (repeatable).")
 @click.option("--json", "as_json", is_flag=True)

@@ -201,6 +201,16 @@ def running_table(status: BenchStatus, now: float | None = None) -> Table:
     for r in status.running:
         action = r.action or ("starting" if not r.started else "waiting for the agent")
         table.add_row(r.key, f"{r.step}/{r.max_steps}", _short(action, 60),
-                      elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}", f"${r.cost_usd:.4f}",
+                      elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}",
+                      cost_cell(r.calls, r.unpriced_calls, r.cost_usd),
                       elapsed(now - r.started) if r.started else "starting")
     return table
+
+
+def cost_cell(calls: int, unpriced_calls: int, cost_usd: float) -> str:
+    """A run's cost so far: "-" without model calls, "unpriced" when no call had a price (never a made-up $0)."""
+    if calls == 0:
+        return "-"
+    if unpriced_calls >= calls:
+        return "unpriced"
+    return f"${cost_usd:.4f}" + (" + unpriced" if unpriced_calls else "")

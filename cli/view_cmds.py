@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from pathlib import Path
 
 import click
 
 DEFAULT_DIR = "runs"
+WAIT_POLL_S = 0.5
 
 
 @click.command()
@@ -24,6 +26,8 @@ def view(directory: str | None, port: int) -> None:
     from mlab.core.view.server import Viewer
 
     root = Path(directory or DEFAULT_DIR)
+    if directory and not root.exists():
+        _wait_for(root)
     if not root.is_dir():
         raise click.UsageError(f"{str(root)!r} is not a folder" + (
             "; give the folder of a run, of runs or of a bench" if directory else
@@ -44,3 +48,14 @@ def view(directory: str | None, port: int) -> None:
         pass
     finally:
         viewer.httpd.server_close()
+
+
+def _wait_for(root: Path) -> None:
+    """A folder named before its run made it (`mlab view runs/x` beside `mlab run --run-dir runs/x`): wait, saying
+    so, rather than refuse."""
+    click.echo(f"mlab view: {str(root)!r} does not exist yet; waiting for it to appear (Ctrl-C stops)")
+    try:
+        while not root.exists():
+            time.sleep(WAIT_POLL_S)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None

@@ -92,6 +92,8 @@ class RunProgress:
     max_steps: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    calls: int = 0  # model calls so far, and how many of them had no price (their cost is not in cost_usd)
+    unpriced_calls: int = 0
     action: str = ""  # the step in progress's, once the agent has chosen it
     started: float = 0.0
     step_started: float = 0.0  # 0 between steps
@@ -121,6 +123,8 @@ class BenchStatus:
     def cost_text(self, running: float = 0.0) -> str:
         """"$X", or what is known and how many runs' costs are not."""
         known = f"${self.cost_usd + running:.4f}"
+        if self.unpriced_runs and not self.cost_usd + running:  # nothing had a price: no made-up $0
+            return f"cost unknown ({self.unpriced_runs} unpriced runs)"
         return known if not self.unpriced_runs else f"{known} + unknown ({self.unpriced_runs} unpriced runs)"
 
 
@@ -351,6 +355,7 @@ class Bench:
         data = reported.get(job.name) or {}
         return RunProgress(key=job.key, max_steps=job.config.max_steps, step=data.get("step", 0),
                            tokens=data.get("tokens", 0), cost_usd=data.get("cost_usd", 0.0),
+                           calls=data.get("calls", 0), unpriced_calls=data.get("unpriced_calls", 0),
                            action=data.get("action", ""), started=data.get("started", 0.0))
 
 

@@ -74,6 +74,7 @@ def execute_job(job: JobSpec, registry: Registry | None = None,
     def on_step(step: Step) -> None:
         if report is not None:
             report({"step": step.index, "tokens": step.usage.total_tokens, "cost_usd": step.usage.cost_usd,
+                    "calls": step.usage.calls, "unpriced_calls": step.usage.unpriced_calls,
                     "action": step.action.name[:MAX_ACTION_CHARS], "started": started})
 
     from mlab.core.run.runner import Runner
