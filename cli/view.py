@@ -57,6 +57,10 @@ def current_step(state: LiveState, now: float | None = None) -> Text:
     return line
 
 
+def _cell_len(cell: str | Text) -> int:
+    return cell.cell_len if isinstance(cell, Text) else Text(cell).cell_len
+
+
 def step_table(title: str, rows: Sequence[tuple[str | Text, ...]], width: int) -> Table:
     """The steps as a table `width` columns wide: step, action and time keep their whole text, and what is left
     goes to input and observation (2 to 3), each cut with an ellipsis: one line a row, so the room is exact.
@@ -64,8 +68,7 @@ def step_table(title: str, rows: Sequence[tuple[str | Text, ...]], width: int) -
     table = Table(title=title)
 
     def longest(i: int) -> int:
-        cells = (Text(row[i]) if isinstance(row[i], str) else row[i] for row in rows)
-        return max([len(STEP_COLUMNS[i]), *(cell.cell_len for cell in cells)])
+        return max([len(STEP_COLUMNS[i]), *(_cell_len(row[i]) for row in rows)])
 
     fixed = {STEP_COLUMNS[i]: longest(i) for i in (0, 1, 4)}
     natural = [longest(2), longest(3)]
