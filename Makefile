@@ -29,7 +29,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	# The task pack's light extras, so the tests of its image and language-model tasks run too.
 	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
 	# Program agents' programs from their registries (pinned in each plugin's [agent] extra), so their tests run.
-	$(PY) -m pip install -q -e 'plugins/agents/smolagents[agent]'
+	$(PY) -m pip install -q -e 'plugins/agents/smolagents[agent]' -e 'plugins/agents/miniswe[agent]'
 	touch $@
 
 # Prints progress only: pip's and setuptools' output goes to build/setup.log, shown when the set-up fails.

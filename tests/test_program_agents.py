@@ -249,3 +249,69 @@ def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_pa
     assert [s["index"] for s in steps] == [1, 2, 3]
     assert [s["action"]["args"]["messages"][-1]["content"] for s in steps] == ["first", *sent[2:]]
     assert usage_of_log(calls).model_dump() == trace["usage"]  # the killed session's call 2 was paid for too
+
+
+def _mini_script(probes: list[str]):
+    """A scripted model for mini-SWE-agent: one bash block a reply (run the starter with the Python the task names,
+    probe, submit)."""
+    import re
+
+    def respond(body: dict) -> str:
+        told = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        python = re.search(r"run Python with (\S+)\. Submit", told).group(1)
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        probe = ("import os\nfound = []\n"
+                 f"for root in {probes!r}:\n"
+                 "    found += [root] if os.path.isfile(root) else []\n"
+                 "    for folder, _d, names in os.walk(root):\n"
+                 "        found += [os.path.join(folder, n) for n in names]\n"
+                 "found += [k for k in os.environ if 'KEY' in k and os.environ[k] != 'mlab-endpoint-no-key']\n"
+                 "print('PROBE', found or 'NOTHING')\n")
+        commands = [f"{python} train.py | tail -3", f"{python} - <<'EOF'\n{probe}EOF",
+                    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+        return f"THOUGHT: step {turn}.\n\n```mswea_bash_command\n{commands[min(turn, 2)]}\n```"
+    return respond
+
+
+def _mini_run(tmp_path: Path, server: FakeLLMServer, sandbox: str, *extra: str):
+    run_dir = tmp_path / "run"
+    return mlab("run", "--task", "lite/wine", "--agent", "mini-swe-agent", "--llm", "openai/gpt-4o-mini",
+                "--llm-api-base", server.base_url, "--sandbox", sandbox, "--max-steps", "10", "--run-dir", run_dir,
+                *extra, cwd=tmp_path, env={"OPENAI_API_KEY": "sk-user-secret"}), run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_mini_swe_agent_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
+    pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
+    run_dir = tmp_path / "run"
+    probes = [os.environ["MLAB_HOME"], str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl")]
+    with FakeLLMServer(_mini_script(probes)) as server:
+        done, run_dir = _mini_run(tmp_path, server, sandbox)
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished", trace["end_reason"]
+    assert trace["final_score"] is not None
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert len(calls) == 3 == len(server.requests)
+    assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 for c in calls)
+    steps = trace["steps"]
+    assert [s["action"]["name"] for s in steps] == ["Model Call"] * 3
+    assert "+ submission.csv" in steps[0]["observation"]
+    # what the probe printed comes back to the model with the next call
+    assert "PROBE NOTHING" in calls[2]["messages"][-1]["content"], calls[2]["messages"][-1]["content"]
+    assert "EXIT STATUS: Submitted" in steps[2]["observation"]
+
+
+@pytest.mark.slow
+def test_a_token_budget_stops_mini_swe_agent_cleanly(tmp_path):
+    pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
+    with FakeLLMServer(_mini_script([])) as server:
+        done, run_dir = _mini_run(tmp_path, server, "local", "--token-limit", "1000")
+    assert done.returncode == 0, done.stderr + done.stdout
+    trace = _trace(run_dir)
+    assert trace["status"] == "finished" and trace["end_reason"].startswith("budget reached:"), trace["end_reason"]
+    assert trace["final_score"] is not None
+    calls = read_call_log(run_dir / "llm_calls.jsonl")
+    assert len(calls) == len(server.requests) < 3
+    assert "mini-swe-agent stopped" in trace["steps"][-1]["observation"]

@@ -1,0 +1,41 @@
+"""mini-SWE-agent as a program agent: driver.py, run by the Python agent code runs with, builds its DefaultAgent
+with the text-based model (one bash block per reply; mlab's endpoint speaks plain chat, no tool calls) on mlab's
+endpoint and a local environment, which is mlab's sandbox; each bash command runs in the workspace."""
+from __future__ import annotations
+
+import importlib.util
+from importlib.resources import files
+
+from pydantic import Field
+
+from mlab.core.agent import AgentOptions
+from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
+
+PINNED = "mini-swe-agent==2.4.6"
+
+
+class MiniSweOptions(AgentOptions):
+    command_timeout_s: int = Field(600, ge=1, description="seconds one bash command may run")
+
+
+class MiniSweAgent(ProgramAgent):
+    name = "mini-swe-agent"
+    description = "mini-SWE-agent (bash commands only, one per model call), sandboxed by mlab."
+    install = "pip install -e 'plugins/agents/miniswe[agent]'  (" + PINNED + ")"
+    Options = MiniSweOptions
+    options: MiniSweOptions
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        if importlib.util.find_spec("minisweagent") is None:
+            return False, f"mini-swe-agent is not installed; run: {cls.install}"
+        return True, ""
+
+    def program(self, launch: ProgramLaunch) -> ProgramSpec:
+        driver = files(__package__).joinpath("driver.py").read_text(encoding="utf-8")
+        return ProgramSpec(argv=[launch.python, "-u", str(launch.agent_dir / "miniswe_driver.py")],
+                           env={"MLAB_MINISWE_TIMEOUT": str(self.options.command_timeout_s),
+                                # no first-run set-up questions, no update check, no price lookups: mlab prices
+                                "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
+                                "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                           files={"miniswe_driver.py": driver})
