@@ -97,22 +97,29 @@ def agents(as_json: bool) -> None:
     import json
 
     registry = load_registry()
+    from mlab.core.agent_program import program_needs
     from mlab.core.agentkit.options import option_rows
 
     rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
              "provider": registry.provider("agents", name), "options": option_rows(cls),
-             "conflict": registry.conflict("agents", name)}
+             "conflict": registry.conflict("agents", name), "program": program_needs(cls)}
             for name, cls in sorted(registry.items["agents"].items())]
     _report_problems(registry)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     table = Table(title="mlab agents")
-    for column in ("agent", "needs LLM", "provider", "description", "options (--agent-option KEY=VALUE)"):
+    for column in ("agent", "needs LLM", "program", "provider", "description", "options (--agent-option KEY=VALUE)"):
         table.add_column(column)
     for r in rows:
         options = "\n".join(
             f"{o['name']}" + (" (required)" if o["required"] else f"={json.dumps(o['default'], default=str)}")
             + (f": {o['description']}" if o["description"] else "") for o in r["options"]) or "none"
-        table.add_row(r["name"], "yes" if r["needs_llm"] else "no", r["provider"], r["description"], options)
+        program = r["program"]
+        table.add_row(r["name"], "yes" if r["needs_llm"] else "no",
+                      "-" if program is None else "found" if program["found"] else "missing",
+                      r["provider"], r["description"], options)
     make_console().print(table)
+    for r in rows:  # one line each, unwrapped, so the install command can be copied
+        if r["program"] is not None and not r["program"]["found"]:
+            click.echo(f"{r['name']}: {r['program']['missing']}")

@@ -315,3 +315,35 @@ def test_a_token_budget_stops_mini_swe_agent_cleanly(tmp_path):
     calls = read_call_log(run_dir / "llm_calls.jsonl")
     assert len(calls) == len(server.requests) < 3
     assert "mini-swe-agent stopped" in trace["steps"][-1]["observation"]
+
+
+def test_mlab_agents_lists_program_agents_and_says_how_to_install_a_missing_one(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.fixtures.cli import cli_env
+
+    # mini-swe-agent's package made unimportable in this process: as on a machine that lacks it
+    hide = "import sys; sys.modules['minisweagent'] = None; from mlab.cli.main import main; main()"
+    listed = subprocess.run([sys.executable, "-c", hide, "agents", "--json"], capture_output=True, text=True,
+                            env=cli_env(), timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert rows["research"]["program"] is None  # an agent the core steps needs no program
+    assert rows["command"]["program"]["found"] is True
+    mini = rows["mini-swe-agent"]["program"]
+    assert mini["found"] is False and "mini-swe-agent==2.4.6" in mini["install"]
+    assert mini["missing"] == ("mini-swe-agent is not installed; run: pip install -e 'plugins/agents/miniswe[agent]'"
+                               "  (mini-swe-agent==2.4.6)")
+    table = subprocess.run([sys.executable, "-c", hide, "agents"], capture_output=True, text=True,
+                           env=cli_env(), timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1] == "mini-swe-agent: " + mini["missing"]
+    assert "missing" in table.stdout and "found" in table.stdout
+    # and a run of it stops before writing anything, with the same line
+    run = subprocess.run([sys.executable, "-c", hide, "run", "--task", "lite/wine", "--agent", "mini-swe-agent",
+                          "--llm", "openai/gpt-4o-mini", "--run-dir", str(tmp_path / "run")], capture_output=True,
+                         text=True, env=cli_env({"OPENAI_API_KEY": "sk-x"}), timeout=120)
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        "mlab: error: agent 'mini-swe-agent' cannot run here: " + mini["missing"]], run.stderr
+    assert not (tmp_path / "run").exists()
