@@ -91,6 +91,7 @@ class RunConfig(BaseModel):
     llm_retry: dict[str, float] = Field(default_factory=dict)
     max_tokens: int | None = None
     max_cost: float | None = None
+    max_calls: int | None = None  # model calls a run may make (--max-calls)
     llm_cache: str | None = None
     # Generation parameters by role (main, fast, edit): temperature, top_p, seed, max_completion_tokens, stop,
     # and whatever else the backend takes (core.llm.generation); prices by role, USD per million tokens

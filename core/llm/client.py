@@ -54,7 +54,8 @@ class LLMClient:
     def __init__(self, backends: dict[str, LLM], log_path: Path | None = None,
                  on_call: Callable[[LLMCallFinished], None] | None = None, run_dir: str | None = None, *,
                  retry: RetryPolicy | None = None, max_tokens: int | None = None, max_cost: float | None = None,
-                 cache_dir: Path | str | None = None, sleep: Callable[[float], None] = time.sleep,
+                 max_calls: int | None = None, cache_dir: Path | str | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
                  params: dict[str, dict[str, Any]] | None = None, prices: dict[str, list[float]] | None = None):
         missing = [role for role in ROLES if role not in backends]
         if missing:
@@ -66,6 +67,7 @@ class LLMClient:
         self.retry = retry or RetryPolicy()
         self.max_tokens = max_tokens
         self.max_cost = max_cost
+        self.max_calls = max_calls  # model calls answered (cached ones included), counted like usage.calls
         self.cache = ResponseCache(Path(cache_dir)) if cache_dir else None
         self.params = {role: dict(p) for role, p in (params or {}).items()}  # the run's, by role
         self.prices = dict(prices or {})  # USD per million tokens by role, for models without a known price
@@ -97,6 +99,8 @@ class LLMClient:
         """Raise BudgetExceeded when a limit is reached; called before every call, so a run overshoots a
         limit by at most the call that crossed it."""
         usage = self.usage
+        if self.max_calls is not None and usage.calls >= self.max_calls:
+            raise BudgetExceeded(f"{usage.calls} model calls made, limit {self.max_calls} (--max-calls)")
         if self.max_tokens is not None and usage.total_tokens >= self.max_tokens:
             raise BudgetExceeded(f"{usage.total_tokens} tokens used, limit {self.max_tokens} (--token-limit)")
         if self.max_cost is not None:
@@ -111,12 +115,15 @@ class LLMClient:
         """Wait until the call fits beside the calls in flight, check the budgets and reserve its tokens (its
         prompt's bytes, an upper bound, and its completion cap, or what is left when it has none); with a cost
         limit a call waits for all others, as a call's price is known only after it. Sequential calls never wait,
-        so concurrent ones overshoot a limit, as sequential ones do, by at most the call that crossed it."""
+        so concurrent ones overshoot a limit, as sequential ones do, by at most the call that crossed it. A call
+        limit counts the calls in flight as made: a call past it waits for them (one that fails frees its place),
+        so concurrent calls never exceed it."""
         limited = self.max_tokens is not None or self.max_cost is not None
         with self._settled:
-            while limited and self._in_flight and (
-                    self.max_cost is not None
-                    or self.usage.total_tokens + self._reserved_tokens >= (self.max_tokens or 0)):
+            while self._in_flight and (
+                    (limited and (self.max_cost is not None
+                                  or self.usage.total_tokens + self._reserved_tokens >= (self.max_tokens or 0)))
+                    or (self.max_calls is not None and self.usage.calls + self._in_flight >= self.max_calls)):
                 self._settled.wait()
             self.check_budget()
             reserved = 0

@@ -112,5 +112,5 @@ def client_options(config: RunConfig) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise MlabError(f"llm_retry: {exc}") from exc
     cache = config.llm_cache
-    return {"retry": retry, "max_tokens": config.max_tokens, "max_cost": config.max_cost,
+    return {"retry": retry, "max_tokens": config.max_tokens, "max_cost": config.max_cost, "max_calls": config.max_calls,
             "cache_dir": Path(cache) if cache else None, "params": config.llm_params, "prices": config.llm_price}
