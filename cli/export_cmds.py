@@ -9,11 +9,11 @@ import click
 
 @click.command()
 @click.argument("path", metavar="RUN|FOLDER|BENCH", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["inspect"]), required=True,
+@click.option("--format", "fmt", type=click.Choice(["inspect", "chat-jsonl"]), required=True,
               help="inspect: Inspect AI eval logs, one per task, agent and model; each run a sample, its seed an "
-                   "epoch.")
+                   "epoch. chat-jsonl: each model call as a chat record with its run's score (chat.jsonl).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the logs (default: PATH/inspect).")
+              help="Folder for the logs (default: PATH/inspect, or PATH/chat for chat-jsonl).")
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
 def export(path: Path, fmt: str, out_dir: Path | None, as_json: bool) -> None:
     """Write a run, a folder of runs or a bench as Inspect AI eval logs, one per task, agent and model.
@@ -24,6 +24,13 @@ def export(path: Path, fmt: str, out_dir: Path | None, as_json: bool) -> None:
     from mlab.core.bench.run_folders import runs_in
 
     runs_in(path)  # a clear error for a path that holds no runs, before anything is written
+    if fmt == "chat-jsonl":
+        from mlab.core.bench.export_chat import export as export_chat
+
+        written_file = export_chat(path, out_dir or Path(path) / "chat")
+        click.echo(json.dumps({"format": fmt, "out": str(written_file)}, indent=2) if as_json
+                   else f"chat records: {written_file}")
+        return
     out = out_dir or Path(path) / "inspect"
     written = export_inspect(path, out)
     if as_json:

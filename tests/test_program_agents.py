@@ -105,9 +105,14 @@ def test_command_agent_runs_sandboxed_through_the_endpoint_and_is_scored(tmp_pat
     assert "(none)" in steps[2]["observation"].split("Program output:")[0]  # the last call changed nothing
     assert (run_dir / "snapshots" / "step_0001.json").is_file()
     # the run's calls as chat records for training: call for call with llm_calls.jsonl, with the run's score
-    from mlab.core.bench.export_chat import export
+    import pandas as pd
 
-    records = [json.loads(line) for line in export(run_dir, tmp_path / "chat").read_text().splitlines()]
+    exported = mlab("export", "--format", "chat-jsonl", run_dir, "--out", tmp_path / "chat", "--json")
+    assert exported.returncode == 0, exported.stderr
+    written = Path(json.loads(exported.stdout)["out"])
+    assert written == tmp_path / "chat" / "chat.jsonl"
+    records = pd.read_json(written, lines=True, precise_float=True).to_dict("records")  # a JSON-lines reader, not ours
+    assert len(records) == len(calls) and [r["call"] for r in records] == [1, 2, 3]
     assert [r["messages"][:-1] for r in records] == [c["messages"] for c in calls]
     assert [r["messages"][-1] for r in records] == [{"role": "assistant", "content": c["completion"]} for c in calls]
     assert {r["score"] for r in records} == {trace["final_score"]} and all("success" in r for r in records)
