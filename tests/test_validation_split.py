@@ -190,7 +190,8 @@ def test_bad_predictions_get_the_tasks_own_message_about_the_file_given(staged):
     (env.workspace / "preds.csv").write_text("id,label\n1,0\n")
     obs, err = act(env, predictions_file="preds.csv")
     valid = len(rows(harness.home.public_dir(harness.task("lite/wine")) / "data/valid.csv"))
-    assert err and obs == (f"EnvError: invalid predictions in 'preds.csv': preds.csv has 1 data rows, but the "
+    assert err and obs == (f"EnvError: Validate Submission call 1 of 10: invalid predictions in 'preds.csv': "
+                           f"preds.csv has 1 data rows, but the "
                            f"validation set has {valid}; write one row per row of data/valid.csv")
 
 

@@ -19,6 +19,7 @@ from mlab.core.models import Trace
 from mlab.core.run.baseline import bench_baseline
 from mlab.core.run.scoring import is_valid
 from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.validation import calls_made
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
 DB_FILE = "results.db"
@@ -32,7 +33,8 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL, status TEXT NOT NULL, end_reason TEXT, failure TEXT, incidents TEXT,
     attempts INTEGER NOT NULL DEFAULT 0, started_at REAL, updated_at REAL, time_s REAL, steps INTEGER,
     prompt_tokens INTEGER, completion_tokens INTEGER, cost_usd REAL, final_score REAL, final_score_error TEXT,
-    metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL, llm_calls INTEGER);
+    metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL, llm_calls INTEGER,
+    validation_calls INTEGER);
 CREATE TABLE IF NOT EXISTS step_scores (
     run_key TEXT NOT NULL, step INTEGER NOT NULL, snapshot TEXT NOT NULL, score REAL, error TEXT,
     PRIMARY KEY (run_key, step));
@@ -47,15 +49,16 @@ CREATE TABLE IF NOT EXISTS verdicts (
 RUN_FIELDS = ("task", "agent", "llm", "seed", "run_dir", "status", "end_reason", "failure", "incidents", "attempts",
               "started_at", "updated_at", "time_s", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
               "final_score", "final_score_error", "metric", "higher_is_better", "config", "success_margin",
-              "llm_calls")
+              "llm_calls", "validation_calls")
 # Columns added after a bench folder may have been created: (name, SQL type).
-_ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"))
+_ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"), ("validation_calls", "INTEGER"))
 
 # A results.db is read as untrusted (a shared bench folder): every value is checked for its type and range
 # before use, and a run whose folder lies outside the bench is not read. Column: (type, lowest, highest).
 _NUMBERS: dict[str, tuple[type, float | None, float | None]] = {
     "seed": (int, None, None), "attempts": (int, 0, None), "steps": (int, 0, None), "prompt_tokens": (int, 0, None),
-    "completion_tokens": (int, 0, None), "llm_calls": (int, 0, None), "higher_is_better": (int, 0, 1),
+    "completion_tokens": (int, 0, None), "llm_calls": (int, 0, None), "validation_calls": (int, 0, None),
+    "higher_is_better": (int, 0, 1),
     "time_s": (float, 0, None), "cost_usd": (float, 0, None), "final_score": (float, None, None),
     "success_margin": (float, 0, None), "started_at": (float, None, None), "updated_at": (float, None, None)}
 _REQUIRED_TEXT = ("key", "task", "agent", "run_dir", "status")
@@ -161,7 +164,9 @@ def summarize(trace: Trace, task: Task) -> Row:
             "cost_usd": trace.usage.cost_usd if trace.usage.cost_known else None,
             "final_score": trace.final_score, "final_score_error": trace.final_score_error,
             "metric": task.metric.name, "higher_is_better": int(task.metric.higher_is_better),
-            "success_margin": float(task.success_margin), "config": trace.config.model_dump_json()}
+            "success_margin": float(task.success_margin), "config": trace.config.model_dump_json(),
+            # Validate Submission calls that reached the scorer (runs with --allow-validate; NULL otherwise)
+            "validation_calls": calls_made(trace.steps) if trace.config.allow_validate else None}
 
 
 # ---- the database --------------------------------------------------------------------------------

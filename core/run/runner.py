@@ -222,6 +222,8 @@ class Runner:
             self.env.load_state_dict(last.env_state)
             if self.llm is not None:
                 self.llm.load_state_dict(last.llm_state)
+        if self.env.s.validator is not None:  # the calls the trace shows: the budget is per run, not per process
+            self.env.s.validator.resume(trace.steps)
         self._record_warnings(trace)
         try:
             self.trace_log.begin(trace)

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from mlab.core.run.readonly import is_read_only
 from mlab.core.task import Task, ValidationSplit
 
 if TYPE_CHECKING:
+    from mlab.core.models import Step
     from mlab.core.run.scoring import Scorer
     from mlab.core.run.workspace import Workspace
 
@@ -26,6 +28,17 @@ _COPY_CHUNK = 1 << 20
 _SCORED = re.compile(r"^Validation .+ of .+: (\S+) \((higher|lower) is better\), on the rows of ")
 # A score is told to this many significant digits: enough to compare models, fewer bits about the labels a call.
 SIGNIFICANT_DIGITS = 3
+# How a call that reached the scorer but scored nothing begins (after the environment's "EnvError: "): such calls
+# count against the budget, and a resumed run counts them again from the trace (calls_made).
+_COUNTED_ERROR = "Validate Submission call "
+
+
+def calls_made(steps: Iterable[Step]) -> int:
+    """Validate Submission calls of a trace's steps that reached the scorer: what a resumed run has used of its
+    budget. Each such observation is a score (it starts with "Validation ") or a counted error; every other
+    error of the action (a missing file, no calls left) begins with the harness's own words, never the agent's."""
+    return sum(1 for step in steps if step.action.name == VALIDATE_SUBMISSION and (
+        step.observation.startswith("Validation ") or step.observation.startswith(f"EnvError: {_COUNTED_ERROR}")))
 
 
 def read_validation(observation: str) -> tuple[float, str] | None:
@@ -114,14 +127,22 @@ class Validator:
                 with self.scorer.scoring(self.task):
                     score = float(self.task.evaluate(submission, hidden))
             except InvalidSubmission as exc:
-                raise EnvError(f"invalid predictions in {given!r}: {self._in_terms_of(str(exc), given)}") from None
+                raise EnvError(f"{self._counted()}: invalid predictions in {given!r}: "
+                               f"{self._in_terms_of(str(exc), given)}") from None
             except Exception as exc:
-                raise EnvError(f"validation failed: {type(exc).__name__}: {exc}") from None
+                raise EnvError(f"{self._counted()}: validation failed: {type(exc).__name__}: {exc}") from None
         direction = "higher" if self.task.metric.higher_is_better else "lower"
         rounded = float(f"{score:.{SIGNIFICANT_DIGITS}g}")
         return (f"Validation {self.task.metric.name} of {given}: {rounded:.6g} ({direction} is better), on the rows "
                 f"of {self.split.inputs} (labels held by the harness; the test set was not used). Validate "
                 f"Submission call {self.calls} of {self.max_calls}.")
+
+    def resume(self, steps: Iterable[Step]) -> None:
+        """A resumed run goes on with the calls its trace shows used."""
+        self.calls = calls_made(steps)
+
+    def _counted(self) -> str:
+        return f"{_COUNTED_ERROR}{self.calls} of {self.max_calls}"
 
     @staticmethod
     def _copy_bounded(space: Workspace, given: str, target: Path, limit: int) -> None:
