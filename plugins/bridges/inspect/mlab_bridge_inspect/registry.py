@@ -8,6 +8,7 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
+from inspect_ai.log import transcript
 from inspect_ai.scorer import Score, Target, mean, scorer
 from inspect_ai.solver import TaskState, basic_agent
 from inspect_ai.tool import bash, python
@@ -16,6 +17,7 @@ from inspect_ai.util import sandbox
 from mlab.core.bench.verdict import RunJudge
 from mlab.core.plugins.registry import load_registry
 
+from .calls import call_entries
 from .sandbox import MlabSandboxEnvironment
 
 NAMESPACE = "mlab"
@@ -23,10 +25,13 @@ NAMESPACE = "mlab"
 
 @scorer(metrics={"success": [mean()], "valid": [mean()]})
 def mlab_scorer() -> Any:
-    """The run's final workspace scored by the task's scorer (as `mlab grade` scores a folder), and judged."""
+    """The run's final workspace scored by the task's scorer (as `mlab grade` scores a folder), and judged; the
+    sample's model calls so far (its ModelEvents) go to the run's call log first."""
 
     async def score(state: TaskState, target: Target) -> Score:
         run = sandbox().as_type(MlabSandboxEnvironment).run
+        entries = call_entries(transcript().events, [s.started_at for s in run.trace.steps])
+        await asyncio.to_thread(run.record_calls, entries)
         value, error = await asyncio.to_thread(run.finish, "the Inspect agent ended")
         verdict = RunJudge(run.harness.home).judge(run.run_dir, run.task, value)
         return Score(value={"final_score": value, "improvement": verdict.verdict.improvement,

@@ -3,6 +3,7 @@ workspace the tools' commands run in, confined as `mlab run --sandbox` confines 
 files out of sight, its read-only files read-only), each command a step of the run's trace."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -12,12 +13,13 @@ from typing import Any, Literal, overload
 
 from inspect_ai.util import ExecResult, SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
 
+from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Action, RunConfig, Step, Trace
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.harness import Harness
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.run.trace import write_config, write_trace
+from mlab.core.run.trace import LLM_LOG_FILE, write_config, write_trace
 
 RUNS_DIR_ENV = "MLAB_INSPECT_RUNS"  # where the run folders go (default: runs/inspect)
 AGENT = "inspect-basic"
@@ -54,6 +56,18 @@ class MlabRun:
                                      is_error=is_error, started_at=started, duration_s=time.time() - started,
                                      snapshot=snapshot))
         write_trace(self.run_dir, self.trace)
+
+    def record_calls(self, entries: list[dict[str, Any]]) -> None:
+        """Write the sample's model calls (calls.py) as the run's call log, and their usage into the trace: each
+        step's the calls up to it, as a run's steps carry."""
+        data = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in entries)
+        (self.run_dir / LLM_LOG_FILE).write_text(data, encoding="utf-8")
+        for step in self.trace.steps:
+            step.usage = usage_of_log([e for e in entries if e["step"] <= step.index])
+        self.trace.usage = usage_of_log(entries)
+        if entries and not self.trace.config.llm:  # the model is known once it has answered
+            self.trace.config.llm = entries[0]["model"]
+            write_config(self.run_dir, self.trace.config)
 
     def finish(self, reason: str) -> tuple[float | None, str | None]:
         """Snapshot the workspace as the run's final one and score it with the task's own scorer, as a run's end
