@@ -6,6 +6,7 @@ fixture-validating agent registered)
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from mlab.core import Action, Agent, RunState
 from mlab.core.run.validation import calls_made
+from tests.fixtures.cli import mlab
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_NAME = "fixture-validating"
@@ -103,11 +105,17 @@ def test_kill_9_after_two_validations_then_resume_leaves_max_calls_less_two_and_
     assert [t.rsplit("call ", 1)[-1] for t in told[:-1]] == [f"{n} of {budget}." for n in range(1, budget + 1)], told
     assert "no Validate Submission calls left" in told[-1], told[-1]
 
-    report = subprocess.run([sys.executable, "-m", "mlab.cli.main", "report", str(run_dir), "--json"], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=300)
+    report = mlab("report", run_dir, "--json", env={PAUSE_VARIABLE: str(tmp_path / "paused")})
     assert report.returncode == 0, report.stderr
     runs = json.loads(report.stdout)["runs"]
     assert [r["validation_calls"] for r in runs] == [budget], runs
+    tables = subprocess.run([sys.executable, "-m", "mlab.cli.main", "report", str(run_dir), "--format", "csv"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert tables.returncode == 0, tables.stderr
+    written = [Path(line) for line in tables.stdout.splitlines() if line.endswith("runs.csv")]
+    assert written, tables.stdout
+    with open(written[0], newline="") as f:
+        assert [(r["task"], r["validation_calls"]) for r in csv.DictReader(f)] == [("lite/wine", str(budget))]
 
 
 if __name__ == "__main__":
