@@ -173,8 +173,9 @@ class SearchAgent(Agent):
                     "for another node")
         if llm.max_cost is not None and llm.usage.cost_usd + BUDGET_MARGIN * cost > llm.max_cost:
             return f"${llm.usage.cost_usd:.4f} of ${llm.max_cost:g} spent (--cost-limit): not enough for another node"
-        if getattr(llm, "max_calls", None) is not None and llm.usage.calls >= llm.max_calls:
-            return f"{llm.usage.calls} of the {llm.max_calls} model calls made (--max-calls): no call left for a node"
+        max_calls = llm.max_calls
+        if max_calls is not None and llm.usage.calls >= max_calls:
+            return f"{llm.usage.calls} of the {max_calls} model calls made (--max-calls): no call left for a node"
         longest = max((steps[n.run_step].duration_s for n in self.graph.nodes
                        if n.run_step is not None and n.run_step in steps), default=0.0)
         if state.seconds_left < 2 * longest + FINISH_TIME_MARGIN_S:
