@@ -14,7 +14,7 @@ import sys
 import threading
 
 
-def _connect(path):
+def _connect(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if len(path.encode()) > 100:  # sun_path is short: go through the folder's descriptor
         folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
@@ -27,7 +27,7 @@ def _connect(path):
     return sock
 
 
-def _pipe(source, target):
+def _pipe(source: socket.socket, target: socket.socket) -> None:
     try:
         while True:
             data = source.recv(65536)
@@ -43,7 +43,7 @@ def _pipe(source, target):
             pass
 
 
-def _serve(listener, path):
+def _serve(listener: socket.socket, path: str) -> None:
     while True:
         client, _ = listener.accept()
         try:
@@ -55,7 +55,7 @@ def _serve(listener, path):
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
 
 
-def main():
+def main() -> None:
     path, sep, program = sys.argv[1], sys.argv[2], sys.argv[3:]
     if sep != "--" or not program:
         sys.exit("usage: endpoint_forwarder.py SOCKET -- PROGRAM ARGS...")

@@ -4,11 +4,11 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
-from minisweagent import package_dir  # type: ignore[import-untyped]
-from minisweagent.agents.default import DefaultAgent  # type: ignore[import-untyped]
-from minisweagent.environments.local import LocalEnvironment  # type: ignore[import-untyped]
-from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel  # type: ignore[import-untyped]
+import yaml  # type: ignore[import-untyped]
+from minisweagent import package_dir
+from minisweagent.agents.default import DefaultAgent
+from minisweagent.environments.local import LocalEnvironment
+from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
 
 config = yaml.safe_load(Path(package_dir, "config", "mini_textbased.yaml").read_text())
 model_config = dict(config.get("model", {}))
