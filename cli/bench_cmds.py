@@ -13,7 +13,7 @@ from mlab.core.errors import MlabError
 
 from .console import make_console
 from .durations import Duration
-from .run_cmds import model_settings_options, parse_agent_options
+from .run_cmds import method_label, model_settings_options, parse_agent_options
 from .view import BenchView
 
 
@@ -46,6 +46,8 @@ def _run_options(**given: object) -> dict[str, object]:
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="[AGENT:]KEY=VALUE",
               help="An agent option: KEY=VALUE for every agent that has it, AGENT:KEY=VALUE for one agent.")
+@click.option("--label", "labels", multiple=True, metavar="AGENT=NAME",
+              help="The name of AGENT's method in reports (default: agent (model)); repeat for each agent.")
 @click.option("--allow-validate", is_flag=True,
               help="Offer the Validate Submission action: score predictions on each task's validation split.")
 @click.option("--llm-api-base", metavar="URL",
@@ -60,7 +62,7 @@ def _run_options(**given: object) -> dict[str, object]:
 def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
           edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
           cpus_per_run: float | None, bench_dir: str, max_steps: int, action_timeout_s: float, sandbox: str,
-          agent_options: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
+          agent_options: tuple[str, ...], labels: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
           llm_timeout_s: float | None,
           llm_retries: int | None, retry_failed: bool, intermediate: bool, registry_factory: str | None,
           model_settings: dict[str, Any]) -> None:
@@ -74,7 +76,7 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
     spec = BenchSpec(tasks=_names(tasks), agents=_names(agents), llms=list(llms) or [None], runs=runs,
                      max_steps=max_steps, max_time_s=max_time_s, action_timeout_s=action_timeout_s, sandbox=sandbox,
                      fast_llm=fast_llm, edit_llm=edit_llm, agent_options=parse_agent_options(agent_options),
-                     intermediate=intermediate, run_options=_run_options(
+                     intermediate=intermediate, labels=_labels(labels, _names(agents)), run_options=_run_options(
                          **{key: value or None for key, value in model_settings.items()}, llm_api_base=llm_api_base,
                          llm_timeout_s=llm_timeout_s, allow_validate=allow_validate or None,
                          llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
@@ -99,6 +101,20 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                   f" ({status.skipped} already done before), {status.tokens:,} tokens, {status.cost_text()}, "
                   f"{time.monotonic() - started:.1f} s", highlight=False)
     console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
+
+
+def _labels(pairs: tuple[str, ...], agents: list[str]) -> dict[str, str]:
+    """--label AGENT=NAME, repeated: each agent's method name."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        agent, sep, name = pair.partition("=")
+        if not sep or agent.strip() not in agents:
+            raise click.UsageError(f"--label takes AGENT=NAME with AGENT one of --agents "
+                                   f"({', '.join(agents)}), got {pair!r}")
+        out[agent.strip()] = str(method_label(name))
+    if len(set(out.values())) < len(out):
+        raise click.UsageError("--label: two agents were given the same name")
+    return out
 
 
 def _check_validation_splits(registry: Any, task_names: list[str]) -> None:
@@ -143,10 +159,12 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     written = rep.write(data, target, plots=not no_plots, html=not no_html,
                         log=lambda msg: console.print(msg, highlight=False))
     tables = rep.report_tables(data)
+    if table_format in ("csv", "json"):
+        tables.append(rep.runs_table(data))  # one row per run: runs.csv
     if as_json:
         click.echo(json.dumps(data.as_dict(), indent=1, default=str))
     elif table_format == "table":
-        for table in tables:
+        for table in (t for t in tables if t.shown):  # runs.csv's table is for machines only
             console.print(rep.to_rich(table))
         sources = ", ".join(f"{t}: {s}" for t, s in data.baseline_sources.items())
         console.print(f"baselines — {sources}", highlight=False, markup=False)
@@ -161,7 +179,7 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
                 path.write_text(to_csv(table), encoding="utf-8")
                 click.echo(str(path))
         else:
-            text = to_json(tables) if table_format == "json" else "\n".join(to_latex(t) for t in tables)
+            text = to_json(tables) if table_format == "json" else "\n".join(to_latex(t) for t in tables if t.shown)
             path = tables_dir / ("tables.json" if table_format == "json" else "tables.tex")
             path.write_text(text, encoding="utf-8")
             click.echo(text, nl=False)

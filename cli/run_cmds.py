@@ -141,6 +141,7 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
               help="Time limit of one script or REPL command.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where to write the run (default: runs/<id>).")
 @click.option("--seed", default=0, show_default=True, type=int, help="The run's seed (given to the agent).")
+@click.option("--label", metavar="NAME", help="The method's name in reports (default: agent (model)).")
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
@@ -156,7 +157,7 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
 @model_settings_options
 def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str | None, edit_llm: str | None,
-        max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, sandbox: str,
+        max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, label: str | None, sandbox: str,
         agent_options: tuple[str, ...], interactive: bool, allow_validate: bool, resume_dir: str | None,
         llm_api_base: str | None,
         llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None,
@@ -171,6 +172,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     if resume_dir and any_model_setting(model_settings):
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop the generation, "
                                "price and budget flags")
+    if resume_dir and label:
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop --label")
     if resume_dir and allow_validate:
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --allow-validate")
     if resume_dir:
@@ -186,8 +189,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
             raise MlabError(f"--task is required; valid tasks: {valid}")
         config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
-                           action_timeout_s=action_timeout_s, seed=seed, sandbox=sandbox,
-                           agent_options=parse_agent_options(agent_options), interactive=interactive,
+                           action_timeout_s=action_timeout_s, seed=seed, label=method_label(label),
+                           sandbox=sandbox, agent_options=parse_agent_options(agent_options), interactive=interactive,
                            allow_validate=allow_validate, llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s,
                            llm_cache=_cache_dir(llm_cache),
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
@@ -270,6 +273,15 @@ def _cache_dir(value: str | None) -> str | None:
     except OSError as exc:
         raise MlabError(f"--llm-cache: cannot use {str(path)!r}: {exc.strerror}") from exc
     return str(path.resolve())
+
+
+def method_label(name: str | None) -> str | None:
+    """A --label as given, stripped; an empty or multi-line one is bad input."""
+    if name is None:
+        return None
+    if not name.strip() or "\n" in name or "\r" in name:
+        raise click.UsageError(f"--label takes a non-empty one-line name, got {name!r}")
+    return name.strip()
 
 
 def parse_agent_options(pairs: tuple[str, ...]) -> dict[str, Any]:

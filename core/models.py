@@ -79,6 +79,7 @@ class RunConfig(BaseModel):
     max_time_s: float = 5 * 3600
     action_timeout_s: float = 2 * 3600
     seed: int = 0
+    label: str | None = None  # the method's name in reports (--label); None: agent (model)
     sandbox: str = "auto"
     sandbox_confined: bool | None = None  # set by the runner: whether the sandbox that ran it confined agent code
     agent_options: dict[str, Any] = Field(default_factory=dict)

@@ -199,10 +199,11 @@ def test_every_terminal_table_is_in_every_format(tmp_path):
     for table in tables:
         rows = list(csv.DictReader(io.StringIO(to_csv(table))))
         assert len(rows) == len(table.rows) == to_rich(table).row_count == len(as_json[table.key]["rows"])
-        latex = to_latex(table)
-        body = latex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
-        assert len(body) == len(table.rows)
-        assert all(line.count(" & ") == len(table.columns) - 1 and line.endswith(r"\\") for line in body)
+        for part in to_latex(table).split(r"\end{table}")[:-1]:  # a wide table is split to fit a paper column
+            head, body = part.split(r"\midrule")[0], part.split(r"\midrule")[1].split(r"\bottomrule")[0]
+            width = len(head.split(r"\toprule")[1].split(" & "))
+            assert len(body.strip().splitlines()) == len(table.rows) and width <= 6
+            assert all(line.count(" & ") == width - 1 and line.endswith(r"\\") for line in body.strip().splitlines())
 
 
 def test_csv_and_json_hold_numbers_with_their_intervals(tmp_path):
@@ -226,8 +227,8 @@ def test_latex_is_escaped_for_a_paper(tmp_path):
 
     _data, tables = tables_of(tmp_path)
     text = "\n".join(to_latex(t) for t in tables)
-    assert text.count(r"\begin{table}") == len(tables) == text.count(r"\end{tabular}")
-    assert r"\toprule" in text and r"\label{tab:mlab-per-task}" in text
+    assert text.count(r"\begin{table}") == text.count(r"\end{tabular}") > len(tables)  # wide ones split
+    assert r"\toprule" in text and r"\label{tab:mlab-per-task-1}" in text
     assert not re.search(r"(?<!\\)%", text)  # every percent sign escaped
     assert not re.search(r"(?<!\$)[<>](?!\$)", text)  # < and > only in math mode
     assert "100\\% (44--100)" in text  # an interval's range as an en dash

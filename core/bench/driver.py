@@ -56,6 +56,7 @@ class BenchSpec:
     edit_llm: str | None = None
     agent_options: dict[str, Any] = field(default_factory=dict)
     intermediate: bool = False  # also score step snapshots once a run ends
+    labels: dict[str, str] = field(default_factory=dict)  # agent -> its method's name in reports (--label)
     # passed through to each run's RunConfig (budgets, model endpoint and retries), when set
     run_options: dict[str, Any] = field(default_factory=dict)
 
@@ -176,6 +177,7 @@ class Bench:
         return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
                          edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
                          action_timeout_s=s.action_timeout_s, seed=seed, sandbox=s.sandbox,
+                         label=s.labels.get(agent),
                          agent_options=dict(self.agent_options.get(agent, {})), **s.run_options)
 
     def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
@@ -326,7 +328,7 @@ class Bench:
         db.upsert_run(job.key, task=job.task, agent=job.agent, llm=job.llm, seed=job.seed,
                       run_dir=f"{RUNS_DIR}/{job.name}", status="running",
                       attempts=(row["attempts"] if row else 0) + (job.mode == "start"),
-                      config=job.config.model_dump_json())
+                      config=job.config.model_dump_json(), label=job.config.label)
 
     def _ended(self, db: ResultsDB, job: Job, result: Row | None, status: BenchStatus) -> None:
         if result is None:
@@ -393,4 +395,4 @@ class _LiveReader:
 
 _RESULT_FIELDS = ("status", "end_reason", "failure", "incidents", "started_at", "time_s", "steps", "prompt_tokens",
                   "completion_tokens", "cost_usd", "final_score", "final_score_error", "metric", "higher_is_better",
-                  "config", "llm_calls", "success_margin")
+                  "config", "llm_calls", "success_margin", "label")

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import statistics
 import warnings
 from collections.abc import Callable, Sequence
@@ -248,10 +249,23 @@ class RunRecord:
     step_scores: list[tuple[int, float | None]] = field(default_factory=list)
     incidents: tuple[str, ...] = ()
     end_reason: str | None = None
+    method: str | None = None  # the name given with --label
+    name: str | None = None  # the method label as name_methods settled it among a report's runs
+    shown_llm: str | None = None  # the model as name_methods showed it (paths cut, clashes told apart)
+
+    @property
+    def model(self) -> str | None:
+        """The model as shown: a path in it by its file name (name_methods keeps more where two would clash)."""
+        return self.shown_llm or (short_models([self.llm])[self.llm] if self.llm else None)
 
     @property
     def label(self) -> str:
-        return self.agent if not self.llm else f"{self.agent} ({self.llm})"
+        """The method's name in every table, CSV, plot and figure: the --label, else agent (model)."""
+        if self.name:
+            return self.name
+        if self.method:
+            return self.method
+        return self.agent if not self.llm else f"{self.agent} ({self.model})"
 
     @property
     def rule(self) -> ScoreRule:
@@ -264,6 +278,44 @@ class RunRecord:
         out-of-memory error at all."""
         return (self.failure not in ORIGINAL_EXCLUDES and "out_of_memory" not in self.incidents
                 and not (self.end_reason or "").startswith(ORIGINAL_EXCLUDED_END))
+
+
+_PATH = re.compile(r"(?:(?<=^)|(?<=[:=,]))(?:~|\.{1,2})?/[^\s,]*")  # an absolute, ~ or ./ path inside a model string
+
+
+def short_models(llms: Sequence[str | None]) -> dict[str | None, str | None]:
+    """Each model string with its paths cut to their file names, or to as many trailing folders as tell two
+    different paths with the same file name apart: no absolute path reaches a figure."""
+    full = {m: m for m in llms}
+    out: dict[str | None, str | None] = {}
+    depth = 1
+    pending = [m for m in dict.fromkeys(llms) if m and _PATH.search(m)]
+    out.update({m: m for m in full if m not in pending})
+    while pending:
+        cut = {m: _PATH.sub(lambda x, d=depth: "/".join(x.group(0).rstrip("/").split("/")[-d:]), m) for m in pending}
+        clashes = {c for c in cut.values() if list(cut.values()).count(c) > 1}
+        for m in [m for m in pending if cut[m] not in clashes or depth > m.count("/")]:
+            out[m] = cut[m]
+            pending.remove(m)
+        depth += 1
+    return out
+
+
+def name_methods(records: list[RunRecord]) -> list[RunRecord]:
+    """Settle every run's method label (record.name): the --label, else agent (model) with paths cut short; a
+    --label given to runs of more than one agent and model is told apart by the model."""
+    models = short_models([r.llm for r in records])
+    combos: dict[str, set[tuple[str, str | None]]] = {}
+    for r in records:
+        if r.method:
+            combos.setdefault(r.method, set()).add((r.agent, r.llm))
+    for r in records:
+        shown = r.shown_llm = models.get(r.llm)
+        if r.method:
+            r.name = r.method if len(combos[r.method]) == 1 or not shown else f"{r.method} ({shown})"
+        else:
+            r.name = r.agent if not shown else f"{r.agent} ({shown})"
+    return records
 
 
 @dataclass
@@ -332,9 +384,12 @@ class GroupMetrics:
     success_original: Estimate = field(default_factory=lambda: Estimate(0, None))
     higher_is_better: bool = True
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
+    agent: str = ""  # the agent(s) and model(s) behind the label, comma-joined
+    model: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"task": self.task, "label": self.label, "runs": self.runs, "failed": self.failed,
+        return {"task": self.task, "label": self.label, "agent": self.agent, "model": self.model, "runs": self.runs,
+                "failed": self.failed,
                 "valid_final": self.valid_final, "baseline": self.baseline, "higher_is_better": self.higher_is_better,
                 "success_rate": self.success_rate.as_dict(), "success_original": self.success_original.as_dict(),
                 "success": {f"{int(round(t * 100))}": e.as_dict() for t, e in self.success.items()},
@@ -391,8 +446,13 @@ def all_groups(runs: list[RunRecord], baselines: dict[str, float | None],
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:
         groups.setdefault((r.task, r.label), []).append(r)
-    return [group_metrics(task, label, members, baselines.get(task), (references or {}).get(task))
-            for (task, label), members in sorted(groups.items())]
+    out = []
+    for (task, label), members in sorted(groups.items()):
+        g = group_metrics(task, label, members, baselines.get(task), (references or {}).get(task))
+        g.agent = ", ".join(sorted({r.agent for r in members}))
+        g.model = ", ".join(sorted({r.model for r in members if r.model}))
+        out.append(g)
+    return out
 
 
 # ---- across tasks ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from mlab.core.bench.metrics import (
     paired,
     performance_profiles,
 )
-from mlab.core.bench.report_formats import Column, ReportTable, to_rich
+from mlab.core.bench.report_formats import Column, Kind, ReportTable, to_rich
 from mlab.core.bench.results import DB_FILE, FAILURES, ResultsDB, Row, bench_baselines, judge_records, summarize
 from mlab.core.bench.run_folders import is_bench, runs_in
 from mlab.core.bench.verdict import Judged, RunJudge
@@ -274,6 +274,8 @@ def report_tables(data: ReportData) -> list[ReportTable]:
         "per_task", f"Runs per task and agent (success (original): >{DEFAULT_SUCCESS_MARGIN:.0%} better than the "
                     "baseline at the last step, unless the task sets its own margin; 95% intervals over seeds)",
         [Column("task", "task"), Column("agent", "agent", value=lambda g: g.label),
+         Column("model", "model", machine=True), Column("agent plugin", "agent_name", machine=True,
+                                                         value=lambda g: g.agent),
          Column("baseline", "baseline", "num", ".4g"),
          *([Column("baseline note", "baseline_note")] if noted else []),
          Column("runs", "runs", "int"), Column("failed", "failed", "int"),
@@ -299,6 +301,7 @@ def report_tables(data: ReportData) -> list[ReportTable]:
     out.append(thresholds)
 
     tau_max = data.profiles.tau_max if data.profiles else 1.0
+    models = {g.label: g.model for g in data.groups}
 
     def summary(item: tuple[str, LabelSummary]) -> dict[str, Any]:
         label, o = item
@@ -306,7 +309,9 @@ def report_tables(data: ReportData) -> list[ReportTable]:
 
     totals = ReportTable(
         "overall", "Overall: means over tasks (each task weighs the same)",
-        [Column("agent", "agent", value=lambda x: x[0]), Column("tasks", "tasks", "int", value=lambda x: x[1]["tasks"]),
+        [Column("agent", "agent", value=lambda x: x[0]),
+         Column("model", "model", machine=True, value=lambda x: models.get(x[0], "")),
+         Column("tasks", "tasks", "int", value=lambda x: x[1]["tasks"]),
          Column("success\n(all runs)", "success_all_runs", "pct", value=lambda x: summary(x)["success"]),
          Column("success\n(original)", "success_original", "pct", value=lambda x: summary(x)["success_original"]),
          Column("± SEM\n(seeds)", "success_sem", "sem_pct", value=lambda x: summary(x)["success"]),
@@ -363,6 +368,34 @@ def report_tables(data: ReportData) -> list[ReportTable]:
     return out
 
 
+def runs_table(data: ReportData) -> ReportTable:
+    """One row per run, for analysis (runs.csv and tables.json; not on the terminal nor in LaTeX): what it scored
+    and spent."""
+    rows = {row["key"]: row for row in data.rows}
+
+    def judged(r: RunRecord) -> Any:
+        return data.judged.get(r.key)
+
+    fields: tuple[tuple[str, str, Kind, Callable[[RunRecord], Any]], ...] = (
+        ("task", "task", "text", lambda r: r.task), ("method", "method", "text", lambda r: r.label),
+        ("agent", "agent", "text", lambda r: r.agent), ("model", "model", "text", lambda r: r.model or ""),
+        ("seed", "seed", "int", lambda r: r.seed), ("status", "status", "text", lambda r: r.status),
+        ("score", "score", "num", lambda r: r.final_score),
+        ("baseline", "baseline", "num", lambda r: judged(r).baseline if judged(r) else None),
+        ("improvement", "improvement", "num", lambda r: judged(r).verdict.improvement if judged(r) else None),
+        ("success", "success", "text", lambda r: judged(r).verdict.success if judged(r) else None),
+        ("steps", "steps", "int", lambda r: r.steps), ("model calls", "llm_calls", "int", lambda r: r.llm_calls),
+        ("tokens", "tokens", "int", lambda r: r.tokens), ("cost $", "cost_usd", "num", lambda r: r.cost_usd),
+        ("time s", "time_s", "num", lambda r: r.time_s),
+        # Validate Submission calls that reached the scorer (--allow-validate runs; empty otherwise)
+        ("validation calls", "validation_calls", "int", lambda r: rows.get(r.key, {}).get("validation_calls")),
+        ("run folder", "run_dir", "text", lambda r: rows.get(r.key, {}).get("run_dir")))
+    table = ReportTable("runs", "Runs", [Column(h, k, kind, machine=True, value=v) for h, k, kind, v in fields])
+    for record in data.records:
+        table.add(record)
+    return table
+
+
 def graph_table(row: Row, graph: SolutionGraph) -> ReportTable:
     """A search agent's solution graph: one row per node, how it was made and how its run went."""
     table = ReportTable(
@@ -383,7 +416,7 @@ def _slug(label: str) -> str:
 
 def tables(data: ReportData) -> list[Table]:
     """The report's tables for a terminal."""
-    return [to_rich(t) for t in report_tables(data)]
+    return [to_rich(t) for t in report_tables(data) if t.shown]
 
 
 def comparison_summary(c: PairedComparison) -> str:

@@ -31,6 +31,7 @@ class Column:
     kind: Kind = "text"
     fmt: str = ",.0f"  # for kind "num"
     value: Callable[[Any], Any] | None = None
+    machine: bool = False  # only in CSV and JSON: not on the terminal nor in LaTeX
 
     def cell(self, item: Any) -> Any:
         if self.value is not None:
@@ -52,6 +53,14 @@ class ReportTable:
 
     def cells(self, row: dict[str, Any]) -> list[tuple[Column, Any]]:
         return [(c, row.get(c.key)) for c in self.columns]
+
+    @property
+    def shown(self) -> list[Column]:
+        """The columns people read (terminal, LaTeX); a table without any is for machines only."""
+        return [c for c in self.columns if not c.machine]
+
+    def visible_cells(self, row: dict[str, Any]) -> list[tuple[Column, Any]]:
+        return [(c, row.get(c.key)) for c in self.shown]
 
 
 def cell_text(column: Column, value: Any) -> str:
@@ -100,10 +109,10 @@ def to_rich(table: ReportTable) -> Table:
 
     # names in a table come from a results.db (untrusted): shown as text, never read as rich markup
     out = Table(title=escape(table.title), caption=escape(table.caption) if table.caption else None)
-    for column in table.columns:
+    for column in table.shown:
         out.add_column(escape(column.header), overflow="fold")
     for row in table.rows:
-        out.add_row(*(escape(cell_text(c, v)) for c, v in table.cells(row)))
+        out.add_row(*(escape(cell_text(c, v)) for c, v in table.visible_cells(row)))
     return out
 
 
@@ -144,14 +153,35 @@ def _latex_cell(column: Column, value: Any) -> str:
     return re.sub(r"(\d)-(\d)", r"\1--\2", text) if column.kind in ("pct", "num") else text
 
 
+LATEX_MAX_COLUMNS = 6  # what fits one column of a two-column paper in \small
+
+
 def to_latex(table: ReportTable) -> str:
-    """A booktabs table (\\usepackage{booktabs}), one float, labelled tab:mlab-KEY."""
-    align = "".join("l" if c.kind == "text" else "r" for c in table.columns)
-    head = " & ".join(latex_escape(" ".join(c.header.split())) for c in table.columns)
+    """Booktabs tables (\\usepackage{booktabs}) labelled tab:mlab-KEY. A table wider than LATEX_MAX_COLUMNS is
+    split into parts (tab:mlab-KEY-1, -2, ...), each repeating the leading name columns (task, method), so every
+    part fits a paper column."""
+    shown = table.shown
+    keys = []
+    for c in shown:
+        if c.kind != "text" or len(keys) >= 2:
+            break
+        keys.append(c)
+    rest = [c for c in shown if c not in keys]
+    per_part = max(1, LATEX_MAX_COLUMNS - len(keys))
+    if len(shown) <= LATEX_MAX_COLUMNS:
+        return _latex_float(table, shown, table.key, table.title)
+    parts = [rest[i:i + per_part] for i in range(0, len(rest), per_part)]
+    return "\n".join(_latex_float(table, keys + part, f"{table.key}-{n}", f"{table.title} ({n} of {len(parts)})")
+                     for n, part in enumerate(parts, 1))
+
+
+def _latex_float(table: ReportTable, columns: list[Column], key: str, title: str) -> str:
+    align = "".join("l" if c.kind == "text" else "r" for c in columns)
+    head = " & ".join(latex_escape(" ".join(c.header.split())) for c in columns)
     lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             rf"\caption{{{latex_escape(table.title)}}}", rf"\label{{tab:mlab-{table.key.replace('_', '-')}}}",
+             rf"\caption{{{latex_escape(title)}}}", rf"\label{{tab:mlab-{key.replace('_', '-')}}}",
              rf"\begin{{tabular}}{{{align}}}", r"\toprule", head + r" \\", r"\midrule"]
-    lines += [" & ".join(_latex_cell(c, v) for c, v in table.cells(row)) + r" \\" for row in table.rows]
+    lines += [" & ".join(_latex_cell(c, row.get(c.key)) for c in columns) + r" \\" for row in table.rows]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if table.caption:
         lines.append(rf"\par\smallskip\footnotesize {latex_escape(table.caption)}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from mlab.core.bench.metrics import RunRecord
+from mlab.core.bench.metrics import RunRecord, name_methods
 from mlab.core.bench.verdict import Judged, judged, recorded_reference
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0, started_at REAL, updated_at REAL, time_s REAL, steps INTEGER,
     prompt_tokens INTEGER, completion_tokens INTEGER, cost_usd REAL, final_score REAL, final_score_error TEXT,
     metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL, llm_calls INTEGER,
-    validation_calls INTEGER);
+    validation_calls INTEGER, label TEXT);
 CREATE TABLE IF NOT EXISTS step_scores (
     run_key TEXT NOT NULL, step INTEGER NOT NULL, snapshot TEXT NOT NULL, score REAL, error TEXT,
     PRIMARY KEY (run_key, step));
@@ -49,9 +49,10 @@ CREATE TABLE IF NOT EXISTS verdicts (
 RUN_FIELDS = ("task", "agent", "llm", "seed", "run_dir", "status", "end_reason", "failure", "incidents", "attempts",
               "started_at", "updated_at", "time_s", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
               "final_score", "final_score_error", "metric", "higher_is_better", "config", "success_margin",
-              "llm_calls", "validation_calls")
+              "llm_calls", "validation_calls", "label")
 # Columns added after a bench folder may have been created: (name, SQL type).
-_ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"), ("validation_calls", "INTEGER"))
+_ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"), ("validation_calls", "INTEGER"),
+                  ("label", "TEXT"))
 
 # A results.db is read as untrusted (a shared bench folder): every value is checked for its type and range
 # before use, and a run whose folder lies outside the bench is not read. Column: (type, lowest, highest).
@@ -62,7 +63,7 @@ _NUMBERS: dict[str, tuple[type, float | None, float | None]] = {
     "time_s": (float, 0, None), "cost_usd": (float, 0, None), "final_score": (float, None, None),
     "success_margin": (float, 0, None), "started_at": (float, None, None), "updated_at": (float, None, None)}
 _REQUIRED_TEXT = ("key", "task", "agent", "run_dir", "status")
-_TEXT = ("llm", "end_reason", "failure", "incidents", "final_score_error", "metric", "config")
+_TEXT = ("llm", "end_reason", "failure", "incidents", "final_score_error", "metric", "config", "label")
 
 
 def _shown(value: object) -> str:
@@ -166,7 +167,8 @@ def summarize(trace: Trace, task: Task) -> Row:
             "metric": task.metric.name, "higher_is_better": int(task.metric.higher_is_better),
             "success_margin": float(task.success_margin), "config": trace.config.model_dump_json(),
             # Validate Submission calls that reached the scorer (runs with --allow-validate; NULL otherwise)
-            "validation_calls": calls_made(trace.steps) if trace.config.allow_validate else None}
+            "validation_calls": calls_made(trace.steps) if trace.config.allow_validate else None,
+            "label": trace.config.label}  # the method's name (--label), NULL: agent (model)
 
 
 # ---- the database --------------------------------------------------------------------------------
@@ -326,7 +328,7 @@ class ResultsDB:
 
     def records(self) -> list[RunRecord]:
         steps = self.step_scores()
-        return [RunRecord(key=r["key"], task=r["task"], agent=r["agent"], llm=r["llm"], seed=r["seed"],
+        return name_methods([RunRecord(key=r["key"], task=r["task"], agent=r["agent"], llm=r["llm"], seed=r["seed"],
                           status=r["status"], final_score=r["final_score"],
                           higher_is_better=bool(r["higher_is_better"]) if r["higher_is_better"] is not None else True,
                           success_margin=(r["success_margin"] if r["success_margin"] is not None
@@ -336,8 +338,9 @@ class ResultsDB:
                           tokens=(r["prompt_tokens"] or 0) + (r["completion_tokens"] or 0),
                           llm_calls=r.get("llm_calls") or 0,
                           cost_usd=r["cost_usd"], time_s=r["time_s"] or 0.0, steps=r["steps"] or 0,
-                          step_scores=[(s["step"], s["score"]) for s in steps.get(r["key"], [])])
-                for r in self.runs()]
+                          step_scores=[(s["step"], s["score"]) for s in steps.get(r["key"], [])],
+                          method=r.get("label") or None)
+                for r in self.runs()])
 
 
 def bench_baselines(db: ResultsDB, records: list[RunRecord], home: TaskHome,
