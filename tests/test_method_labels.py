@@ -29,7 +29,7 @@ def test_paths_in_model_strings_become_file_names_told_apart_where_they_clash():
 
 def _files(folder: Path) -> dict[Path, str]:
     return {p: p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix in (
-        ".csv", ".tex", ".json", ".svg", ".html")}
+        ".csv", ".tex", ".json", ".svg", ".html", ".js")}
 
 
 @pytest.mark.slow
@@ -57,11 +57,14 @@ def test_a_bench_labels_its_methods_without_paths_everywhere(tmp_path):
     files = _files(out / "report")
     assert any(p.suffix == ".svg" for p in files) and any(p.suffix == ".tex" for p in files)
     for path, text in files.items():  # report.json and the page keep each run's model string as data
-        if path.suffix not in (".json", ".html"):
+        if path.suffix not in (".json", ".html", ".js"):
             assert str(tmp_path) not in text, f"{path} holds an absolute path"
     data = json.loads((out / "report" / "report.json").read_text())
     labels = [*data["overall"], *(g["label"] for g in data["groups"]), *data["profiles"]["methods"]]
     assert labels and not any(str(tmp_path) in label for label in labels)
+    page = (out / "report" / "data.js").read_text()  # the viewer gets each run's method label
+    assert re.search(r'"method": ?"Appender"', page)
+    assert re.search(r'"method": ?"fixture-llm-stepper \(scripted:one/replies.jsonl\)"', page)
     for name in (p.name for p in (out / "report").rglob("*")):
         assert str(tmp_path.name) not in name
 

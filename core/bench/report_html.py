@@ -64,6 +64,8 @@ def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
     verdict = data.verdicts.get(row["key"])
     return {"id": f"r{n:04d}", "file": f"r{n:04d}" if found else None, "key": row["key"], "name": row["key"],
             "task": row["task"], "agent": row["agent"], "llm": row["llm"], "seed": row["seed"],
+            # the method label as the report's tables name it (--label, or agent (model) without paths)
+            "method": next((r.label for r in data.records if r.key == row["key"]), row["agent"]),
             "failure": row["failure"], "final_score": row["final_score"],
             "final_score_error": row["final_score_error"], "baseline": data.baselines.get(row["task"]),
             "improvement": verdict.improvement if verdict else None,
