@@ -64,6 +64,7 @@ Performance profiles and AUP (MLGym, Nathani et al. 2025, after Dolan and More 2
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import re
@@ -283,6 +284,11 @@ class RunRecord:
 _PATH = re.compile(r"(?:(?<=^)|(?<=[:=,]))(?:~|\.{1,2})?/[^\s,]*")  # an absolute, ~ or ./ path inside a model string
 
 
+def _tail(found: re.Match[str], depth: int) -> str:
+    """A path's last `depth` parts: its file name at 1."""
+    return "/".join(found.group(0).rstrip("/").split("/")[-depth:])
+
+
 def short_models(llms: Sequence[str | None]) -> dict[str | None, str | None]:
     """Each model string with its paths cut to their file names, or to as many trailing folders as tell two
     different paths with the same file name apart: no absolute path reaches a figure."""
@@ -292,7 +298,7 @@ def short_models(llms: Sequence[str | None]) -> dict[str | None, str | None]:
     pending = [m for m in dict.fromkeys(llms) if m and _PATH.search(m)]
     out.update({m: m for m in full if m not in pending})
     while pending:
-        cut = {m: _PATH.sub(lambda x, d=depth: "/".join(x.group(0).rstrip("/").split("/")[-d:]), m) for m in pending}
+        cut = {m: _PATH.sub(functools.partial(_tail, depth=depth), m) for m in pending}
         clashes = {c for c in cut.values() if list(cut.values()).count(c) > 1}
         for m in [m for m in pending if cut[m] not in clashes or depth > m.count("/")]:
             out[m] = cut[m]

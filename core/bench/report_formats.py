@@ -161,7 +161,7 @@ def to_latex(table: ReportTable) -> str:
     split into parts (tab:mlab-KEY-1, -2, ...), each repeating the leading name columns (task, method), so every
     part fits a paper column."""
     shown = table.shown
-    keys = []
+    keys: list[Column] = []
     for c in shown:
         if c.kind != "text" or len(keys) >= 2:
             break
