@@ -157,8 +157,9 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                             on_skip=skipped.append if on_skip else None)
     if run_dirs and not results:
         raise MlabError("no run could be read: " + "; ".join(skipped))
-    for line in skipped if on_skip else ():
-        on_skip(line)
+    if on_skip is not None:
+        for line in skipped:
+            on_skip(line)
     for res in results:
         if res["run_dir"] in bench_of:
             bench, key = bench_of[res["run_dir"]]
