@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the public names
     from mlab.core.actions import ACTION_SPECS, VALIDATE_SUBMISSION, ActionSpec
     from mlab.core.agent import Agent, AgentContext, RunState
+    from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
     from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
     from mlab.core.hookspecs import hookimpl
     from mlab.core.llm.backend import LLM

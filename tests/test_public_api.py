@@ -18,7 +18,8 @@ import mlab.core
 import mlab.core.agentkit
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = [REPO / "plugins", REPO / "examples"]
+# Not plugins/bridges: a bridge plugs mlab into another framework (Inspect) and drives the harness as cli/ does.
+SCANNED = [*(p for p in (REPO / "plugins").iterdir() if p.name != "bridges"), REPO / "examples"]
 SKIPPED_PARTS = {"__pycache__", "build", "dist"}
 # Modules a plugin may import from, with the names each one exports.
 PUBLIC_MODULES: dict[str, set[str]] = {

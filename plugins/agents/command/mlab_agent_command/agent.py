@@ -11,9 +11,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from mlab.core.agent import AgentOptions
-from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
-from mlab.core.errors import MlabError
+from mlab.core import MlabError, ProgramAgent, ProgramLaunch, ProgramSpec
+from mlab.core.agentkit import AgentOptions
 
 
 class CommandOptions(AgentOptions):

@@ -7,8 +7,8 @@ from importlib.resources import files
 
 from pydantic import Field
 
-from mlab.core.agent import AgentOptions
-from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
+from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec
+from mlab.core.agentkit import AgentOptions
 
 PINNED = "smolagents==1.26.0"
 
