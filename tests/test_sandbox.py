@@ -234,7 +234,9 @@ def test_fallback_without_namespaces_restores_and_reports(tmp_path):
     env = make_env(tmp_path / "a", namespaces=False)
     obs, err = run(env, "open('data/train.csv', 'w').write('hacked')\nopen('data/extra.csv', 'w').write('x')\n")
     assert not err
-    assert "[read-only files were changed and have been restored: data/extra.csv, data/train.csv]" in obs
+    # a changed file is restored; a new entry is removed, and the note says which (issue 31 item 13)
+    assert "[read-only files were changed and have been restored: data/train.csv]" in obs
+    assert "[entries added under read-only folders have been removed: data/extra.csv]" in obs
     assert (env.workspace / "data" / "train.csv").read_text() == TRAIN
     assert not (env.workspace / "data" / "extra.csv").exists()
     # The REPL is checked the same way.
