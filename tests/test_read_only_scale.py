@@ -27,9 +27,10 @@ def image_bytes(number: int) -> bytes:
     return f"image {number}\n".encode() * 4
 
 
-def make_images_env(tmp_path: Path, sandbox: str, count: int = IMAGES) -> Environment:
+def make_images_env(tmp_path: Path, sandbox: str, count: int = IMAGES, link: bool = False) -> Environment:
     """A workspace like fathomnet's: `data/images/*` read-only, thousands of small images, and a pristine copy
-    of the task's public files to restore from."""
+    of the task's public files to restore from; link: the workspace's files are hard links of that copy, as a
+    run links the task's large read-only files."""
     public = tmp_path / "taskdata" / "public"
     images = public / "data" / "images"
     images.mkdir(parents=True)
@@ -37,7 +38,7 @@ def make_images_env(tmp_path: Path, sandbox: str, count: int = IMAGES) -> Enviro
         (images / f"{number:05d}.png").write_bytes(image_bytes(number))
     (public / "data" / "train.csv").write_text("id,label\n1,0\n")
     ws = tmp_path / "ws"
-    shutil.copytree(public, ws)
+    shutil.copytree(public, ws, copy_function=os.link if link else shutil.copy2)
     env = Environment(EnvSettings(
         workspace=ws, read_only_patterns=["data/images/*", "data/train.csv"], sandbox=make_sandbox(sandbox),
         store=SnapshotStore(tmp_path / "store"), pristine_dir=public, hidden_paths=[tmp_path / "taskdata"],
@@ -154,14 +155,51 @@ def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
         env.close()
 
 
-def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, monkeypatch, entered):
-    """The walk after a script (here without change events, as after the REPL) keeps a sealed folder's record
-    without listing it; once agent code swapped the folder (so it was not sealed), the snapshot walks it and
-    records what the guard restored."""
+def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, entered):
+    """The walk after a confined script keeps a sealed folder's record without listing it, also when the
+    workspace holds hard-linked files (the read-only ones are links of the task's copy, as in a run) and a file
+    with another link makes it walk the rest of the tree; once agent code swapped the folder (so it was not
+    sealed), the snapshot walks it and records what the guard restored."""
+    env = make_images_env(tmp_path, "local", link=True)
+    store = env.s.store
+    images = env.workspace / "data" / "images"
+    assert os.stat(images / "00000.png").st_nlink == 2
+    try:
+        store.take(env.workspace, "s0", changes=store.changes)
+        entered.clear()
+        obs, err = run(env, "import os\nopen('out.txt', 'w').write('1')\nos.link('out.txt', 'again.txt')\n")
+        assert not err, obs
+        manifest = store.take(env.workspace, "s1", changes=store.changes)
+        # out.txt has another link: the rest of the tree is walked, the sealed folder still is not
+        assert "data/images/" not in entered and "data/" in entered
+        assert manifest["out.txt"]["size"] == 1 and len([p for p in manifest if p.startswith("data/images/")]) == IMAGES
+        assert manifest == {**store.manifest("s0"), "out.txt": manifest["out.txt"], "again.txt": manifest["out.txt"],
+                            "probe.py": manifest["probe.py"]}
+        entered.clear()
+        obs, err = run(env, "open('again.txt', 'a').write('2')\n")  # one event, naming the other link
+        assert not err, obs
+        manifest = store.take(env.workspace, "s2", changes=store.changes)
+        assert "data/images/" not in entered
+        assert manifest["out.txt"] == manifest["again.txt"] and manifest["out.txt"]["size"] == 2
+        entered.clear()
+        obs, err = run(env, "import os\nos.rename('data', 'data_old')\nos.makedirs('data/images')\n")
+        assert not err
+        manifest = store.take(env.workspace, "s3", changes=store.changes)
+        assert "data/images/" in entered
+        images_now = {p: e for p, e in manifest.items() if p.startswith("data/images/")}
+        assert images_now == {p: e for p, e in store.manifest("s0").items() if p.startswith("data/images/")}
+    finally:
+        env.close()
+
+
+def test_without_change_events_a_step_walks_even_a_sealed_folder(tmp_path, monkeypatch, entered):
+    """Sealed means agent code could not change the folder; the harness process (a plugin's plain open()) still
+    could, and without change events nothing says it did not: the step walks everything (issue 29, snapshots
+    safe by default), and records the same images."""
     from mlab.core.fs.change_watch import ChangeWatch
 
     monkeypatch.setattr(ChangeWatch, "open", classmethod(lambda cls: None))
-    env = make_images_env(tmp_path, "local")
+    env = make_images_env(tmp_path, "local", link=True)
     store = env.s.store
     try:
         store.take(env.workspace, "s0", changes=store.changes)
@@ -169,16 +207,8 @@ def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tm
         obs, err = run(env, "open('out.txt', 'w').write('1')\n")
         assert not err
         manifest = store.take(env.workspace, "s1", changes=store.changes)
-        assert "data/images/" not in entered and "data/" in entered
-        assert manifest["out.txt"]["size"] == 1 and len([p for p in manifest if p.startswith("data/images/")]) == IMAGES
-        assert manifest == {**store.manifest("s0"), "out.txt": manifest["out.txt"], "probe.py": manifest["probe.py"]}
-        entered.clear()
-        obs, err = run(env, "import os\nos.rename('data', 'data_old')\nos.makedirs('data/images')\n")
-        assert not err
-        manifest = store.take(env.workspace, "s2", changes=store.changes)
         assert "data/images/" in entered
-        images = {p: e for p, e in manifest.items() if p.startswith("data/images/")}
-        assert images == {p: e for p, e in store.manifest("s0").items() if p.startswith("data/images/")}
+        assert manifest == {**store.manifest("s0"), "out.txt": manifest["out.txt"], "probe.py": manifest["probe.py"]}
     finally:
         env.close()
 

@@ -232,6 +232,12 @@ class SnapshotStore:
                 scanner.split.close()
         self.left_out = scanner.limits.note()
 
+    # A file recorded with other hard links makes the step walk the tree (a write through another name in the
+    # workspace is an event naming only that one), but never the sealed folders: no link of a sealed folder's
+    # files is writable to agent code. The folder is a read-only mount; the other link of each file (the task's
+    # copy, MLAB_HOME) is not in a confining sandbox at all; a link agent code makes cannot cross a mount
+    # (EXDEV), so none leads into or out of it; the harness never writes the task's copy during a run, and
+    # what it writes in the workspace is an event, which unseals the folder (_sealed).
     def _apply_events(self, scanner: Scanner, root: int, tree: Folder, events: dict[str, FolderEvents]) -> bool:
         """Bring the tree up to date from change events alone: written files read again, folders whose entries
         came, went or were renamed listed again; False when a walk of the whole tree is needed instead."""
