@@ -99,9 +99,10 @@ class DeclarativeTask(Task):
         MLAB_HOME, no home folder), its environment is scrubbed, and it has a loopback of its own unless the task
         declares network_for_prepare. PYTHONHASHSEED is fixed so set and dict orders cannot make two prepares
         differ."""
-        from mlab.core.run.taskdata import TaskHome, pack_sandbox
+        from mlab.core.run.taskdata import TaskHome
         from mlab.core.sandbox.contract import ExecSpec
         from mlab.core.sandbox.limits import Limits
+        from mlab.core.sandbox.pack_code import pack_sandbox
 
         with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as work_name:
             work = Path(work_name)
@@ -206,7 +207,7 @@ class DeclarativeTask(Task):
 def _confining(ctx: ScoringContext) -> ScoringContext:
     """ctx, with a confining sandbox in place of one that does not confine (`--sandbox unconfined`): a pack's
     scorer is its author's code, which the user chose to run no more than the agent's."""
-    from mlab.core.run.taskdata import pack_sandbox
+    from mlab.core.sandbox.pack_code import pack_sandbox
 
     sandbox = ctx.new_sandbox()
     try:

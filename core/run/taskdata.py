@@ -1,21 +1,20 @@
 """Where prepared task data lives (a task home, MLAB_HOME by default), and preparing it once, atomically."""
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.sandbox.pack_code import pack_sandbox_with
 from mlab.core.task import PrepareContext, Task
 
 if TYPE_CHECKING:
@@ -224,38 +223,6 @@ def carry_baselines(task: Named, old: Path, new: Path, log: Callable[[str], None
     log(f"{task.name}: the prepared data or starter changed, so the recorded baseline ({value}) no longer applies "
         f"to new runs: kept in {kept}; runs started before {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
         f" are still judged against it, later ones against a new measurement: mlab baseline {task.name}")
-
-
-# ---- where task code from a pack runs ---------------------------------------------------------------
-# A declarative pack's prepare script comes from whoever wrote the pack: it runs confined, in the sandbox the
-# command chose when that one confines, else in the one `--sandbox auto` picks (never unconfined).
-_PACK_SANDBOX: contextvars.ContextVar[Callable[[], Sandbox] | None] = contextvars.ContextVar(
-    "mlab_pack_sandbox", default=None)
-
-
-@contextmanager
-def pack_sandbox_with(factory: Callable[[], Sandbox] | None) -> Iterator[None]:
-    """Make factory the one pack_sandbox() uses while the block runs (None: leave the current one)."""
-    if factory is None:
-        yield
-        return
-    token = _PACK_SANDBOX.set(factory)
-    try:
-        yield
-    finally:
-        _PACK_SANDBOX.reset(token)
-
-
-def pack_sandbox() -> Sandbox:
-    """A confining sandbox for task code from a pack: the current command's (pack_sandbox_with), else the
-    strongest that works here; MlabError when none does."""
-    factory = _PACK_SANDBOX.get()
-    if factory is not None:
-        return factory()
-    from mlab.core.plugins.registry import load_registry
-    from mlab.core.sandbox.resolve import AUTO, resolve_sandbox
-
-    return resolve_sandbox(load_registry(), AUTO)()
 
 
 # Read-only files at least this large reach a workspace as hard links to the prepared copy; smaller ones are
