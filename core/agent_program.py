@@ -16,8 +16,11 @@ short grace; the run is scored on the workspace as it is.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 from abc import abstractmethod
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar
 
@@ -57,9 +60,14 @@ class ProgramAgent(Agent):
     install: ClassVar[str] = ""
     """How to install what the program needs, shown by `mlab agents` and when it is missing."""
 
+    requires: ClassVar[str] = ""
+    """The Python module the program imports, if any: the default `available` looks for it."""
+
     @classmethod
     def available(cls) -> tuple[bool, str]:
         """Whether the program can run here; (False, one line saying what is missing and how to install it)."""
+        if cls.requires and importlib.util.find_spec(cls.requires) is None:
+            return False, f"{cls.name} is not installed; run: {cls.install}"
         return True, ""
 
     @abstractmethod
@@ -69,6 +77,14 @@ class ProgramAgent(Agent):
         Raises:
             MlabError: the options cannot give a command (one line).
         """
+
+    def python_driver(self, launch: ProgramLaunch, file_name: str, env: dict[str, str]) -> ProgramSpec:
+        """The program as a script shipped in the agent's package as `driver.py`: written into the agent folder
+        as `file_name` and run, unbuffered so its output streams, by the Python agent code runs with."""
+        package = sys.modules[type(self).__module__].__package__ or type(self).__module__
+        driver = files(package).joinpath("driver.py").read_text(encoding="utf-8")
+        return ProgramSpec(argv=[launch.python, "-u", str(launch.agent_dir / file_name)], env=env,
+                           files={file_name: driver})
 
     def step(self, state: RunState) -> Action | StopRun:
         raise MlabError(f"agent {self.name!r} runs its own program: the runner does not ask it for steps")

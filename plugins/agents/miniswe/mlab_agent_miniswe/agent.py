@@ -3,9 +3,6 @@ with the text-based model (one bash block per reply; mlab's endpoint speaks plai
 endpoint and a local environment, which is mlab's sandbox; each bash command runs in the workspace."""
 from __future__ import annotations
 
-import importlib.util
-from importlib.resources import files
-
 from pydantic import Field
 
 from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec
@@ -22,20 +19,13 @@ class MiniSweAgent(ProgramAgent):
     name = "mini-swe-agent"
     description = "mini-SWE-agent (bash commands only, one per model call), sandboxed by mlab."
     install = "pip install -e 'plugins/agents/miniswe[agent]'  (" + PINNED + ")"
+    requires = "minisweagent"
     Options = MiniSweOptions
     options: MiniSweOptions
 
-    @classmethod
-    def available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("minisweagent") is None:
-            return False, f"mini-swe-agent is not installed; run: {cls.install}"
-        return True, ""
-
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
-        driver = files(__package__).joinpath("driver.py").read_text(encoding="utf-8")
-        return ProgramSpec(argv=[launch.python, "-u", str(launch.agent_dir / "miniswe_driver.py")],
-                           env={"MLAB_MINISWE_TIMEOUT": str(self.options.command_timeout_s),
-                                # no first-run set-up questions, no update check, no price lookups: mlab prices
-                                "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
-                                "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-                           files={"miniswe_driver.py": driver})
+        return self.python_driver(launch, "miniswe_driver.py", {
+            "MLAB_MINISWE_TIMEOUT": str(self.options.command_timeout_s),
+            # no first-run set-up questions, no update check, no price lookups: mlab prices
+            "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
