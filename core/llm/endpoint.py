@@ -8,22 +8,18 @@ request names. A stream request gets the whole answer as one chunk, then [DONE].
 """
 from __future__ import annotations
 
-import http.server
 import json
-import os
-import socketserver
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlab.core.llm.unix_http import JsonHandler, UnixSocketServer
 from mlab.core.models import Message
 
 MAX_BODY_BYTES = 16 * 2**20  # a request larger than this is refused unread
 SOCKET_NAME = "llm.sock"
-SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; a longer path is bound through /proc/self/fd
 # Roles an agent may send that the run's Message has no name for: said to the model as the nearest one.
 _ROLE_AS = {"developer": "system", "tool": "user", "function": "user"}
 # What the program may set per call; anything else (the model, tools) stays the run's.
@@ -116,29 +112,9 @@ def stream_chunks(reply: ChatReply) -> list[dict[str, Any]]:
 Serve = Callable[[ChatRequest], ChatReply]
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     serve: Serve  # set on the per-endpoint subclass
-
-    def address_string(self) -> str:
-        return "sandbox"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
 
     def _error(self, exc: EndpointError) -> None:
         # x-should-retry: false stops the openai package's own retries of a 429 (a spent budget stays spent)
@@ -190,36 +166,15 @@ class ModelEndpoint:
         self.serve = serve
         self.folder = Path(folder)
         self.socket_path = self.folder / SOCKET_NAME
-        self._server: _Server | None = None
-        self._dir_fd: int | None = None
+        handler = type("EndpointHandler", (_Handler,), {"serve": staticmethod(serve)})
+        self._server = UnixSocketServer(self.socket_path, handler, "mlab-model-endpoint")
 
     def __enter__(self) -> ModelEndpoint:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if os.path.lexists(self.socket_path):
-            self.socket_path.unlink()
-        address = str(self.socket_path)
-        if len(address.encode()) > SOCKET_PATH_MAX:
-            self._dir_fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            address = f"/proc/self/fd/{self._dir_fd}/{SOCKET_NAME}"
-        handler = type("EndpointHandler", (_Handler,), {"serve": staticmethod(self.serve)})
-        self._server = _Server(address, handler)
-        os.chmod(self.socket_path, 0o666)  # sandboxed code may run as another user
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                         name="mlab-model-endpoint", daemon=True).start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._dir_fd is not None:
-            os.close(self._dir_fd)
-            self._dir_fd = None
-        try:
-            self.socket_path.unlink()
-        except OSError:
-            pass
+        self._server.stop()
 
 
 def forwarder_source() -> str:

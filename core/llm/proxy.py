@@ -14,10 +14,7 @@ flight waits for them to settle, then goes or is refused.
 """
 from __future__ import annotations
 
-import http.server
 import json
-import os
-import socketserver
 import tempfile
 import threading
 import time
@@ -27,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mlab.core.llm.unix_http import JsonHandler, UnixSocketServer
 
 # The variable that tells a tool (llm_tool.py) where the proxy listens; set only for commands that may use it.
 LLM_PROXY_SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
@@ -86,26 +85,8 @@ def prompt_token_bound(messages: list[dict[str, str]]) -> int:
     return sum(len(m["content"].encode("utf-8", "surrogatepass")) + TOKENS_PER_MESSAGE for m in messages)
 
 
-class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     proxy: LLMProxy  # set on the per-proxy subclass
-
-    def address_string(self) -> str:  # a unix socket's peer has no host
-        return "sandbox"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_POST(self) -> None:
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
@@ -151,8 +132,8 @@ class LLMProxy:
         # a unix socket's path is limited to about 100 bytes: a short folder of its own by default
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="mlab-llm-"))
         self.socket_path = self.folder / SOCKET_NAME
-        self._server: _UnixHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        handler = type("ProxyHandler", (_Handler,), {"proxy": self})
+        self._server = UnixSocketServer(self.socket_path, handler, "mlab-llm-proxy")
 
     # ---- accounting ----------------------------------------------------------------------------------
     def record(self, *, failed: bool = False, refused: bool = False, note: str = "", reply: Reply | None = None,
@@ -232,27 +213,11 @@ class LLMProxy:
 
     # ---- the server ----------------------------------------------------------------------------------
     def __enter__(self) -> LLMProxy:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            self.socket_path.unlink()
-        handler = type("ProxyHandler", (_Handler,), {"proxy": self})
-        self._server = _UnixHTTPServer(str(self.socket_path), handler)
-        os.chmod(self.socket_path, 0o666)  # sandboxed code may run as another user
-        self._thread = threading.Thread(target=self._server.serve_forever, name="mlab-llm-proxy", daemon=True)
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        try:
-            self.socket_path.unlink()
-        except OSError:
-            pass
+        self._server.stop()
         if self._own_folder:
             try:
                 self.folder.rmdir()
