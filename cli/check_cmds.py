@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,7 @@ from mlab.core.plugins.registry import load_registry
 if TYPE_CHECKING:
     from mlab.core.plugins.registry import Registry
     from mlab.core.run.harness import Harness
+    from mlab.core.run.taskdata import TaskHome
     from mlab.core.task import Task
 
 from .durations import Duration
@@ -57,7 +59,25 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
     with tempfile.TemporaryDirectory(prefix="mlab-check-") as scratch:
         harness = Harness(registry, TaskHome(home or scratch), sandbox=sandbox)
         _ = harness.sandbox_cls  # resolving it makes an unknown sandbox fail before any work
-        _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
+        try:
+            _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
+        finally:
+            if home is None:  # what the scratch home measured still serves "of reference" in MLAB_HOME
+                _keep_references(TaskHome(scratch), TaskHome.from_env(), registry)
+
+
+def _keep_references(measured: TaskHome, home: TaskHome, registry: Registry) -> None:
+    """Copy the reference scores check-task recorded in a scratch home to the user's home (installed tasks only:
+    a task folder checked before it is packed has no name runs are judged by). Prepare is checked to be
+    reproducible, so the score holds for the user's own prepared copy too."""
+    from mlab.core.run.scoring import reference_path
+
+    for name in registry.items["tasks"]:
+        source = reference_path(measured, name)
+        if source.is_file():
+            target = reference_path(home, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
 
 def _task_or_folder(registry: Registry, name: str) -> Task:

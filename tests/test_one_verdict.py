@@ -121,3 +121,16 @@ def test_the_viewer_shows_the_verdict_eval_gives_a_run_outside_a_bench(folder):
         assert {k: shown[name][k] for k in ("baseline", "baseline_note", "improvement", "success")} == {
             k: row[k] for k in ("baseline", "baseline_note", "improvement", "success")}, name
     assert shown["fixed/up"]["success"] is True and shown["fixed/up"]["baseline"] == 2.0
+
+
+@pytest.mark.slow
+def test_a_plain_check_task_records_the_reference_runs_are_measured_against(tmp_path):
+    """check-task in its scratch home (no --home) keeps the reference score in MLAB_HOME: "of reference" then has a
+    figure without a special invocation."""
+    home = tmp_path / "home"
+    ok(mlab("baseline", "fixture/with-reference", "--runs", "1", home=home))
+    ok(mlab("check-task", "fixture/with-reference", home=home))
+    ok(mlab("run", "--task", "fixture/with-reference", "--agent", "fixture-appender", "--run-dir", tmp_path / "run",
+            "--max-steps", 10, "--agent-option", "steps=3", home=home))
+    row, = json.loads(ok(mlab("eval", "--json", tmp_path / "run", home=home)))
+    assert row["reference_score"] == 5.0 and row["of_reference"] == pytest.approx(2 / 5)
