@@ -160,16 +160,21 @@ def _smol_script(probes: list[str]):
     return respond
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
-def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
-    pytest.importorskip("smolagents", reason="pip install -e 'plugins/agents/smolagents[agent]'")
+def _program_run(tmp_path: Path, server: FakeLLMServer, agent: str, sandbox: str, *extra: str):
+    run_dir = tmp_path / "run"
+    return mlab("run", "--task", "lite/wine", "--agent", agent, "--llm", "openai/gpt-4o-mini",
+                "--llm-api-base", server.base_url, "--sandbox", sandbox, "--max-steps", "10", "--run-dir", run_dir,
+                *extra, cwd=tmp_path, env={"OPENAI_API_KEY": "sk-user-secret"}), run_dir
+
+
+def _scored_in_three_calls(tmp_path: Path, agent: str, script, sandbox: str):
+    """Runs `agent` against a fake model answering `script(probes)`, the probes being paths it must not see;
+    checks what every such run shows (finished and scored; three calls logged with their tokens, each a step;
+    the first writing submission.csv) and returns the trace's steps and the logged calls."""
     run_dir = tmp_path / "run"
     probes = [os.environ["MLAB_HOME"], str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl")]
-    with FakeLLMServer(_smol_script(probes)) as server:
-        done = mlab("run", "--task", "lite/wine", "--agent", "smolagents", "--llm", "openai/gpt-4o-mini",
-                    "--llm-api-base", server.base_url, "--sandbox", sandbox, "--max-steps", "10",
-                    "--run-dir", run_dir, cwd=tmp_path, env={"OPENAI_API_KEY": "sk-user-secret"})
+    with FakeLLMServer(script(probes)) as server:
+        done, run_dir = _program_run(tmp_path, server, agent, sandbox)
     assert done.returncode == 0, done.stderr + done.stdout
     trace = _trace(run_dir)
     assert trace["status"] == "finished", trace["end_reason"]
@@ -177,10 +182,19 @@ def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, 
     calls = read_call_log(run_dir / "llm_calls.jsonl")
     assert len(calls) == 3 == len(server.requests)
     assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 for c in calls)
-    assert [s["action"]["name"] for s in trace["steps"]] == ["Model Call"] * 3
-    assert "+ submission.csv" in trace["steps"][0]["observation"]
-    assert "PROBE NOTHING" in trace["steps"][1]["observation"], trace["steps"][1]["observation"]
-    assert "FINAL ANSWER: submission.csv written" in trace["steps"][2]["observation"]
+    steps = trace["steps"]
+    assert [s["action"]["name"] for s in steps] == ["Model Call"] * 3
+    assert "+ submission.csv" in steps[0]["observation"]
+    return steps, calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
+    pytest.importorskip("smolagents", reason="pip install -e 'plugins/agents/smolagents[agent]'")
+    steps, _calls = _scored_in_three_calls(tmp_path, "smolagents", _smol_script, sandbox)
+    assert "PROBE NOTHING" in steps[1]["observation"], steps[1]["observation"]
+    assert "FINAL ANSWER: submission.csv written" in steps[2]["observation"]
 
 
 # A program that is killed while it waits after its second call, and on resume (MLAB_RESUMED=1) goes on from the
@@ -278,31 +292,11 @@ def _mini_script(probes: list[str]):
     return respond
 
 
-def _mini_run(tmp_path: Path, server: FakeLLMServer, sandbox: str, *extra: str):
-    run_dir = tmp_path / "run"
-    return mlab("run", "--task", "lite/wine", "--agent", "mini-swe-agent", "--llm", "openai/gpt-4o-mini",
-                "--llm-api-base", server.base_url, "--sandbox", sandbox, "--max-steps", "10", "--run-dir", run_dir,
-                *extra, cwd=tmp_path, env={"OPENAI_API_KEY": "sk-user-secret"}), run_dir
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_mini_swe_agent_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
-    run_dir = tmp_path / "run"
-    probes = [os.environ["MLAB_HOME"], str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl")]
-    with FakeLLMServer(_mini_script(probes)) as server:
-        done, run_dir = _mini_run(tmp_path, server, sandbox)
-    assert done.returncode == 0, done.stderr + done.stdout
-    trace = _trace(run_dir)
-    assert trace["status"] == "finished", trace["end_reason"]
-    assert trace["final_score"] is not None
-    calls = read_call_log(run_dir / "llm_calls.jsonl")
-    assert len(calls) == 3 == len(server.requests)
-    assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 for c in calls)
-    steps = trace["steps"]
-    assert [s["action"]["name"] for s in steps] == ["Model Call"] * 3
-    assert "+ submission.csv" in steps[0]["observation"]
+    steps, calls = _scored_in_three_calls(tmp_path, "mini-swe-agent", _mini_script, sandbox)
     # what the probe printed comes back to the model with the next call
     assert "PROBE NOTHING" in calls[2]["messages"][-1]["content"], calls[2]["messages"][-1]["content"]
     assert "EXIT STATUS: Submitted" in steps[2]["observation"]
@@ -312,7 +306,7 @@ def test_mini_swe_agent_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_pa
 def test_a_token_budget_stops_mini_swe_agent_cleanly(tmp_path):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
     with FakeLLMServer(_mini_script([])) as server:
-        done, run_dir = _mini_run(tmp_path, server, "local", "--token-limit", "1000")
+        done, run_dir = _program_run(tmp_path, server, "mini-swe-agent", "local", "--token-limit", "1000")
     assert done.returncode == 0, done.stderr + done.stdout
     trace = _trace(run_dir)
     assert trace["status"] == "finished" and trace["end_reason"].startswith("budget reached:"), trace["end_reason"]
