@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.disk import disk_usage
@@ -85,7 +86,7 @@ class LocalSandbox(ProcessSandbox):
     name = "local"
     description = ("namespaces and a file system built from nothing (workspace read-write, system and Python "
                    "read-only, no network), with direct system calls; refuses where the kernel allows none")
-    auto_rank = 20  # after bwrap: both confine as well, bwrap is the more widely reviewed
+    auto_rank: ClassVar[int | None] = 20  # after bwrap: both confine as well, bwrap is the more widely reviewed
 
     def __init__(self, namespaces: bool = True, zygotes: bool = True, zygote_idle_s: float = IDLE_S):
         self.use_namespaces = namespaces  # False forces the fallback (tests of it, or debugging)

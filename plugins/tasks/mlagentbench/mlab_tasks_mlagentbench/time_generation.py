@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import sys
+from typing import Any
 
 BLOCK_START, BLOCK_END = "#### DO NOT EDIT ######", "#################"
 SCRIPT = "inference.py"
@@ -90,7 +91,7 @@ def run_script(folder, starter_folder):
         sys.exit(str(exc))
     send, receive = _channel()
     passed = []
-    script_globals = {"__name__": "__main__", "__file__": os.path.join(folder, SCRIPT)}
+    script_globals: dict[str, Any] = {"__name__": "__main__", "__file__": os.path.join(folder, SCRIPT)}
 
     def mark(name):
         if name in passed:

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import Any
 
 WORKERS = {"forward": "time_forward.py", "generation": "time_generation.py"}
 PASSES = {"forward": 3, "generation": 1}  # forward: the fastest of 3 passes, each on new inputs
@@ -154,7 +155,7 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
                                os.path.join(stage, "starter")], env=env, pass_fds=(to_worker_r, from_worker_w))
     os.close(to_worker_r)
     os.close(from_worker_w)
-    report = {"seconds": float("inf"), "digests": []}
+    report: dict[str, Any] = {"seconds": float("inf"), "digests": []}
     try:
         frame = receive(from_worker_r)
         if frame is None:
