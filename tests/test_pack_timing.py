@@ -162,6 +162,7 @@ def llama_workspace(tmp_path, monkeypatch):
 @needs_transformers
 @pytest.mark.slow
 @pytest.mark.timing
+@pytest.mark.timeout(1200)  # two scorings of up to 6 timed pairs each beside stress-ng: 401 s seen at load 5
 def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_faster_one_succeeds(
         llama_workspace, cpu_load):
     task, workspace = llama_workspace
