@@ -23,6 +23,7 @@ from mlab.core.run.trace import read_trace
 from mlab_agent_search.fitness import infer_direction, read_outcome
 from mlab_agent_search.graph import SolutionGraph
 from mlab_agent_search.policies import Proposal, Settings, mcts
+from tests.fixtures import cli
 from tests.fixtures.cli import mlab_in_process as mlab
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
@@ -350,8 +351,7 @@ def test_kill_9_mid_search_then_resume_continues_the_same_graph(tmp_path):
     nodes_before = before.steps[-1].agent_state["graph"]["nodes"]
     assert len(nodes_before) >= 4
 
-    resumed = subprocess.run([sys.executable, "-m", "mlab.cli.main", "run", "--resume", str(run_dir)], cwd=REPO,
-                             capture_output=True, text=True, timeout=180)
+    resumed = cli.mlab("run", "--resume", run_dir, timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = json.loads((run_dir / "trace.json").read_text())
     assert (after["status"], after["end_reason"]) == ("finished", "final answer")

@@ -13,6 +13,7 @@ import pytest
 import tomllib
 
 from mlab.cli.main import COMMANDS, cli, load_command
+from tests.fixtures.cli import mlab_in_process
 
 PROBE = ("import sys\nfrom mlab.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
          "print('MODULES', ' '.join(sorted(sys.modules)))")
@@ -48,8 +49,7 @@ def test_the_listing_says_what_each_command_says_of_itself(name):
 def test_an_unknown_command_is_a_usage_error():
     ctx = click.Context(cli)
     assert cli.get_command(ctx, "nosuch") is None
-    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "nosuch"], capture_output=True, text=True,
-                            timeout=60)
+    result = mlab_in_process("nosuch")
     assert result.returncode == 2 and "No such command" in result.stderr and "Traceback" not in result.stderr
 
 

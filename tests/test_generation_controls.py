@@ -18,6 +18,7 @@ from mlab.core.llm.client import LLMClient, read_call_log
 from mlab.core.llm.generation import gather, parse_prices
 from mlab.core.run.runner import Runner
 from tests.fixtures.agents_fixtures import langchain_response, llm_calls, run_agent
+from tests.fixtures.cli import mlab_in_process
 from tests.fixtures.harness import TASK_NAME
 from tests.fixtures.llm_agent import AGENT_NAME, llm_registry, respond
 from tests.fixtures.llm_server import FakeLLMServer
@@ -224,8 +225,7 @@ def test_bench_takes_the_same_generation_flags_and_budgets(tmp_path):
 
 
 def test_resume_refuses_new_generation_settings_instead_of_ignoring_them(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "run", "--resume", str(tmp_path),
-                             "--temperature", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=100)
+    result = mlab_in_process("run", "--resume", tmp_path, "--temperature", "0.5")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("mlab: error: --resume continues a run with the settings in its config.json; "
                                     "drop the generation, price and budget flags")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -395,9 +394,7 @@ def test_malformed_submission_is_invalid_with_a_reason(name, kind, in_process, t
 @pytest.mark.parametrize("name", NAMES)
 def test_check_task_passes_for_a_lite_task(name, tmp_path):
     """`mlab check-task` runs the starter and the pack's reference in the sandbox; the reference must win."""
-    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "check-task", name, "--json"],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "MLAB_HOME": str(tmp_path / "home")})
+    result = mlab("check-task", name, "--json", home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     [report] = json.loads(result.stdout)
     assert report["status"] == "passed" and report["improvement"] > 0.10

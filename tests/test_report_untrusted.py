@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,13 +12,11 @@ import pytest
 
 from mlab.core.bench.results import ResultsDB
 from mlab.core.models import RunConfig, Trace
-from tests.fixtures.bench_cli import REPO, env
+from tests.fixtures.cli import mlab
 
 
 def report(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", "report", str(folder), "--no-plots", "--out",
-                           str(out), *extra], cwd=REPO, env=env(MLAB_HOME=str(folder.parent / "home")),
-                          capture_output=True, text=True, timeout=300)
+    return mlab("report", folder, "--no-plots", "--out", out, *extra, home=folder.parent / "home")
 
 
 def write_run(run_dir: Path, marker: str) -> None:

@@ -6,13 +6,13 @@ import math
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from mlab.core.models import Action, RunConfig, Step, Trace, Usage
+from tests.fixtures.cli import mlab_in_process
 from tests.test_runner import finish, start_harness
 
 REPO = Path(__file__).resolve().parent.parent
@@ -323,8 +323,7 @@ def test_a_damaged_line_inside_the_log_is_a_one_line_error(tmp_path, mlab_home):
     lines[2] = b'{"kind": "step", "step": {"no index": 1}}\n'
     (run_dir / "steps.jsonl").write_bytes(b"".join(lines))
     (run_dir / "trace.json").write_text("{torn")
-    result = subprocess.run([sys.executable, "-m", "mlab.cli.main", "eval", str(run_dir)], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
+    result = mlab_in_process("eval", run_dir)
     assert result.returncode == 2, result.stderr
     assert "steps.jsonl is damaged at line 3" in result.stderr and "Traceback" not in result.stderr
     # With trace.json whole, readers still get the run; a resume says what is wrong and writes nothing.

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.bench_cli import REGISTRY, REPO, report_bench
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
 
 
@@ -360,19 +360,16 @@ def test_viewer_follows_a_run_in_progress_in_chromium(tmp_path, monkeypatch):
 def test_view_command_bad_input_is_one_line_with_exit_code_2(tmp_path):
     import socket
 
-    missing = _cli("view", tmp_path / "nothing")
-    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "is not a folder" in missing.stderr
+    (tmp_path / "a-file").write_text("x")  # a folder not made yet is waited for; a file is no folder
+    not_a_folder = mlab_in_process("view", tmp_path / "a-file")
+    assert not_a_folder.returncode == 2 and not_a_folder.stderr.count("\n") == 1
+    assert "is a file" in not_a_folder.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        busy = _cli("view", tmp_path, "--port", taken.getsockname()[1])
+        busy = mlab_in_process("view", tmp_path, "--port", taken.getsockname()[1])
     assert busy.returncode == 2 and busy.stderr.count("\n") == 1
     assert "is in use; leave --port out to use a free one" in busy.stderr
-
-
-def _cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlab.cli.main", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
 
 
 def test_view_tells_a_stopped_run_from_one_going_on(runs_folder, tmp_path):
