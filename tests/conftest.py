@@ -10,9 +10,15 @@ another worker's tests would be load they do not control).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# Each xdist worker imports, and assertion-rewrites, every test module: with PYTHONDONTWRITEBYTECODE set (as some
+# shells and CI images do) it would compile them all afresh each time. The test processes keep their bytecode;
+# the commands they start still inherit the variable, so no run's workspace gets a __pycache__ it did not have.
+sys.dont_write_bytecode = False
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MLAB_SHARED_DIR", REPO.parent / "shared")) / "data"
