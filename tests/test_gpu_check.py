@@ -58,6 +58,7 @@ def test_without_nvidia_smi_the_check_exits_3_with_one_line(tmp_path):
     assert result.stdout.startswith("gpu-check: no GPU here (no nvidia-smi on PATH)")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
 def test_torch_without_cuda_exits_3_with_one_line_even_where_nvidia_smi_is(tmp_path):
     torch = pytest.importorskip("torch")
@@ -170,6 +171,7 @@ def test_generated_cifar_passes_the_tasks_own_check(tmp_path):
 
 
 # ---- the checks on the CPU, through the real sandboxes ---------------------------------------------
+@pytest.mark.slow
 @pytest.mark.skipif(not LocalSandbox.available()[0], reason="the local sandbox is not available here")
 def test_cuda_step_runs_as_agent_code_in_the_local_sandbox_on_the_cpu():
     result = run_check("--device", "cpu", "--only", "cuda-step", "--sandboxes", "local")

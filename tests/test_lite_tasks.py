@@ -22,6 +22,8 @@ from tests.fixtures.cli import mlab
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"lite/digits": DigitsTask(), "lite/diabetes": DiabetesTask(), "lite/wine": WineTask()}
 NAMES = list(TASKS)
+# lite/digits draws its 1,797 8x8 images stroke by stroke: its cases of the heavier checks are slow
+WITH_DIGITS_SLOW = [pytest.param(n, marks=pytest.mark.slow) if n == "lite/digits" else n for n in NAMES]
 # The columns a submission holds besides id.
 SUBMISSION_COLUMNS = {"lite/digits": [str(c) for c in range(10)], "lite/diabetes": ["target"], "lite/wine": ["label"]}
 
@@ -177,7 +179,7 @@ def test_reference_solution_beats_the_baseline_by_more_than_10_percent(name, hom
 
 # ---- preparing ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", WITH_DIGITS_SLOW)
 def test_prepare_is_deterministic(name, in_process, tmp_path):
     public, hidden = in_process(name)
     again_public, again_hidden = tmp_path / "public", tmp_path / "hidden"
@@ -238,6 +240,7 @@ def test_sklearns_bundled_copy_matches_no_test_row(name, in_process):
     assert (nearest > 0.01).all(), nearest.min()
 
 
+@pytest.mark.slow
 def test_generators_depend_on_the_seed_only():
     import numpy as np
 

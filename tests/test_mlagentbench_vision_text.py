@@ -162,6 +162,7 @@ def test_contrails_prepare_moves_validation_to_test_and_scores_dice(tmp_path, no
         task.evaluate(workspace_with(tmp_path, "short", exact.iloc[:-1].to_csv(index=False)), hidden)
 
 
+@pytest.mark.slow
 def test_contrails_test_data_is_beyond_the_starters_untrained_model(tmp_path, monkeypatch):
     """The starter's model is an untrained 1x1 convolution; on data one threshold separates, some random
     initialisations already match the masks and check-task then sees the reference gain nothing."""

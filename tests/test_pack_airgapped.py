@@ -36,6 +36,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 
 # ---- bugs ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_feedback_finds_its_files_in_a_folder_of_several_datasets(tmp_path):
     root = tmp_path / "datasets"
     tabular.house_prices(root / "house-prices")  # another task's train.csv, found first breadth-first
@@ -80,6 +81,7 @@ def test_llama_model_under_tmp_is_copied_into_the_task(tmp_path, monkeypatch):
     assert any(p == "model/*" for p in task.read_only_files)
 
 
+@pytest.mark.slow
 def test_tool_tasks_need_an_llm_and_the_network_and_prepare_again_with_force(tmp_path):
     env = {"MLAB_HOME": str(tmp_path / "home"), "MLAB_TOOL_LLM": ""}
     error = one_line_error(mlab("prepare", "bibtex-generation", env=env))
@@ -115,6 +117,7 @@ def test_prepare_force_keeps_the_earlier_preparation_when_it_fails(tmp_path):
     assert not [p for p in taskdata.data_root().iterdir() if p.name.startswith(".")]  # no staging left
 
 
+@pytest.mark.slow
 def test_check_task_exits_3_when_skipped():
     proc = mlab("check-task", "imdb", "--json", env={"MLAB_ALLOW_NO_GPU": ""})
     if json.loads(proc.stdout)[0]["status"] != "skipped":
@@ -122,6 +125,7 @@ def test_check_task_exits_3_when_skipped():
     assert proc.returncode == 3
 
 
+@pytest.mark.slow
 def test_baseline_without_a_gpu_names_the_cpu_variant_not_prepare(tmp_path):
     from mlab_tasks_mlagentbench.base import gpu_available
 

@@ -185,7 +185,7 @@ def test_the_example_line_fit_prepares_identically_in_fresh_homes(tmp_path, line
     assert report.steps[REPRODUCIBLE] == "ok" and report.reference < report.baseline
 
 
-@pytest.mark.parametrize("name", ["lite/digits", "lite/diabetes", "lite/wine"])
+@pytest.mark.parametrize("name", [pytest.param("lite/digits", marks=pytest.mark.slow), "lite/diabetes", "lite/wine"])
 def test_the_lite_tasks_prepare_identically_in_fresh_homes(tmp_path, name):
     task = registry().get("tasks", name)
     homes = [TaskHome(tmp_path / folder) for folder in ("a", "b")]

@@ -271,6 +271,7 @@ def vm_hwm_bytes() -> int:
     return 0
 
 
+@pytest.mark.slow
 @needs("torch", "transformers")
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_babylm_huge_config_is_loaded_in_the_sandbox_under_its_memory_limit(sandbox, outside_tmp):

@@ -211,6 +211,7 @@ def _span(values):
     return (min(values), max(values)) if values else (0.0, 0.0)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(bench_tables())

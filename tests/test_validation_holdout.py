@@ -171,7 +171,7 @@ def test_the_validate_action_says_the_rows_are_out_of_the_training_data(harness,
     assert "data/valid.csv" in description and "removed from this run's data/train.csv" in description
 
 
-@pytest.mark.parametrize("name", LITE)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "lite/digits" else n for n in LITE])
 def test_prepare_twice_writes_identical_held_out_files(harness, name):
     task = harness.task(name)
     harness.prepare(task)

@@ -74,7 +74,8 @@ def act(env: Environment, **args) -> tuple[str, bool]:
 
 # ---- the split ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(LITE))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "lite/digits" else n
+                                  for n in sorted(LITE)])
 def test_the_split_is_training_rows_with_the_labels_hidden_and_no_test_row(tmp_path, name):
     task = LITE[name]
     home = TaskHome(tmp_path / "home")

@@ -108,6 +108,7 @@ def swapped(tmp_path):
     assert tree_state(outside) == before, "the harness changed something outside the workspace"
 
 
+@pytest.mark.slow
 def test_snapshots_taken_during_the_swap_never_hold_what_lies_outside(swapped, tmp_path):
     ws, _outside = swapped
     store = SnapshotStore(tmp_path / "store")
