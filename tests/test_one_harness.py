@@ -225,7 +225,9 @@ def test_check_task_cli_uses_the_chosen_sandbox_and_a_fresh_home(tmp_path):
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(result.stdout)
     assert report["status"] == "passed" and report["baseline"] == 1.0 and report["reference"] == 5.0
-    assert not (tmp_path / "home").exists()  # the check prepared into a temporary home of its own
+    # the check prepared into a temporary home of its own; the user's home gets the reference score it recorded
+    written = sorted(p.relative_to(tmp_path / "home").as_posix() for p in (tmp_path / "home").rglob("*") if p.is_file())
+    assert written == ["tasks/fixture__with-reference/reference.json"]
 
 
 def test_check_task_says_which_limit_stopped_a_script_that_left_no_submission(tmp_path):
