@@ -74,6 +74,7 @@ def test_role_parameters_reach_the_server_and_the_call_log(tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["llm_params"] == expected
 
 
+@pytest.mark.slow
 def test_the_cli_flags_set_the_run_parameters_and_the_old_budget_names_warn(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in KEY_VARIABLES}
     command = [sys.executable, "-m", "tests.fixtures.llm_agent", "run", "--task", TASK_NAME, "--agent", AGENT_NAME,

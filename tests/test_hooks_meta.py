@@ -112,6 +112,7 @@ def run_observed(venv, tmp_path, *args, **env):
     return run_dir.resolve(), trace, events
 
 
+@pytest.mark.slow
 def test_observer_plugin_is_discovered_with_its_hooks(venv):
     plugins = {p["name"]: p for p in venv.mlab_json("list-plugins")["plugins"]}
     assert plugins["fixture-observer"]["error"] is None
@@ -122,6 +123,7 @@ def test_observer_plugin_is_discovered_with_its_hooks(venv):
     assert (kit["agents"], kit["llms"], kit["sandboxes"]) == (["fixture-asker"], ["fixture-echo"], ["fixture-plain"])
 
 
+@pytest.mark.slow
 def test_lifecycle_hooks_fire_in_order_during_a_run(venv, tmp_path):
     run_dir, trace, events = run_observed(venv, tmp_path, "--agent", "baseline")
     assert [e["hook"] for e in events] == ["run_started", "step_finished", "step_finished", "run_finished"]
@@ -146,6 +148,7 @@ def test_lifecycle_hooks_fire_in_order_during_a_run(venv, tmp_path):
     assert events[-1]["trace"]["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_plugin_agent_llm_and_sandbox_are_used_and_llm_calls_are_observed(venv, tmp_path):
     # register_agents, register_llms and register_sandboxes from one fixture, all used in one run.
     run_dir, trace, events = run_observed(venv, tmp_path, "--agent", "fixture-asker", "--llm", "fixture-echo:train.py",
@@ -165,6 +168,7 @@ def test_plugin_agent_llm_and_sandbox_are_used_and_llm_calls_are_observed(venv, 
     assert trace["usage"]["calls"] == 1 and trace["final_score"] == events[-1]["event"]["final_score"]
 
 
+@pytest.mark.slow
 def test_failing_observer_cannot_break_a_run(venv, tmp_path):
     run_dir, trace, events = run_observed(venv, tmp_path, "--agent", "baseline",
                                           MLAB_FIXTURE_OBSERVER_FAIL="step_finished")

@@ -70,6 +70,7 @@ def venv(tmp_path_factory):
     return venv
 
 
+@pytest.mark.slow
 def test_listing_shows_what_is_registered_by_name_without_importing_it(venv):
     plugin = venv.plugins()["lazykit"]
     assert plugin["distribution"] == "mlab-lazykit" and plugin["version"] == "0.3.1"
@@ -86,6 +87,7 @@ def test_listing_shows_what_is_registered_by_name_without_importing_it(venv):
     assert result.stdout.split() == ["['mlab_lazykit']"]
 
 
+@pytest.mark.slow
 def test_an_object_that_fails_to_load_is_its_plugins_error_and_hides_nothing_else(venv):
     result = venv.mlab("tasks", "--json")
     assert result.returncode == 0, result.stderr
@@ -100,6 +102,7 @@ def test_an_object_that_fails_to_load_is_its_plugins_error_and_hides_nothing_els
             "mlab_lazykit.bodies:GoodTask is named 'lazykit/good'") in errors[0]
 
 
+@pytest.mark.slow
 def test_using_an_object_that_fails_to_load_is_a_one_line_error(venv):
     result = venv.mlab("data", "lazykit/missing")
     assert result.returncode == 2, result.stdout + result.stderr
@@ -115,6 +118,7 @@ def test_using_an_object_that_fails_to_load_is_a_one_line_error(venv):
     assert len(lines) == 3 and len(set(lines)) == 1 and "cannot be loaded" in lines[0]
 
 
+@pytest.mark.slow
 def test_an_object_registered_by_name_runs(venv, tmp_path):
     result = venv.mlab("agents", "--json")
     assert result.returncode == 0, result.stderr
@@ -137,6 +141,7 @@ SCAN = ("import json\nfrom importlib.metadata import version\n"
         "                               distribution_version('no-such-distribution')]}))")
 
 
+@pytest.mark.slow
 def test_the_scan_finds_what_importlib_metadata_finds(venv):
     found = json.loads(venv.run("-c", SCAN).stdout)
     assert found["scan"] == found["metadata"]
@@ -171,6 +176,7 @@ def test_a_zip_on_sys_path_is_left_to_importlib_metadata(tmp_path, monkeypatch):
     assert discovery.distribution_version("mlab-zipped") == "1.2"
 
 
+@pytest.mark.slow
 def test_load_all_imports_every_registered_object_once_and_drops_the_broken(venv):
     # What a process that forks runs (the bench's zygote) does first, so that no run imports a plugin body itself.
     probe = ("from mlab.core.plugins.registry import load_registry\nr = load_registry()\nr.load_all()\n"

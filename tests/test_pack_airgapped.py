@@ -135,6 +135,7 @@ def test_baseline_without_a_gpu_names_the_cpu_variant_not_prepare(tmp_path):
     assert "needs a GPU" in error and "mlagentbench/imdb-cpu" in error and "mlab prepare" not in error
 
 
+@pytest.mark.slow
 def test_baseline_says_the_starter_gave_no_score_and_which_value_judges_runs(tmp_path):
     env = {"MLAB_HOME": str(tmp_path / "home")}
     source = tabular.house_prices(tmp_path / "src")

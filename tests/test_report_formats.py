@@ -65,6 +65,7 @@ def number(label: str) -> float:
     return float(label.replace("−", "-").replace("%", "").replace(",", ""))
 
 
+@pytest.mark.slow
 @needs_matplotlib
 def test_every_plot_is_written_as_pdf_svg_and_a_300_dpi_png_a_column_wide(tmp_path):
     from PIL import Image
@@ -128,6 +129,7 @@ def test_titles_labels_and_legends_stay_inside_every_figure(tmp_path, tasks, age
         plt.close(fig)
 
 
+@pytest.mark.slow
 @needs_matplotlib
 def test_costs_that_are_all_zero_get_an_axis_from_zero(tmp_path):
     from mlab.core.bench.report_plots import write_plots
@@ -140,6 +142,7 @@ def test_costs_that_are_all_zero_get_an_axis_from_zero(tmp_path):
     assert "mean cost per run (USD) (lower is better)" in svg_texts(svg)
 
 
+@pytest.mark.slow
 @needs_matplotlib
 def test_a_constant_curve_gets_a_plain_readable_axis(tmp_path):
     from mlab.core.bench.report_plots import write_plots

@@ -91,7 +91,7 @@ def execute(env, script: str, text: str) -> str:
 
 # ---- lite tasks: what agent code reads in the sandbox ------------------------------------------------------------
 
-@pytest.mark.parametrize("name", LITE)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "lite/digits" else n for n in LITE])
 def test_with_the_flag_agent_code_reads_the_training_file_without_the_validation_rows(harness, tmp_path, name):
     task = harness.task(name)
     harness.prepare(task)

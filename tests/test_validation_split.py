@@ -125,7 +125,8 @@ def test_offered_with_the_flag_and_the_default_file_named(staged):
     assert err and obs.startswith("EnvError: there is no 'valid_submission.csv' in the workspace")
 
 
-@pytest.mark.parametrize("name", sorted(LITE))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "lite/digits" else n
+                                  for n in sorted(LITE)])
 def test_only_the_validation_split_is_scored(staged, name):
     harness, environment = staged
     env = environment(name, allow_validate=True)
