@@ -76,7 +76,7 @@ def builtin_entry_points() -> dict[str, str]:
     found = {}
     for pyproject in sorted(REPO.glob("plugins/*/*/pyproject.toml")):
         project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
-        for name in project["entry-points"]["mlab"]:
+        for name in project["entry-points"].get("mlab", {}):  # a bridge registers with another framework only
             found[name] = project["name"]
     return found
 
@@ -117,7 +117,7 @@ def builtin_registrations() -> list[tuple[str, str, object]]:
 
     modules = {**BUILTIN_PLUGINS, "example": "mlab_example_tasks"}
     for pyproject in sorted(REPO.glob("plugins/*/*/pyproject.toml")):
-        modules.update(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["entry-points"]["mlab"])
+        modules.update(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["entry-points"].get("mlab", {}))
     registered = []
     for plugin, module_name in modules.items():
         module = importlib.import_module(module_name)

@@ -125,7 +125,7 @@ def test_one_run_folder_exports_its_messages_events_and_usage(tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [
     (["export", "--format", "inspect", "no-such-folder"], "does not exist"),
-    (["export", "--format", "csv", "."], "'csv' is not 'inspect'"),
+    (["export", "--format", "csv", "."], "'csv' is not one of 'inspect'"),
     (["export", "tests"], "Missing option '--format'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
