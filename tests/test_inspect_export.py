@@ -20,7 +20,11 @@ from tests.fixtures.agents_fixtures import fixture_registry, research_response, 
 from tests.fixtures.bench_cli import REGISTRY
 from tests.fixtures.cli import mlab
 
-inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect-ai is not installed (pip install -e '.[inspect]')")
+
+def inspect_log():
+    """inspect_ai's log module, imported when a test reads a log (at collection it costs every worker seconds)."""
+    return pytest.importorskip("inspect_ai.log", reason="inspect-ai is not installed (pip install -e '.[inspect]')")
+
 
 LIST = ("List Files", {"dir_path": "."})
 RUN = ("Execute Script", {"script_name": "train.py"})
@@ -43,7 +47,7 @@ def check_against_report(logs: list[Path], rows: dict[str, dict], bench: Path) -
     """Every sample's scores, tokens and counts equal the report's row for its run; returns the samples seen."""
     seen = 0
     for path in logs:
-        log = inspect_log.read_eval_log(str(path))
+        log = inspect_log().read_eval_log(str(path))
         assert log.status == "success" and log.samples
         assert [s.epoch for s in log.samples] == list(range(1, len(log.samples) + 1))
         for sample in log.samples:
@@ -91,7 +95,7 @@ def test_a_bench_exports_one_log_per_task_and_agent_with_the_reports_numbers(sma
     assert check_against_report(logs, rows, bench) == 4
     improvements = [r["improvement"] for r in rows.values() if r["agent"] == "fixture-appender"]
     assert all(i is not None and i > 0 for i in improvements), rows  # the verdict carried, not only the score
-    headers = [inspect_log.read_eval_log(str(p), header_only=True) for p in logs]
+    headers = [inspect_log().read_eval_log(str(p), header_only=True) for p in logs]
     assert len({h.eval.task_id for h in headers}) == 2  # inspect view groups retries by task_id
     for header in headers:
         assert header.eval.config.epochs == 2 and header.results.total_samples == 2
@@ -106,7 +110,7 @@ def test_one_run_folder_exports_its_messages_events_and_usage(tmp_path):
     from mlab.core.bench.export_inspect import export
 
     [path] = export(tmp_path / "run", tmp_path / "logs", registry=fixture_registry())
-    log = inspect_log.read_eval_log(str(path))
+    log = inspect_log().read_eval_log(str(path))
     [sample] = log.samples
     assert (log.eval.task, log.eval.solver, sample.epoch) == (trace.config.task, "research", 1)
     assert [m.role for m in sample.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
