@@ -2,12 +2,15 @@
 
 Each agent is driven by the scripted model with replies in its own format; every LLM agent replaces the starter by
 the task's reference solution, so the harness's final score must beat the starter's. The agents and search
-policies come from the registry, so an agent added later fails here until it has a script."""
+policies come from the registry, so an agent added later fails here until it has a script. Program agents (their own
+loop, reaching the scripted model through mlab's endpoint) write the reference solution from the model's reply and
+run it; the search agents take the data overview, grow two nodes and submit the better."""
 from __future__ import annotations
 
 import json
 import math
 import sys
+import textwrap
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +31,7 @@ from tests.fixtures.agents_fixtures import (  # noqa: E402
     simple_response,
     write_script,
 )
-from tests.fixtures.venvs import make_venv  # noqa: E402
+from tests.fixtures.venvs import MAIN_SITE, make_venv  # noqa: E402
 
 DECLARATIVE_PACK = REPO / "examples" / "task-pack-declarative"
 LINE_FIT = DECLARATIVE_PACK / "mlab_example_declarative" / "line-fit"
@@ -45,10 +48,35 @@ def research_family(respond: Callable[..., str]) -> list[str]:
             respond("Execute Script", RUN, 3), respond("Final Answer", {"final_answer": "least squares"}, 4)]
 
 
-def search_drafts() -> list[str]:
-    """Two whole-script drafts of the reference solution, the second reporting the better validation metric."""
-    return [f"Draft {n}.\n\n```python\n{SOLVE}print('VALIDATION_METRIC: {metric}')\n```\n"
+def search_nodes() -> list[str]:
+    """Two whole scripts of the reference solution (a plan, then the code), the second reporting the better
+    validation metric."""
+    return [f"Node {n}: least squares.\n\n```python\n{SOLVE}print('VALIDATION_METRIC: {metric}')\n```\n"
             for n, metric in ((1, 3.0), (2, 2.0))]
+
+
+# The `command` agent's program: plain urllib against mlab's endpoint; it asks once, writes the script in the reply
+# over the starter and runs it (which writes submission.csv).
+COMMAND_PROGRAM = textwrap.dedent('''
+    import json, os, re, subprocess, sys, urllib.request
+
+    task = open(os.environ["MLAB_TASK_FILE"]).read()
+    body = json.dumps({"model": os.environ["MLAB_MODEL"],
+                       "messages": [{"role": "user", "content": task + "\\nReply with the whole train.py."}]})
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+                                     data=body.encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        reply = json.loads(response.read())["choices"][0]["message"]["content"]
+    open("train.py", "w").write(re.search(r"```python\\n(.*?)```", reply, re.DOTALL).group(1))
+    subprocess.run([sys.executable, "train.py"], check=True)
+''')
+SMOL_WRITE = ("Thought: fit the line by least squares.\n<code>\nimport pathlib, subprocess, sys\n"
+              f"pathlib.Path('train.py').write_text({SOLVE!r})\n"
+              "done = subprocess.run([sys.executable, 'train.py'], capture_output=True, text=True)\n"
+              "print(done.returncode, done.stdout)\n</code>")
+MINI_WRITE = f"THOUGHT: fit the line by least squares.\n\n```mswea_bash_command\ncat > train.py <<'EOF'\n{SOLVE}EOF\n" \
+    "python3 train.py\n```"
+MINI_SUBMIT = "THOUGHT: done.\n\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 
 
 # Scripted replies per agent (None: the agent needs no model); the steps each must take, in order.
@@ -69,11 +97,20 @@ SCRIPTS: dict[str, tuple[list[str] | None, list[str] | None]] = {
                    edit_reply(SOLVE), langchain_response("execute_script", RUN, 3),
                    langchain_response("Final Answer", "least squares", 4)],
                   ["Execute Script", "Edit Script (AI)", "Execute Script", "Final Answer"]),
-    # the search agents' own steps depend on the policy; their graph is checked instead
-    "search": (search_drafts(), None),
-    "aide": (search_drafts(), None),
+    # the data overview, one Python REPL step a node, the best node run as the starter, Final Answer
+    "search": (search_nodes(), ["Python REPL"] * 4 + ["Final Answer"]),
+    "aide": (search_nodes(), ["Python REPL"] * 4 + ["Final Answer"]),
+    # program agents: one step per model call
+    "command": (["The least-squares line.\n\n```python\n" + SOLVE + "```\n"], ["Model Call"]),
+    "smolagents": ([SMOL_WRITE, "Thought: done.\n<code>\nfinal_answer('least squares')\n</code>"],
+                   ["Model Call"] * 2),
+    "mini-swe-agent": ([MINI_WRITE, MINI_SUBMIT], ["Model Call"] * 2),
 }
 SEARCH_OPTIONS = {"num_drafts": "2", "max_nodes": "2", "population_size": "2"}
+# Drafts are at most 40% of the nodes (of max_nodes 2: one), so greedy and mcts improve the draft; the
+# evolutionary population is at least 2 drafts.
+SEARCH_OPERATORS = {"greedy": ["draft", "improve"], "mcts": ["draft", "improve"], "evolutionary": ["draft", "draft"]}
+PROGRAM_AGENTS = {"command", "smolagents", "mini-swe-agent"}
 
 
 def registered_runs() -> list[tuple[str, str | None]]:
@@ -108,10 +145,16 @@ def finished_run(venv, run_dir: Path, agent: str, policy: str | None, replies: l
     args = ["run", "--task", TASK, "--agent", agent, "--max-steps", "20", "--run-dir", str(run_dir)]
     if replies is not None:
         args += ["--llm", f"scripted:{write_script(run_dir.parent / 'replies.jsonl', replies)}"]
-    if policy is not None:
-        options = {**SEARCH_OPTIONS, "policy": policy}
-        args += [a for key, value in options.items() for a in ("--agent-option", f"{key}={value}")]
-    result = venv.mlab(*args, timeout=300)
+    options = {**SEARCH_OPTIONS, "policy": policy} if policy is not None else {}
+    if agent == "command":
+        program = run_dir.parent / "my_agent.py"
+        program.write_text(COMMAND_PROGRAM)
+        options = {"command": f"python {program}"}
+    args += [a for key, value in options.items() for a in ("--agent-option", f"{key}={value}")]
+    # This venv reaches the main .venv's packages (smolagents, mini-swe-agent) through a .pth file; the sandbox
+    # shows only the venv's own folders, so the main site-packages is shown read-only as a user would.
+    env = {"MLAB_SANDBOX_RO": MAIN_SITE} if agent in ("smolagents", "mini-swe-agent") else None
+    result = venv.mlab(*args, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     trace = json.loads((run_dir / "trace.json").read_text())
     assert trace["status"] == "finished" and trace["final_score_error"] is None, trace["final_score_error"]
@@ -137,13 +180,24 @@ def test_the_installed_declarative_task_runs_with_every_agent(venv, starter_scor
     if replies is None:  # the baseline submits the starter's predictions
         assert trace["final_score"] == pytest.approx(starter_score)
         return
-    assert trace["end_reason"] == "final answer", trace["end_reason"]
-    if expected_steps is not None:
-        assert [s["action"]["name"] for s in trace["steps"]] == expected_steps
-        assert "least squares: w=" in trace["steps"][2]["observation"]
+    steps = trace["steps"]
+    assert [s["action"]["name"] for s in steps] == expected_steps
+    if agent in PROGRAM_AGENTS:
+        assert trace["end_reason"] == "agent program exited (code 0)", trace["end_reason"]
+        assert "+ submission.csv" in steps[0]["observation"], steps[0]["observation"]
+        # the fit's output: mini-swe-agent sends its commands' output with its next call, the others print it
+        shown = steps[1]["action"]["args"]["messages"][-1]["content"] if agent == "mini-swe-agent" \
+            else steps[0]["observation"]
+        assert "least squares: w=" in shown, shown
     else:
-        nodes = trace["steps"][-1]["agent_state"]["graph"]["nodes"]
-        assert [(n["operator"], n["fitness"]) for n in nodes] == [("draft", 3.0), ("draft", 2.0)]
-        assert trace["steps"][-1]["action"]["entries"]["best"] == 2
+        assert trace["end_reason"] == "final answer", trace["end_reason"]
+    if policy is not None:
+        nodes = steps[-1]["agent_state"]["graph"]["nodes"]
+        assert [(n["operator"], n["fitness"]) for n in nodes] == list(zip(SEARCH_OPERATORS[policy], (3.0, 2.0),
+                                                                          strict=True))
+        assert steps[-1]["action"]["entries"]["best"] == 2
+        assert "least squares: w=" in steps[-2]["observation"]  # the best node, run as the starter
+    elif agent not in PROGRAM_AGENTS:
+        assert "least squares: w=" in steps[2]["observation"]
     # the reference solution, written by the agent, beats the starter by the harness's own scoring
     assert trace["final_score"] < 0.5 * starter_score, (trace["final_score"], starter_score)
