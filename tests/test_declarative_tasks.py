@@ -451,15 +451,17 @@ def test_an_installed_declarative_task_runs_with_the_research_agent(installed, t
 
 @pytest.mark.slow
 def test_an_installed_declarative_task_runs_with_the_search_agent(installed, tmp_path):
-    """aide drafts two whole scripts (the scripted model's), keeps the better by the metric each prints, and
-    submits it; the declarative task scores that submission."""
+    """aide takes the data overview, writes two whole scripts (the scripted model's: a draft, then, drafts being at
+    most 40% of the two nodes, an improvement), keeps the better by the metric each prints, and submits it; the
+    declarative task scores that submission."""
     venv, _bad_line = installed
     solve = (EXAMPLE_TASKS / "line-fit" / "reference" / "solve.py").read_text()
     drafts = [(solve.replace("w * float(row[\"x\"]) + b]", f"w * float(row[\"x\"]) + b + {shift}]")
                + f"print('VALIDATION_METRIC: {metric}')\n") for shift, metric in ((3.0, 11.0), (0.0, 2.2))]
     assert "b + 3.0]" in drafts[0]  # the first draft predicts 3 too high
     script = write_script(tmp_path / "script.jsonl",
-                          [f"Draft {n}.\n\n```python\n{code}```\n" for n, code in enumerate(drafts, 1)])
+                          [f"Node {n}: least squares.\n\n```python\n{code}```\n"
+                           for n, code in enumerate(drafts, 1)])
     run_dir = tmp_path / "run"
     result = venv.mlab("run", "--task", f"{PACK}/line-fit", "--agent", "aide", "--llm", f"scripted:{script}",
                        "--agent-option", "num_drafts=2", "--agent-option", "max_nodes=2", "--max-steps", "20",
@@ -467,8 +469,10 @@ def test_an_installed_declarative_task_runs_with_the_search_agent(installed, tmp
     assert result.returncode == 0, result.stdout + result.stderr
     trace = json.loads((run_dir / "trace.json").read_text())
     assert trace["end_reason"] == "final answer" and trace["final_score_error"] is None
+    # the overview, one Python REPL step a node, the best node run as the starter, Final Answer
+    assert [s["action"]["name"] for s in trace["steps"]] == ["Python REPL"] * 4 + ["Final Answer"]
     nodes = trace["steps"][-1]["agent_state"]["graph"]["nodes"]
-    assert [(n["operator"], n["fitness"]) for n in nodes] == [("draft", 11.0), ("draft", 2.2)]
+    assert [(n["operator"], n["fitness"]) for n in nodes] == [("draft", 11.0), ("improve", 2.2)]
     assert trace["steps"][-1]["action"]["entries"]["best"] == 2
     assert "b + 3.0" not in (run_dir / "workspace" / "train.py").read_text()
     assert 0 < trace["final_score"] < 4, trace["final_score"]
