@@ -222,9 +222,12 @@ RESUMABLE = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
-def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_path, sandbox):
+def _killed_after_call_2_then_resumed(tmp_path: Path, sandbox: str, agent: list[str], respond):
+    """Runs `mlab run` with `agent` (its --agent arguments) against a fake model answering `respond`, kills the
+    harness's process group (kill -9) once the program has written notes.txt "after call 2" in the workspace, then
+    `mlab run --resume`s it. Checks what every such run shows (2 calls logged before the kill; after the resume it
+    finishes and is scored, each request that reached the model logged once, two sessions) and returns the trace
+    and the logged calls."""
     import signal
     import subprocess
     import time
@@ -232,12 +235,10 @@ def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_pa
     from mlab.core.llm.client import usage_of_log
     from tests.fixtures.cli import MLAB, cli_env
 
-    (tmp_path / "resumable.py").write_text(RESUMABLE)
     run_dir = tmp_path / "run"
-    with FakeLLMServer(lambda body: "ok " + body["messages"][-1]["content"]) as server:
-        args = ["run", "--task", "lite/wine", "--agent", "command", "--agent-option", "command=python resumable.py",
-                "--llm", "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--sandbox", sandbox,
-                "--max-steps", "10", "--run-dir", str(run_dir)]
+    with FakeLLMServer(respond) as server:
+        args = ["run", "--task", "lite/wine", *agent, "--llm", "openai/gpt-4o-mini", "--llm-api-base",
+                server.base_url, "--sandbox", sandbox, "--max-steps", "10", "--run-dir", str(run_dir)]
         env = cli_env({"OPENAI_API_KEY": "sk-user-secret"}, None)
         proc = subprocess.Popen([*MLAB, *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "first.err", "w"),
@@ -255,19 +256,72 @@ def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_pa
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr + done.stdout
     trace = _trace(run_dir)
-    assert trace["status"] == "finished" and trace["end_reason"] == "agent program exited (code 0)"
+    assert trace["status"] == "finished", trace["end_reason"]
     assert trace["final_score"] is not None
-    # every call that reached the model is in the log once: 2 before the kill, 2 after the resume
+    # every call that reached the model is in the log once, in order: 2 before the kill, the rest after the resume
     calls = read_call_log(run_dir / "llm_calls.jsonl")
-    sent = [r.body["messages"][-1]["content"] for r in server.requests]
-    assert [c["messages"][-1]["content"] for c in calls] == sent
+    assert [c["messages"] for c in calls] == [r.body["messages"] for r in server.requests]
+    assert len({c["session"] for c in calls}) == 2 and [c["step"] for c in calls][:3] == [1, 2, 2]
+    assert usage_of_log(calls).model_dump() == trace["usage"]  # the killed session's call 2 was paid for too
+    return trace, calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_path, sandbox):
+    (tmp_path / "resumable.py").write_text(RESUMABLE)
+    trace, calls = _killed_after_call_2_then_resumed(
+        tmp_path, sandbox, ["--agent", "command", "--agent-option", "command=python resumable.py"],
+        lambda body: "ok " + body["messages"][-1]["content"])
+    assert trace["end_reason"] == "agent program exited (code 0)"
+    sent = [c["messages"][-1]["content"] for c in calls]
     assert sent == ["first", "second", "resumed: after call 1 | told: True", "done"]
-    assert len({c["session"] for c in calls}) == 2 and [c["step"] for c in calls] == [1, 2, 2, 3]
+    assert [c["step"] for c in calls] == [1, 2, 2, 3]
     # the trace: call 1, then the resumed session's two calls; call 2 of the killed session is done again
     steps = trace["steps"]
     assert [s["index"] for s in steps] == [1, 2, 3]
     assert [s["action"]["args"]["messages"][-1]["content"] for s in steps] == ["first", *sent[2:]]
-    assert usage_of_log(calls).model_dump() == trace["usage"]  # the killed session's call 2 was paid for too
+
+
+def _resumable_script(agent: str):
+    """A scripted model for smolagents or mini-SWE-agent, one command a reply, counted over both sessions: run the
+    starter; write notes.txt and hang (the harness is killed there); after the resume, say whether notes.txt and
+    submission.csv are in the workspace; finish."""
+    import re
+
+    look = "import os; print('RESUMED', os.path.exists('notes.txt'), os.path.exists('submission.csv'))"
+    calls = iter(range(100))
+
+    def respond(body: dict) -> str:
+        n = min(next(calls), 3)
+        if agent == "smolagents":
+            code = ["import subprocess, sys\nsubprocess.run([sys.executable, 'train.py'], check=True)",
+                    "import pathlib, time\npathlib.Path('notes.txt').write_text('after call 2')\ntime.sleep(600)",
+                    look, "final_answer('submission.csv written')"][n]
+            return f"Thought: step {n}.\n<code>\n{code}\n</code>"
+        told = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        python = re.search(r"run Python with (\S+)\. Submit", told).group(1)
+        command = [f"{python} train.py | tail -3", "echo 'after call 2' > notes.txt && sleep 600",
+                   f'{python} -c "{look}"', "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"][n]
+        return f"THOUGHT: step {n}.\n\n```mswea_bash_command\n{command}\n```"
+    return respond
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+@pytest.mark.parametrize("agent", ["smolagents", "mini-swe-agent"])
+def test_kill_9_then_resume_continues_a_third_party_agent(tmp_path, agent, sandbox):
+    module, folder = {"smolagents": ("smolagents", "smolagents"), "mini-swe-agent": ("minisweagent", "miniswe")}[agent]
+    pytest.importorskip(module, reason=f"pip install -e 'plugins/agents/{folder}[agent]'")
+    trace, calls = _killed_after_call_2_then_resumed(tmp_path, sandbox, ["--agent", agent],
+                                                     _resumable_script(agent))
+    assert len(calls) == 4 and [c["step"] for c in calls] == [1, 2, 2, 3]
+    # the resumed agent starts afresh, told so, on the workspace as it was when call 2 arrived: the starter's
+    # submission.csv is there, notes.txt (written after call 2) is not
+    resumed = calls[2]["messages"]
+    assert "interrupted and resumed" in json.dumps(resumed) and "after call 2" not in json.dumps(resumed)
+    assert "RESUMED False True" in json.dumps(calls[3]["messages"]), calls[3]["messages"][-1]
+    assert [s["index"] for s in trace["steps"]] == [1, 2, 3]
 
 
 def _mini_script(probes: list[str]):
