@@ -29,6 +29,10 @@ NOT_RUN: dict[str, tuple[str, str | None]] = {
     "--bench-dir bench": ("needs a real model (openai/gpt-4o)",
                           "mlab bench --tasks lite/digits,lite/wine --agents baseline --runs 1 --workers 2 "
                           "--bench-dir bench"),
+    "mlab check-sandbox jail": ("jail is the sandbox the section has the reader write; not installed here",
+                                "mlab check-sandbox local"),
+    "mlab check-sandbox jail --case freezes_between_actions --json": (
+        "the same sandbox", "mlab check-sandbox local --case freezes_between_actions --json"),
 }
 # A command the next one needs interrupted: killed once its run has started (its trace exists), as a user's
 # crash would, so `mlab run --resume` has a killed run to continue.

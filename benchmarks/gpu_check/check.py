@@ -461,11 +461,12 @@ def llama(registry: Any, home: Any, device: str, root: Path, lines: int, budget:
             ratio = task.evaluate(workspace, harness.home.hidden_dir(task))
         except Exception as exc:
             return FAILED, f"timing failed: {exc}"[:300], "\n".join(outputs)
-    reports = []
+    reports = []  # each timed command prints one pair (time_pair.py): the starter's and the submission's report
     for output in outputs:
         found = [line for line in output.splitlines() if line.startswith("{")]
         if found:
-            reports.append(json.loads(found[-1]))
+            pair = json.loads(found[-1])
+            reports += [pair[who] for who in ("starter", "submission") if isinstance(pair.get(who), dict)]
     clocks = sorted({str(r.get("clock")) for r in reports})
     seconds = statistics.median(float(r["seconds"]) for r in reports) if reports else float("nan")
     where = harness.sandbox_name + (f" ({note})" if note else "")
