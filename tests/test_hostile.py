@@ -420,6 +420,30 @@ def test_fork_bomb(tmp_path, sandbox):
     assert not run.step(6)[1]
 
 
+RESERVE = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+# As CUDA's cuInit does: a large span of address space reserved (PROT_NONE, 0), none of it usable or backed.
+at = libc.mmap(None, 64 << 30, 0, 0x02 | 0x20 | 0x4000, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE
+print("reserved" if at not in (None, ctypes.c_void_p(-1).value) else "refused", flush=True)
+try:
+    block = bytearray(1_500_000_000)
+    print("allocated", flush=True)
+except MemoryError:
+    print("MemoryError", flush=True)
+"""
+
+
+@parametrize
+def test_reserved_address_space_is_not_memory(tmp_path, sandbox):
+    """The memory limit bounds memory a command can write, not address space it reserves: CUDA (and JAX) reserve
+    tens of GiB at start, so a limit on address space makes every GPU command fail with "out of memory"."""
+    run = run_case(tmp_path, sandbox, script(RESERVE, "reserve.py"), timeout=20)
+    obs, _err = run.step(2)
+    assert "reserved" in obs and "MemoryError" in obs, obs
+
+
 @pytest.mark.slow
 @parametrize
 def test_memory_bomb(tmp_path, sandbox):

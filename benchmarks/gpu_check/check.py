@@ -300,8 +300,8 @@ def cuda_step(registry: Any, name: str, device: str, root: Path, budget: Budget)
     ok, shown, observation = attempt(cls, root / "default-limits", limits)
     if ok:
         return PASSED, shown, observation
-    # Diagnoses, never a pass: CUDA reserves much address space, which the per-process memory limit (RLIMIT_AS)
-    # may refuse; and a step that fails unconfined too is not the confinement's doing.
+    # Diagnoses, never a pass: a memory limit that refused CUDA's start (an address-space limit did, before the
+    # limit became RLIMIT_DATA); and a step that fails unconfined too is not the confinement's doing.
     detail, log = [shown], [observation[-LOG_TAIL // 2:]]
     gib = f"{limits.memory_bytes / 2**30:g} GiB" if limits.memory_bytes else "no"
     unconfined, _why = sandbox_class(registry, "unconfined")

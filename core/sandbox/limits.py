@@ -10,7 +10,9 @@ from pydantic import BaseModel
 
 class Limits(BaseModel):
     timeout_s: float = 3600.0
-    memory_bytes: int | None = 16 * 2**30  # address space per process; also the whole tree's memory in a cgroup
+    # Per process, the memory it may write (RLIMIT_DATA: heap and private writable mappings, not reserved address
+    # space, which CUDA and JAX take tens of GiB of at start); also the whole tree's memory in a cgroup.
+    memory_bytes: int | None = 16 * 2**30
     cpu_seconds: int | None = None
     file_size_bytes: int | None = 4 * 2**30
     # Processes and threads of the whole tree; a cgroup's pids.max where one can be made (RLIMIT_NPROC binds no
@@ -24,7 +26,7 @@ class Limits(BaseModel):
 def rlimit_values(limits: Limits, nproc: int | None) -> list[tuple[int, int, int]]:
     """(resource, soft, hard) for each rlimit limits sets (RLIMIT_NPROC to nproc when given)."""
     pairs = [
-        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_DATA, limits.memory_bytes),
         (resource.RLIMIT_CPU, limits.cpu_seconds),
         (resource.RLIMIT_FSIZE, limits.file_size_bytes),
         (resource.RLIMIT_NPROC, nproc),
