@@ -69,8 +69,24 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+class TaskParam(BaseModel):
+    """A parameter a task takes (`-T NAME=VALUE`): its type, the value when none is given, and a line of help."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: Literal["str", "int", "float", "bool"] = "str"
+    default: str | int | float | bool
+    help: str = ""
+    # prepare reads it: each value other than the default has prepared data (and a baseline) of its own
+    changes_data: bool = True
+
+
 class RunConfig(BaseModel):
     task: str
+    # A task run from its folder (`--task ./folder`, not installed): the folder, and a digest of its files, so the
+    # run's task is found again (eval, resume) and a folder changed since is noticed.
+    task_folder: str | None = None
+    task_digest: str | None = None
+    task_params: dict[str, Any] = Field(default_factory=dict)  # every declared parameter's value (-T)
     agent: str
     llm: str | None = None
     fast_llm: str | None = None
@@ -80,6 +96,8 @@ class RunConfig(BaseModel):
     action_timeout_s: float = 2 * 3600
     seed: int = 0
     label: str | None = None  # the method's name in reports (--label); None: agent (model)
+    tags: list[str] = Field(default_factory=list)  # --tag: names to select runs by (mlab runs --tag)
+    meta: dict[str, str] = Field(default_factory=dict)  # --meta KEY=VALUE: the user's notes on the run
     sandbox: str = "auto"
     sandbox_confined: bool | None = None  # set by the runner: whether the sandbox that ran it confined agent code
     agent_options: dict[str, Any] = Field(default_factory=dict)

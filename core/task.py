@@ -9,11 +9,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
+    from mlab.core.models import TaskParam
     from mlab.core.sandbox.contract import ExecResult
 
 DEFAULT_SUCCESS_MARGIN = 0.10  # the original's "more than 10% better than the baseline"
@@ -109,6 +110,10 @@ class Task(ABC):
     """The largest submission file evaluate reads; check it with os.stat and refuse a larger one unread."""
     validation: ValidationSplit | None = None
     """The validation split prepare writes, if any; runs with --allow-validate may score predictions on it."""
+    params: list[TaskParam] = []
+    """The parameters users may set (`-T NAME=VALUE`). Every method reads the values, each declared one filled in,
+    from `param_values` (the harness gives each set of values a copy of the task)."""
+    param_values: dict[str, Any] = {}
 
     @abstractmethod
     def prepare(self, ctx: PrepareContext) -> None:
