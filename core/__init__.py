@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the public names
         StepFinished,
         StopRun,
         SubmissionScored,
+        TaskParam,
         TaskPrepared,
         Trace,
         Usage,
