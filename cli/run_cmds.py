@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from mlab.core.errors import MlabError
 from mlab.core.llm import generation
 from mlab.core.models import RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
+from mlab.core.run.task_lookup import find_task, run_fields
 
-from .console import make_console
+from . import task_options
+from .console import fitted_table, make_console, print_fitted
 from .durations import Duration
 
 
@@ -110,13 +111,15 @@ def any_model_setting(settings: dict[str, Any]) -> bool:
               help="Time limit of the starter script.")
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox the starter runs in (see: mlab list-plugins).")
-def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
-    """Run a task's baseline and record the mean score that improvement is measured against."""
+@task_options.task_params
+def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_params: tuple[str, ...]) -> None:
+    """Run a task's baseline (TASK: a name, or a task folder) and record the mean score that improvement is
+    measured against."""
     from mlab.core.run.baseline import measure_baseline
     from mlab.core.run.harness import Harness
 
     harness = Harness(load_registry(), sandbox=sandbox)
-    task = harness.task(task_name)
+    task = harness.task(task_name, task_options.given_params(task_params))
     if task.fixed_baseline is not None:
         click.echo(f"{task.name}: note: the task fixes its baseline at {task.fixed_baseline:.6g}; runs are judged "
                    "against that, not against what is measured here", err=True)
@@ -131,7 +134,7 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 
 
 @click.command()
-@click.option("--task", "task_name", help="Task name (see: mlab tasks).")
+@click.option("--task", "task_name", help="Task name (see: mlab tasks), or a task folder holding task.yaml.")
 @click.option("--agent", "agent_name", default="baseline", show_default=True, help="Agent (see: mlab agents).")
 @click.option("--llm", help="Main model, e.g. scripted:replies.jsonl or openai/gpt-4o.")
 @click.option("--fast-llm", help="Model for summaries and reading files (default: --llm).")
@@ -155,12 +158,15 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str) -> None:
 @click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 7).")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
+@task_options.task_params
+@task_options.run_tags
 @model_settings_options
 def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str | None, edit_llm: str | None,
         max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, label: str | None, sandbox: str,
         agent_options: tuple[str, ...], interactive: bool, allow_validate: bool, resume_dir: str | None,
         llm_api_base: str | None,
         llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None,
+        task_params: tuple[str, ...], tags: tuple[str, ...], meta: tuple[str, ...],
         model_settings: dict[str, Any]) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
     from mlab.core.run.runner import Runner, new_run_dir
@@ -176,6 +182,9 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --label")
     if resume_dir and allow_validate:
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --allow-validate")
+    if resume_dir and (task_params or tags or meta):
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop -T, --tag and "
+                               "--meta")
     if resume_dir:
         trace = read_trace(Path(resume_dir))
         if trace.status != "running":
@@ -187,7 +196,9 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         if not task_name:
             valid = ", ".join(sorted(registry.items["tasks"])) or "(none installed)"
             raise MlabError(f"--task is required; valid tasks: {valid}")
-        config = RunConfig(task=registry.get("tasks", task_name).name, agent=registry.get("agents", agent_name).name,
+        task = find_task(registry, task_name, task_options.given_params(task_params))
+        config = RunConfig(**run_fields(task), agent=registry.get("agents", agent_name).name,
+                           tags=task_options.parse_tags(tags), meta=task_options.parse_meta(meta),
                            llm=llm, fast_llm=fast_llm, edit_llm=edit_llm, max_steps=max_steps,
                            action_timeout_s=action_timeout_s, seed=seed, label=method_label(label),
                            sandbox=sandbox, agent_options=parse_agent_options(agent_options), interactive=interactive,
@@ -195,7 +206,7 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                            llm_cache=_cache_dir(llm_cache),
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
                            **model_settings)
-        if allow_validate and registry.get("tasks", config.task).validation is None:
+        if allow_validate and task.validation is None:
             raise click.UsageError(f"task {config.task!r} declares no validation split, so --allow-validate cannot "
                                    "be used with it")
         target = Path(run_dir) if run_dir else new_run_dir(config)
@@ -323,11 +334,9 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
 
     from mlab.core.view.live import run_in_progress
 
-    table = Table(title="mlab results")
     columns = ["run", "task", "agent", "status", "steps", "metric", "score", "baseline", "improvement",
                "success\n(original)", "of\nreference", "model\ncalls", "tokens", "time s"]
-    for column in columns + (["best step"] if intermediate else []):
-        table.add_column(column)
+    cells = []
     for r in rows:
         score = f"{r['score']:.6g}" if r["score"] is not None else f"[red]{escape(str(r['error']))}[/red]"
         base = f"{r['baseline']:.6g}" if r["baseline"] is not None else "not measured"
@@ -340,14 +349,19 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
         status = r["status"]
         if status == "running" and run_in_progress(Path(r["run_dir"])) is False:
             status = "interrupted"  # its process is gone: `mlab run --resume` continues it
-        table.add_row(escape(Path(r["run_dir"]).name), escape(r["task"]), escape(r["agent"]), status,
+        cells.append([Path(r["run_dir"]).name, escape(r["task"]), escape(r["agent"]), status,
                       str(r["steps"]), escape(r["metric"]) + (" ↑" if r["higher_is_better"] else " ↓"), score, base,
-                      imp, success, ratio, str(r["llm_calls"]), f"{r['tokens']:,}", f"{r['time_s']:.1f}", *best)
+                      imp, success, ratio, str(r["llm_calls"]), f"{r['tokens']:,}", f"{r['time_s']:.1f}", *best])
+    console = make_console()
+    # At a narrow terminal the run's name keeps its end (model and seed) and the least needed columns go first.
+    table, left_out = fitted_table(
+        console, "mlab results", columns + (["best step"] if intermediate else []), cells,
+        wrapped=["score", "improvement", "baseline"], tail_kept="run",
+        left_out_first=["of\nreference", "tokens", "model\ncalls", "time s", "baseline", "agent", "task", "metric"])
     notes = sorted({f"{r['task']}: {r['baseline_note']}" for r in rows if r["baseline_note"]})
     if notes:
         table.caption = "* " + "; ".join(notes)
-    console = make_console()
-    console.print(table)
+    print_fitted(console, table, left_out)
     validated = [Path(r["run_dir"]).name for r in rows if r.get("allow_validate")]
     if validated:
         console.print(f"note: {', '.join(validated)} could score predictions on a validation split "
