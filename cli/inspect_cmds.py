@@ -97,7 +97,6 @@ def agents(as_json: bool) -> None:
     import json
 
     registry = load_registry()
-    from mlab.core.agent_program import program_needs
     from mlab.core.agentkit.options import option_rows
 
     rows = [{"name": name, "description": cls.description, "needs_llm": cls.needs_llm,
@@ -123,3 +122,14 @@ def agents(as_json: bool) -> None:
     for r in rows:  # one line each, unwrapped, so the install command can be copied
         if r["program"] is not None and not r["program"]["found"]:
             click.echo(f"{r['name']}: {r['program']['missing']}")
+
+
+def program_needs(agent_cls: type) -> dict[str, object] | None:
+    """A program agent's install line, whether its program is found here, and if not how to install it; None
+    for an agent the core steps."""
+    from mlab.core.agent_program import ProgramAgent
+
+    if not (isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent)):
+        return None
+    found, why = agent_cls.available()
+    return {"install": agent_cls.install, "found": found, "missing": "" if found else why}

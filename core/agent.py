@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class AgentContext:
-    """What an agent gets once, when built for a run."""
+    """What an agent is built with, once per run."""
 
     task_name: str
     research_problem: str
@@ -28,14 +28,12 @@ class AgentContext:
     seed: int = 0
     starter_script: str = "train.py"
     log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
-    # Versions of the key packages of the Python that runs agent code ({"python": "3.12.3", "pandas": ...}).
-    packages: dict[str, str] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)  # versions agent code runs with: {"python": "3.12.3", ...}
 
 
 class AgentOptions(BaseModel):
-    """What `--agent-option KEY=VALUE` may set: an agent subclasses it with one field per option, each with a
-    default and a description (`mlab agents` shows them). Keys it does not declare are refused: a run checks the
-    given options before it writes anything and stops in one line naming the valid ones."""
+    """What `--agent-option KEY=VALUE` may set: one field per option, each with a default and a description
+    (`mlab agents` shows them). A run refuses undeclared keys and bad values in one line before it writes anything."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -51,56 +49,39 @@ class RunState:
 
 
 class Agent(ABC):
-    """Given the run state, return the next Action (or StopRun to end the run).
+    """Registered as a class; the core builds one instance per run, `AgentClass(ctx)`, and calls `step`,
+    `state_dict` and, on resume, `load_state_dict`. An exception from the agent's code, or a step returning anything
+    else, ends the run as an agent error; LLMError and BudgetExceeded from `self.llm` keep their own meaning."""
 
-    The core registers the class, reads its class attributes, then builds one instance per run with
-    `AgentClass(ctx)` and calls `step`, `state_dict` and (on resume) `load_state_dict`. An exception from the
-    agent's own code, or a step that returns anything else, ends the run as an agent error; LLMError and
-    BudgetExceeded from `self.llm` keep their own meaning.
-    """
-
-    name: ClassVar[str] = ""
-    """What `--agent` takes; required, unique among installed agents."""
-    description: ClassVar[str] = ""
-    """One line for `mlab agents`."""
-    needs_llm: ClassVar[bool] = True
-    """True: a run refuses to start without `--llm` (and `ctx.llm` is never None)."""
-    Options: ClassVar[type[AgentOptions]] = AgentOptions
-    """The agent's options; the default declares none, so any `--agent-option` is refused."""
+    name: ClassVar[str] = ""  # what `--agent` takes; required, unique among installed agents
+    description: ClassVar[str] = ""  # one line for `mlab agents`
+    needs_llm: ClassVar[bool] = True  # a run refuses to start without `--llm`, so `ctx.llm` is never None
+    Options: ClassVar[type[AgentOptions]] = AgentOptions  # the default declares none: any option is refused
 
     ctx: AgentContext
-    """What the agent was built with for this run."""
-    options: AgentOptions
-    """ctx.options as an Options instance, with the defaults filled in."""
+    options: AgentOptions  # ctx.options validated by Options, defaults filled in
 
     def __init__(self, ctx: AgentContext):
-        """Override to set up per-run state; call `super().__init__(ctx)` first.
-
-        Raises:
-            MlabError: the run cannot use this agent (e.g. an action it needs is not offered), in one line.
-        """
+        """Set up per-run state after `super().__init__(ctx)`. Raises MlabError: the run cannot use this agent (e.g.
+        an action it needs is not offered), in one line."""
         self.ctx = ctx
         self.options = self.Options.model_validate(ctx.options)  # the runner has checked them (one-line errors)
 
     @property
     def llm(self) -> LLMClient:
-        """The run's LLM client, typed without None: the runner gives one to every agent with needs_llm."""
+        """`ctx.llm` typed without None (MlabError when the run has no model)."""
         if self.ctx.llm is None:
             raise MlabError(f"agent {self.name!r} needs a model: give --llm")
         return self.ctx.llm
 
     @abstractmethod
     def step(self, state: RunState) -> Action | StopRun:
-        """Choose the next action.
-
-        Returns:
-            An Action named and shaped as in ACTION_SPECS (argument values are strings; a malformed one gets an
-            `EnvError:` observation, not an exception), or StopRun(reason).
-        """
+        """The next Action, named and shaped as in ACTION_SPECS (argument values are strings; a malformed one gets
+        an `EnvError:` observation, not an exception), or StopRun(reason)."""
 
     def state_dict(self) -> dict[str, Any]:
-        """All memory the agent needs to go on, JSON-serialisable; saved with each step. Keeping a search graph
-        under the key `graph` shows it in `mlab report` and `mlab view` (`mlab.core.run.solution_graph`)."""
+        """All memory needed to go on, JSON-serialisable; saved with each step. A search graph kept under `graph`
+        shows in `mlab report` and `mlab view` (format: mlab.core.run.solution_graph)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (optional: no state by default)

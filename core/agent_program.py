@@ -90,15 +90,6 @@ class ProgramAgent(Agent):
         raise MlabError(f"agent {self.name!r} runs its own program: the runner does not ask it for steps")
 
 
-def program_needs(agent_cls: type) -> dict[str, object] | None:
-    """What a program agent needs (its install line, whether its program is found here, and if not the line
-    saying how to install it), for `mlab agents`; None for an agent the core steps."""
-    if not (isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent)):
-        return None
-    found, why = agent_cls.available()
-    return {"install": agent_cls.install, "found": found, "missing": "" if found else why}
-
-
 def check_program(agent_cls: type) -> None:
     """Refuse, in one line, a program agent whose program is missing here (before a run writes anything)."""
     if isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent):

@@ -1,15 +1,10 @@
 """The sandbox contract: what the core asks of a sandbox, and the rules every sandbox keeps.
 
-A sandbox runs commands of agent code (and of scorers) in a task's workspace. The core starts a command with
-`popen` (a lasting one, the REPL) or `run` (to its end), looks at it with `check`, stops it with `kill`, pauses
-it between actions with `freeze` and `thaw`, and lets go of it with `release`. It reads four declarations:
-`name`, `confined`, `auto_rank` and `available()`, and names no sandbox itself.
-
-Writing one: subclass mlab.core.sandbox.process.ProcessSandbox when commands are processes of this machine
-(it spawns them in a session of their own with rlimits and a cgroup, and kills, freezes and reaps their
-trees), and override `popen` alone; subclass Sandbox when they live elsewhere. Register the class with the
-`register_sandboxes` hook, then run `mlab check-sandbox NAME`: the conformance suite
-(mlab.core.sandbox.self_check) holds it to these rules.
+A sandbox runs commands of agent code (and of scorers) in a task's workspace. The core reads `name`, `confined`,
+`auto_rank` and `available()`, and names no sandbox itself. Subclass mlab.core.sandbox.process.ProcessSandbox when
+commands are processes of this machine (it spawns, limits, kills, freezes and reaps their trees; override `popen`
+alone), Sandbox when they live elsewhere. Register the class with `register_sandboxes`; `mlab check-sandbox NAME`
+(mlab.core.sandbox.self_check) holds it to these rules. Every `command` argument is what `popen` returned.
 """
 from __future__ import annotations
 
@@ -24,163 +19,94 @@ __all__ = ["LIMIT_NAMES", "Command", "ExecResult", "ExecSpec", "Sandbox"]
 
 
 class Command(Protocol):
-    """A started command as `Sandbox.popen` returns it; a subprocess.Popen is one. Its pid leads the process
-    group of everything it starts. A command that can tell its end on a descriptor (without waitpid) may
-    also have `end_fd() -> int | None`, which the core's waiter sleeps on."""
+    """A started command (a subprocess.Popen is one); its pid leads the process group of all it starts. It may also
+    have `end_fd() -> int | None`, a descriptor that tells its end, which the core's waiter then sleeps on."""
 
     @property
     def pid(self) -> int: ...
-
     @property
     def stdin(self) -> IO[bytes] | None: ...
-
     @property
     def stdout(self) -> IO[bytes] | None: ...
-
     @property
     def returncode(self) -> int | None: ...
-
     def poll(self) -> int | None: ...
-
     def wait(self, timeout: float | None = None) -> int: ...
 
 
 class Sandbox(ABC):
-    """A way of confining commands. One instance serves one run (or one scorer), from several threads; the
-    class is looked at (`available`, `auto_rank`) before any instance is made."""
+    """A way of confining commands. One instance serves one run (or one scorer), from several threads; the class
+    is looked at (`available`, `auto_rank`) before any instance is made."""
 
-    name: str = ""
-    """The name `--sandbox` selects it by, unique among installed sandboxes."""
-
-    description: str = ""
-    """One line on how it confines commands, for listings."""
-
+    name: str = ""  # what `--sandbox` selects it by; unique among installed sandboxes
+    description: str = ""  # one line on how it confines commands, for listings
     auto_rank: ClassVar[int | None] = None
-    """Its place in `--sandbox auto` (the default): of the sandboxes available here, the one with the lowest
-    rank is chosen. None: never chosen by auto, only by name. A sandbox with a rank must confine (`confined`)
-    wherever `available()` says yes. mlab's own: bwrap 10, local 20; docker and unconfined have none."""
+    """Its place in `--sandbox auto`: the available sandbox with the lowest rank is chosen; None: only by name.
+    A ranked sandbox must be `confined` wherever it is available. mlab's: bwrap 10, local 20."""
 
     @property
     def confined(self) -> bool:
-        """True when a command cannot see `spec.hidden_paths` nor change `spec.read_only_paths` (namespaces, a
-        container); False when only the harness's restoring afterwards protects them. The harness shares
-        read-only files with the workspace by hard links only in a confined sandbox, and the report marks runs
-        of an unconfined one. Override with a property or a class attribute."""
+        """True when a command can neither see `spec.hidden_paths` nor change `spec.read_only_paths` (namespaces, a
+        container); only then does the harness hard-link read-only files into the workspace, and the report marks
+        runs of an unconfined one. A property or a class attribute."""
         return False
 
     @property
     def signal_exit_codes(self) -> bool:
-        """True when the command runs under an init of its own that exits with 128+N when the command dies of
-        signal N: `run` then reports such codes as -N, the way Popen does."""
+        """True when the command runs under an init that exits 128+N when it dies of signal N; `run` reports -N."""
         return False
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        """Whether this sandbox works on this machine; cheap after the first call (cache a probe).
-
-        Returns:
-            (True, "") when usable; (False, one line saying why not and what to do) otherwise.
-        """
+        """(True, "") when usable on this machine, else (False, one line: why not and what to do). Cache a probe."""
         return True, ""
 
     def limitations(self) -> list[str]:
-        """What this sandbox cannot enforce here; the runner shows and records each as a warning.
-
-        Returns:
-            One sentence per gap (e.g. no bound on processes), empty when it enforces everything.
-        """
+        """One sentence per limit it cannot enforce here (e.g. no bound on processes); the run warns of each."""
         return []
 
     @abstractmethod
     def popen(self, argv: list[str], spec: ExecSpec) -> Command:
-        """Start argv confined per spec and return at once.
+        """Start argv (a bare name looked up in spec.env's PATH) confined per spec, and return at once.
 
-        Rules: the command runs in spec.cwd with exactly spec.env; stdout and stderr merged into one pipe
-        (`stdout`); stdin a pipe (`stdin`) when spec.stdin_pipe, else empty; spec.limits applied to the whole
-        tree it starts (rlimits, and processes and memory where the sandbox can bound them); a confined sandbox
-        hides spec.hidden_paths, keeps spec.read_only_paths read-only, leaves writable only cwd,
-        spec.writable_paths and a private /tmp, and gives no network unless spec.network. Nothing it starts may
-        outlive the harness.
-
-        Args:
-            argv: the program and its arguments; a bare name is looked up in spec.env's PATH.
-            spec: where, with what and under which limits.
-
-        Returns:
-            The running command. The caller ends it with `kill` and `release`.
-
-        Raises:
-            FileNotFoundError, PermissionError: argv[0] cannot be executed (as Popen raises them).
-        """
+        Rules: it runs in spec.cwd with exactly spec.env; stdout and stderr merged into one pipe; stdin a pipe when
+        spec.stdin_pipe, else empty; spec.limits bound its whole tree (rlimits; processes and memory where the
+        sandbox can). A confined sandbox hides spec.hidden_paths, mounts each spec.read_only_paths entry read-only
+        (a folder as one mount), leaves writable only cwd, spec.writable_paths and a private /tmp, and gives no
+        network unless spec.network. Nothing it starts may outlive the harness. Raises FileNotFoundError or
+        PermissionError, as Popen does, when argv[0] cannot be executed."""
 
     def check(self, command: Command, spec: ExecSpec) -> str | None:
-        """A limit the command has broken; the caller then kills it. Called every 0.1 s while it runs, and once
-        after it ended (a kernel's OOM kill is known only then).
-
-        Args:
-            command: what `popen` returned.
-            spec: what it was started with.
-
-        Returns:
-            One of LIMIT_NAMES, or None.
-        """
+        """A limit the command broke (one of LIMIT_NAMES), or None; the caller then kills it. Called every 0.1 s
+        while it runs and once after it ended (a kernel's OOM kill is known only then)."""
         return None
 
     @abstractmethod
     def kill(self, command: Command) -> None:
-        """Kill the command and everything it started, daemonized children included, at once (SIGKILL). Safe
-        on a command that has ended and to call twice; never raises for a process already gone.
-
-        Args:
-            command: what `popen` returned.
-        """
+        """SIGKILL the command and all it started, daemonized children included. Safe on an ended command and
+        twice; never raises for a process already gone."""
 
     @abstractmethod
     def freeze(self, command: Command) -> None:
-        """Stop every process of a lasting command (the REPL between two actions), so that nothing of the agent
-        runs while the harness works; return only once they have all stopped.
-
-        Args:
-            command: a running command of `popen`.
-        """
+        """Stop every process of a lasting command (the REPL between actions); return once all have stopped."""
 
     @abstractmethod
     def thaw(self, command: Command) -> None:
-        """Let a frozen command run again.
-
-        Args:
-            command: a command `freeze` stopped.
-        """
+        """Let a frozen command run again."""
 
     def release(self, command: Command) -> None:
-        """Free what the command held once it is dead (its cgroup, its container). Called exactly once per
-        command, after `kill`.
-
-        Args:
-            command: what `popen` returned.
-        """
+        """Free what the dead command held (its cgroup, its container). Called exactly once, after `kill`."""
         return None
 
     def run(self, argv: list[str], spec: ExecSpec,
             on_output: Callable[[bytes], None] | None = None) -> ExecResult:
-        """Run argv to its end under spec's limits. The default starts it with `popen` and watches it with
-        `check` (mlab.core.sandbox.supervise): the time limit counts from when `popen` returned; output past
-        spec.limits.output_bytes is cut in the middle; on a broken limit the tree is killed.
-
-        Args:
-            argv: as for `popen`.
-            spec: as for `popen`.
-            on_output: shown each chunk of output as it comes.
-
-        Returns:
-            The exit code (-N for a death by signal N; None when unknown), the output, and the limit hit.
-
-        Raises:
-            FileNotFoundError, PermissionError: as `popen`.
-        """
+        """Run argv to its end, showing on_output each chunk of output as it comes, and return the exit code (-N
+        for a death by signal N; None when unknown), the output and the limit hit. Raises as `popen`. By default
+        `popen` and `check` (mlab.core.sandbox.supervise): the time limit counts from `popen`'s return, output past
+        spec.limits.output_bytes is cut in the middle, and a broken limit kills the tree."""
         return run_to_end(self, argv, spec, on_output)
 
     def close(self) -> None:
-        """Let go of what the sandbox keeps between commands (the local sandbox's zygotes, docker's kept
-        containers); the owner of a run's sandbox calls it when the run ends. A later command starts afresh."""
+        """Let go of what is kept between commands (zygotes, containers); the run's owner calls it when the run
+        ends. A later command starts afresh."""
         return None
