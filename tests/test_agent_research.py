@@ -89,7 +89,7 @@ def test_invalid_responses_say_what_is_wrong(text, problem):
 
 # ---- runs -------------------------------------------------------------------------------------------
 def test_research_agent_improves_on_the_baseline(tmp_path):
-    from tests.fixtures.harnesses import measure_baseline
+    from tests.fixtures.harness import measure_baseline
 
     task = fixture_registry().get("tasks", TASK_NAME)
     script = [
@@ -134,7 +134,7 @@ def test_research_agent_beats_the_baseline_on_a_lite_task(tmp_path):
     from mlab.core import RunConfig
     from mlab.core.run import taskdata
     from mlab.core.run.runner import Runner
-    from tests.fixtures.harnesses import measure_baseline
+    from tests.fixtures.harness import measure_baseline
 
     registry = fixture_registry()
     if "lite/wine" not in registry.items["tasks"]:

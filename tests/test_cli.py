@@ -61,7 +61,7 @@ def test_eval_reports_each_run(tmp_path):
     runs = []
     for n in (2, 4):
         run_dir = tmp_path / f"run{n}"
-        made = mlab(run_dir, "--steps", n, entry=entry("tests.fixtures.harness"))
+        made = mlab(run_dir, "--steps", n, entry=entry("tests.fixtures.harness", "stepper-run"))
         assert made.returncode == 0, made.stderr
         runs.append(run_dir)
     # eval through the fixture registry: the fixture task is registered in-process only

@@ -15,7 +15,7 @@ import pytest
 from mlab.core import InvalidSubmission
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import SCRIPT_TIMEOUT_S, check_task
+from tests.fixtures.harness import SCRIPT_TIMEOUT_S, check_task
 from tests.fixtures.mlagentbench import cifar, graph, kaggle
 
 QUIET = {"log": lambda _m: None}

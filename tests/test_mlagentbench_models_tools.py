@@ -21,7 +21,7 @@ from mlab.core.run import taskdata
 from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
-from tests.fixtures.harnesses import check_task
+from tests.fixtures.harness import check_task
 from tests.fixtures.llm_server import send_json
 from tests.fixtures.mlagentbench import text
 

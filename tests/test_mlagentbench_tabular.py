@@ -19,7 +19,7 @@ import pytest
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import SCRIPT_TIMEOUT_S, check_task, measure_baseline
+from tests.fixtures.harness import SCRIPT_TIMEOUT_S, check_task, measure_baseline
 from tests.fixtures.mlagentbench import tabular
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pytest
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import check_task
+from tests.fixtures.harness import check_task
 from tests.fixtures.mlagentbench import images, text
 
 QUIET = {"log": lambda _m: None}

@@ -17,8 +17,8 @@ from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import ScoreRule, judge
 from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.cli import entry, mlab
-from tests.fixtures.one_harness import FixedZeroTask as FixedZeroTaskForCheck
-from tests.fixtures.one_harness import (
+from tests.fixtures.harness import FixedZeroTask as FixedZeroTaskForCheck
+from tests.fixtures.harness import (
     FlakyStarterTask,
     NeverSubmitsTask,
     ReferenceTask,
@@ -26,9 +26,9 @@ from tests.fixtures.one_harness import (
     harness_registry,
 )
 
-REGISTRY = "tests.fixtures.one_harness:harness_registry"
+REGISTRY = "tests.fixtures.harness:harness_registry"
 
-ONE_HARNESS = entry("tests.fixtures.one_harness")
+ONE_HARNESS = entry("tests.fixtures.harness")
 
 
 def test_judge_is_direction_aware_and_uses_the_task_margin():

@@ -14,7 +14,7 @@ from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, ch
 from mlab.core.run.harness import Harness
 from mlab.core.run.taskdata import TaskHome, tree_digest
 from tests.fixtures.bench_cli import REPO, env
-from tests.fixtures.one_harness import ReferenceTask, harness_registry
+from tests.fixtures.harness import ReferenceTask, harness_registry
 from tests.fixtures.venvs import EXAMPLE_PACK
 
 

@@ -26,8 +26,8 @@ def mlab_home(tmp_path, monkeypatch):
 
 
 def start_harness(run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.fixtures.harness", str(run_dir), *extra], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-m", "tests.fixtures.harness", "stepper-run", str(run_dir), *extra],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc: subprocess.Popen) -> str:

@@ -20,7 +20,7 @@ from mlab.core import InvalidSubmission
 from mlab.core.llm.proxy import LLMProxy, ProxyBudget, Reply
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from tests.fixtures.harnesses import check_task
+from tests.fixtures.harness import check_task
 from tests.fixtures.llm_server import send_json
 
 QUIET = {"log": lambda _m: None}
@@ -384,7 +384,7 @@ def test_a_tool_that_never_stops_is_cut_off_by_the_time_limit_and_scored_on_what
 
 def test_the_harness_scorer_runs_the_tool_in_bwrap_through_the_proxy(model, tmp_path):
     from mlab_tasks_mlagentbench.base import REFERENCE_DIR
-    from tests.fixtures.harnesses import harness
+    from tests.fixtures.harness import harness
 
     if not load_registry().items["sandboxes"]["bwrap"].available()[0]:
         pytest.skip("bubblewrap cannot run here")
@@ -419,7 +419,7 @@ def test_an_endpoint_that_fails_every_call_gives_no_score_rather_than_a_low_one(
     import socket
 
     from mlab_tasks_mlagentbench.base import REFERENCE_DIR
-    from tests.fixtures.harnesses import harness
+    from tests.fixtures.harness import harness
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
