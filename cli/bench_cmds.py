@@ -56,6 +56,13 @@ def _run_options(**given: object) -> dict[str, object]:
 @click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure.")
 @click.option("--retry-failed", is_flag=True, help="Run failed runs again (finished runs are always kept).")
 @click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run).")
+@click.option("--max-connections", type=click.IntRange(1, 10_000),
+              help="Model requests in flight at once, over all the bench's runs (default: no limit).")
+@click.option("--retry-errors", default=0, show_default=True, type=click.IntRange(0, 100),
+              help="Run a run that errored (harness, agent code or model error) again, up to N times; the errored "
+                   "attempt is kept under BENCH_DIR/attempts.")
+@click.option("--fail-fast", is_flag=True,
+              help="Stop the bench at the first run that errored (after its retries); the others are resumable.")
 @click.option("--registry", "registry_factory", hidden=True,
               help="module:function building the plugin registry (plugins under development, tests).")
 @model_settings_options  # generation parameters, prices and budgets: the same flags as `mlab run`
@@ -64,8 +71,8 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
           cpus_per_run: float | None, bench_dir: str, max_steps: int, action_timeout_s: float, sandbox: str,
           agent_options: tuple[str, ...], labels: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
           llm_timeout_s: float | None,
-          llm_retries: int | None, retry_failed: bool, intermediate: bool, registry_factory: str | None,
-          model_settings: dict[str, Any]) -> None:
+          llm_retries: int | None, retry_failed: bool, intermediate: bool, max_connections: int | None,
+          retry_errors: int, fail_fast: bool, registry_factory: str | None, model_settings: dict[str, Any]) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
@@ -82,8 +89,11 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                          llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
     if engine == "local" and (ray_address or cpus_per_run):
         raise MlabError("--ray-address and --cpus-per-run need --engine ray")
+    if max_connections and ray_address:  # its slot files are on this machine: a node elsewhere cannot share them
+        raise MlabError("--max-connections holds across the processes of one machine: not with --ray-address")
     runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,
-                   registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run)
+                   registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run,
+                   max_connections=max_connections, retry_errors=retry_errors, fail_fast=fail_fast)
     if allow_validate:
         _check_validation_splits(runner.registry, spec.tasks)
     console = make_console()
@@ -100,6 +110,14 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
     console.print(f"bench {bench_dir}: {status.done} finished, {status.failed} failed"
                   f" ({status.skipped} already done before), {status.tokens:,} tokens, {status.cost_text()}, "
                   f"{time.monotonic() - started:.1f} s", highlight=False)
+    if status.retried:
+        console.print(f"retried: {status.retried} errored attempt(s) run again (--retry-errors); the errored "
+                      f"attempts are kept in {Path(bench_dir) / 'attempts'}", highlight=False)
+    if status.stopped_by:
+        make_console(stderr=True).print(f"fail-fast: run {status.stopped_by} errored; the bench stopped the other "
+                                        "runs (rerun the same command to resume them)",
+                                        highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
     console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
 
 

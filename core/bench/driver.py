@@ -9,6 +9,7 @@ failed ones only when asked.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from mlab.core.bench.agent_options import bench_agent_options
 from mlab.core.bench.evaluate import registry_from
@@ -39,6 +40,7 @@ JOBS_DIR = ".jobs"  # workers' results, consumed into results.db
 LOGS_DIR = "logs"
 ATTEMPTS_DIR = "attempts"
 NO_LLM = "-"
+CONNECTIONS_DIR = ".connections"  # the slot files of --max-connections
 LIVE_READS_PER_TICK = 32  # run folders whose step in progress the driver reads per tick, in turn
 
 
@@ -113,6 +115,8 @@ class BenchStatus:
     unpriced_runs: int = 0  # ended runs whose cost is unknown (a model without a price): not in cost_usd
     interrupted: bool = False
     interrupted_runs: int = 0  # stopped part-way (Ctrl-C): resumed by the next `mlab bench`
+    retried: int = 0  # errored attempts run again (--retry-errors); each kept under BENCH/attempts
+    stopped_by: str | None = None  # --fail-fast: the run whose error stopped the bench, and why
     last: list[str] = field(default_factory=list)  # one line per run that ended, newest last
 
     def add_cost(self, cost_usd: float | None) -> None:
@@ -132,7 +136,8 @@ class BenchStatus:
 class Bench:
     def __init__(self, bench_dir: Path, spec: BenchSpec, workers: int | None = None, engine: str = "local",
                  retry_failed: bool = False, registry_factory: str | None = None, ray_address: str | None = None,
-                 cpus_per_run: float | None = None):
+                 cpus_per_run: float | None = None, max_connections: int | None = None, retry_errors: int = 0,
+                 fail_fast: bool = False):
         self.dir = Path(bench_dir).resolve()
         self.spec = spec
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -141,6 +146,13 @@ class Bench:
         self.registry_factory = registry_factory
         self.ray_address = ray_address
         self.cpus_per_run = cpus_per_run
+        self.max_connections = max_connections  # model requests in flight at once, over all runs
+        self.retry_errors = retry_errors  # times an errored run is run again within this bench
+        self.fail_fast = fail_fast  # stop every run at the first one that errored (after its retries)
+        if max_connections is not None and max_connections < 1:
+            raise MlabError("--max-connections must be at least 1")
+        if retry_errors < 0:
+            raise MlabError("--retry-errors must be 0 or more")
         if engine not in ("local", "ray"):
             raise MlabError(f"unknown engine {engine!r}; valid: local, ray")
         if spec.runs < 1:
@@ -219,6 +231,10 @@ class Bench:
     def _settings(self) -> WorkerSettings:
         """What a worker needs to build the same registry in the same environment as this driver."""
         env = {k: os.environ[k] for k in ("MLAB_HOME", "MLAB_LOAD_PLUGINS", "MLAB_DATA_DIR") if k in os.environ}
+        if self.max_connections is not None:
+            from mlab.core.llm.connections import slots_env
+
+            env.update(slots_env(self.dir / CONNECTIONS_DIR, self.max_connections))
         return {"registry_factory": self.registry_factory, "sys_path": [os.getcwd()], "env": env}
 
     def _job_dict(self, job: Job) -> JobSpec:
@@ -265,6 +281,8 @@ class Bench:
         try:
             self._prepare_tasks(db)
             db.set_meta("spec", {**self.spec.__dict__, "llms": self.spec.llms})
+            db.set_meta("run_control", {"max_connections": self.max_connections, "retry_errors": self.retry_errors,
+                                        "fail_fast": self.fail_fast})
             jobs, status = self.plan(db)
             if not jobs:
                 if on_update:
@@ -286,8 +304,9 @@ class Bench:
         running: dict[str, Job] = {}
         by_key = {job.key: job for job in jobs}
         live = _LiveReader(self.dir / RUNS_DIR)
+        retries: dict[str, int] = {}  # run key -> times it was run again after an error, in this bench
         try:
-            while queue or running:
+            while (queue or running) and status.stopped_by is None:
                 starting: list[Job] = []
                 while queue and engine.capacity() - len(starting) > 0:
                     starting.append(queue.popleft())
@@ -302,8 +321,18 @@ class Bench:
                 if ended:
                     with db.transaction():
                         for job_dict, result in ended:
-                            self._ended(db, by_key[job_dict["key"]], result, status)
-                            running.pop(job_dict["key"], None)
+                            job = by_key[job_dict["key"]]
+                            running.pop(job.key, None)
+                            if self._errored(result) and retries.get(job.key, 0) < self.retry_errors:
+                                retries[job.key] = retries.get(job.key, 0) + 1
+                                queue.appendleft(self._retry(db, job, result, retries[job.key], status))
+                                continue
+                            self._ended(db, job, result, status)
+                            if self.fail_fast and self._errored(result) and status.stopped_by is None:
+                                status.stopped_by = f"{job.key} ({result.get('end_reason')})"
+                if status.stopped_by is not None:  # --fail-fast: the others stop as at a Ctrl-C, resumable
+                    self._stop_all(engine, db, by_key, status)
+                    queue.clear()
                 status.pending = len(queue)
                 if on_update:
                     shown = list(running.values())
@@ -322,6 +351,41 @@ class Bench:
             if on_update:
                 on_update(status)
             raise
+
+    def _stop_all(self, engine: LocalEngine | RayEngine, db: ResultsDB, by_key: dict[str, Job],
+                  status: BenchStatus) -> None:
+        stopped = engine.interrupt()
+        with db.transaction():
+            for job_dict, result in stopped:
+                self._ended(db, by_key[job_dict["key"]], result, status)
+
+    @staticmethod
+    def _errored(result: Row | None) -> TypeGuard[Row]:
+        """Whether a run ended in an error (of the harness, the agent's code or its model), not just without an
+        improvement: only such a run is retried or stops a --fail-fast bench."""
+        return result is not None and result.get("status") == "failed"
+
+    def _retry(self, db: ResultsDB, job: Job, result: Row, retry: int, status: BenchStatus) -> Job:
+        """Keep the errored attempt's folder under attempts/ and give back the run, to start afresh."""
+        row = db.run(job.key) or {}
+        run_dir = self.dir / RUNS_DIR / job.name
+        kept = f"{ATTEMPTS_DIR}/{job.name}.{row.get('attempts') or 0}"
+        if run_dir.exists():
+            aside = self.dir / kept
+            shutil.rmtree(aside, ignore_errors=True)
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(run_dir, aside)
+        (self.dir / JOBS_DIR / f"{job.name}.result.json").unlink(missing_ok=True)  # not taken for the retry's
+        reason = result.get("end_reason")
+        found = db.conn.execute("SELECT value FROM meta WHERE key = 'retried'").fetchone()
+        entry = {"key": job.key, "retry": retry, "of": self.retry_errors, "end_reason": reason, "kept_in": kept}
+        db.set_meta("retried", [*(json.loads(found[0]) if found else []), entry])
+        status.retried += 1
+        status.tokens += (result.get("prompt_tokens") or 0) + (result.get("completion_tokens") or 0)
+        status.add_cost(result.get("cost_usd") if "cost_usd" in result else 0.0)
+        status.last.append(f"{job.key}: errored ({reason}); retry {retry} of {self.retry_errors}, the errored "
+                           f"attempt kept in {kept}")
+        return Job(job.key, job.name, job.task, job.agent, job.llm, job.seed, "start", job.config)
 
     def _started(self, db: ResultsDB, job: Job) -> None:
         row = db.run(job.key)

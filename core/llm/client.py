@@ -16,6 +16,7 @@ from mlab.core.errors import BudgetExceeded, LLMError
 from mlab.core.fs.dirfd import write_all
 from mlab.core.llm.backend import LLM
 from mlab.core.llm.cache import ResponseCache, request_key
+from mlab.core.llm.connections import ConnectionSlots, slots_from_env
 from mlab.core.llm.generation import FORBIDDEN_PARAMS, ROLES, call_cost, cut_at_stop, merge_params
 from mlab.core.llm.retry import RetryPolicy, call_with_retries
 from mlab.core.models import Completion, LLMCallFinished, Message, Usage
@@ -56,7 +57,8 @@ class LLMClient:
                  retry: RetryPolicy | None = None, max_tokens: int | None = None, max_cost: float | None = None,
                  max_calls: int | None = None, cache_dir: Path | str | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 params: dict[str, dict[str, Any]] | None = None, prices: dict[str, list[float]] | None = None):
+                 params: dict[str, dict[str, Any]] | None = None, prices: dict[str, list[float]] | None = None,
+                 connections: ConnectionSlots | None = None):
         missing = [role for role in ROLES if role not in backends]
         if missing:
             raise ValueError(f"no backend for roles {missing}")
@@ -72,6 +74,9 @@ class LLMClient:
         self.params = {role: dict(p) for role, p in (params or {}).items()}  # the run's, by role
         self.prices = dict(prices or {})  # USD per million tokens by role, for models without a known price
         self.step_index: int | None = None  # set by the runner before each step, for the log
+        # requests in flight at once, shared with the other runs of a bench (--max-connections): a bench's
+        # workers find it in their environment
+        self.connections = connections if connections is not None else slots_from_env()
         self._sleep = sleep
         self._lock = threading.Lock()
         self._settled = threading.Condition()  # notified when a call ends: it gave back what it reserved
@@ -179,7 +184,7 @@ class LLMClient:
                 completion = cache.get(key, occurrence)
                 cached = completion is not None
             if completion is None:
-                fresh, retries = call_with_retries(lambda: backend.complete(messages, **params), self.retry,
+                fresh, retries = call_with_retries(lambda: self._send(backend, messages, params), self.retry,
                                                    describe=f"LLM {role} call ({model})", sleep=self._sleep)
                 if params.get("stop"):
                     fresh = fresh.model_copy(update={"text": cut_at_stop(fresh.text, params["stop"])})
@@ -203,6 +208,13 @@ class LLMClient:
         finally:
             self._record(role, model, messages, params, completion, error, retries, cached,
                          time.monotonic() - started, backend.options.get("api_base"))
+
+    def _send(self, backend: LLM, messages: list[Message], params: dict[str, Any]) -> Completion:
+        """One try of a call, holding a connection slot while it is on the wire (not while it waits to retry)."""
+        if self.connections is None:
+            return backend.complete(messages, **params)
+        with self.connections.held():
+            return backend.complete(messages, **params)
 
     def _record(self, role: str, model: str, messages: list[Message], params: dict[str, Any],
                 completion: Completion | None, error: BaseException | None, retries: list[dict[str, Any]],

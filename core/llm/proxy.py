@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlab.core.llm.connections import ConnectionSlots, slots_from_env
 from mlab.core.llm.unix_http import JsonHandler, UnixSocketServer
 
 # The variable that tells a tool (llm_tool.py) where the proxy listens; set only for commands that may use it.
@@ -120,8 +121,11 @@ class LLMProxy:
         proxy.usage.summary()
     """
 
-    def __init__(self, upstream: Upstream, budget: ProxyBudget, folder: Path | str | None = None):
+    def __init__(self, upstream: Upstream, budget: ProxyBudget, folder: Path | str | None = None,
+                 connections: ConnectionSlots | None = None):
         self.upstream = upstream
+        # the bench's limit on requests in flight (--max-connections) counts the proxy's calls too
+        self.connections = connections if connections is not None else slots_from_env()
         self.budget = budget
         self.usage = ProxyUsage()
         self._lock = threading.RLock()
@@ -192,7 +196,11 @@ class LLMProxy:
             return 429, {"error": {"type": "budget_exceeded", "message": message}}
         started = time.monotonic()
         try:
-            reply = self.upstream(messages, allowed, temperature)
+            if self.connections is None:
+                reply = self.upstream(messages, allowed, temperature)
+            else:
+                with self.connections.held():
+                    reply = self.upstream(messages, allowed, temperature)
         except Exception as exc:  # the upstream's failure is the tool's problem to handle, not the harness's
             note = f"upstream failed: {type(exc).__name__}: {exc}"[:500]
             self._settle(prompt_bound + allowed, None)
