@@ -17,8 +17,8 @@ from mlab.core import InvalidSubmission
 from mlab.core.run.scoring_context import ScoringContext
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.limits import Limits
-from mlab_tasks_mlagentbench.base import FILES_DIR, PACKAGE_DIR, REFERENCE_DIR
-from mlab_tasks_mlagentbench.timing import PAIR_TIMER, WHO, _timed_pair
+from mlab_tasks_mlagentbench.base import FILES_DIR, REFERENCE_DIR
+from mlab_tasks_mlagentbench.timing import WHO, _timed_pair, stage_timer
 from tests.fixtures.sandboxes import make_sandbox
 
 STARTER = FILES_DIR / "vectorization" / "train.py"
@@ -129,8 +129,7 @@ def one_pair(sandbox: str, submitted: Path, tmp_path: Path) -> dict:
     scratch.mkdir(parents=True)
     shutil.copytree(FILES_DIR / "vectorization", stage / "starter")
     shutil.copytree(submitted, stage / "submission")
-    for script in ("time_forward.py", PAIR_TIMER):
-        shutil.copyfile(PACKAGE_DIR / script, stage / script)
+    stage_timer(stage, "time_forward.py")
     ctx = ScoringContext(new_sandbox=lambda: make_sandbox(sandbox), limits=Limits(timeout_s=900),
                          hidden_paths=[TaskHome.from_env().data_root])
     return _timed_pair(ctx, stage, scratch, "forward", WHO, "forward pass", [])

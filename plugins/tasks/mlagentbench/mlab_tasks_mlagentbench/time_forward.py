@@ -10,28 +10,10 @@ import os
 import struct
 import sys
 
+from time_frames import receive, send  # staged beside this script
+
 folder = os.path.abspath(sys.argv[1])
 to_me, to_timer = (int(fd) for fd in os.environ.pop("MLAB_TIMER_FDS").split(","))
-
-
-def send(payload):
-    data = struct.pack("<Q", len(payload)) + payload
-    while data:
-        data = data[os.write(to_timer, data):]
-
-
-def receive():
-    def exactly(count):
-        chunks = b""
-        while len(chunks) < count:
-            chunk = os.read(to_me, count - len(chunks))
-            if not chunk:
-                return None
-            chunks += chunk
-        return chunks
-
-    head = exactly(8)
-    return None if head is None else exactly(struct.unpack("<Q", head)[0])
 
 
 os.chdir(folder)
@@ -44,10 +26,10 @@ if spec is None or spec.loader is None:
     sys.exit("train.py cannot be loaded")
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-send(json.dumps({"loaded": True}).encode())
-while (frame := receive()) is not None:
+send(to_timer, json.dumps({"loaded": True}).encode())
+while (frame := receive(to_me)) is not None:
     np.random.seed(struct.unpack("<Q", frame)[0])
     batch = np.random.randn(32, 64, 64, 3)
     layer = module.Conv2DLayer(3, 8, 3, 2, 2, "relu")
     output = np.ascontiguousarray(np.asarray(layer.forward(batch), dtype=np.float64))
-    send(struct.pack(f"<Q{output.ndim}Q", output.ndim, *output.shape) + output.tobytes())
+    send(to_timer, struct.pack(f"<Q{output.ndim}Q", output.ndim, *output.shape) + output.tobytes())

@@ -50,25 +50,17 @@ def instrumented(source, starter_source):
 
 
 def _channel():
+    import time_frames  # staged beside this script (a local import: the tests import this module from the package)
+
     to_me, to_timer = (int(fd) for fd in os.environ.pop("MLAB_TIMER_FDS").split(","))
 
-    def send(payload):
-        data = struct.pack("<Q", len(payload)) + payload
-        while data:
-            data = data[os.write(to_timer, data):]
-
     def receive():
-        chunks, wanted = b"", 8
-        while len(chunks) < wanted:
-            chunk = os.read(to_me, min(wanted - len(chunks), 1 << 20))
-            if not chunk:
-                sys.exit("the timer closed the pipe")
-            chunks += chunk
-            if wanted == 8 and len(chunks) == 8:
-                chunks, wanted = b"", struct.unpack("<Q", chunks)[0]
-        return chunks
+        frame = time_frames.receive(to_me)
+        if frame is None:
+            sys.exit("the timer closed the pipe")
+        return frame
 
-    return send, receive
+    return (lambda payload: time_frames.send(to_timer, payload)), receive
 
 
 def _token_ids(value):

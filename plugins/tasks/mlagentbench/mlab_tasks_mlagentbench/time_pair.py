@@ -33,27 +33,6 @@ PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 CONTEXT_LENGTH = 128  # llama-inference's, fixed by its DO NOT EDIT setup
 
 
-def send(fd, payload):
-    data = struct.pack("<Q", len(payload)) + payload
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def receive(fd):
-    """One frame, or None at the end of the pipe."""
-    def exactly(count):
-        chunks = b""
-        while len(chunks) < count:
-            chunk = os.read(fd, min(count - len(chunks), 1 << 20))
-            if not chunk:
-                return None
-            chunks += chunk
-        return chunks
-
-    head = exactly(8)
-    return None if head is None else exactly(struct.unpack("<Q", head)[0])
-
-
 def _stats():
     """pid -> (parent pid, CPU ticks of the process with its threads and its waited-for children)."""
     table = {}
@@ -140,6 +119,8 @@ def generation_inputs(rng, ready, run_dir):
 
 def run_worker(mode, stage, scratch, who, inputs_for, shared):
     """Load `who`'s script in a worker, feed it inputs and time it: its report and its outputs' digests."""
+    from time_frames import receive, send  # staged beside this script (the tests import this module)
+
     run_dir, home = os.path.join(scratch, "run"), os.path.join(scratch, "home")
     for folder in (run_dir, home):
         shutil.rmtree(folder, ignore_errors=True)

@@ -72,6 +72,7 @@ def stage_task_files(source: Path, stage: Path, names: Iterable[str], *, link: b
 
 
 PAIR_TIMER = "time_pair.py"  # runs each pair: draws the inputs, times the workers, checks the outputs
+FRAMES = "time_frames.py"  # the pipe framing the timer and its workers share
 
 
 def _timed_pair(ctx: ScoringContext, stage: Path, scratch: Path, mode: str, order: tuple[str, str],
@@ -130,6 +131,12 @@ def settled(ratios: list[float], *, least: int = REPETITIONS, most: int = REPETI
     return critical * spread <= math.log1p(PRECISION)
 
 
+def stage_timer(stage: Path, worker: str) -> None:
+    """Copy the pair timer, `worker` and the framing they share into stage, where the timing command runs them."""
+    for script in (worker, PAIR_TIMER, FRAMES):
+        shutil.copyfile(PACKAGE_DIR / script, stage / script)
+
+
 def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, worker: str, *, what: str,
                       shared: Iterable[str] = (), most: int = REPETITIONS) -> float:
     """`ratio_estimate` over back-to-back pairs of the submission's time and the starter's, alternating which runs
@@ -140,8 +147,7 @@ def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, worker: s
     if most < REPETITIONS or most % 2:
         raise ValueError(f"timing needs an even number of pairs, at least {REPETITIONS}, not {most}")
     modes = {"time_forward.py": "forward", "time_generation.py": "generation"}
-    for script in (worker, PAIR_TIMER):
-        shutil.copyfile(PACKAGE_DIR / script, stage / script)
+    stage_timer(stage, worker)
     shared = list(shared)
     ratios: list[float] = []
     while not settled(ratios, most=most):
