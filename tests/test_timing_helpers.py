@@ -151,8 +151,9 @@ def test_the_pair_timer_times_the_reference_and_refuses_a_precomputing_submissio
 def test_work_handed_to_a_helper_process_is_timed(tmp_path, helper):
     code = (POOL if helper == "pool" else DAEMON).replace("_REGISTER", REGISTER)
     reports = one_pair("local", submission(tmp_path, code), tmp_path)
-    # The same slow loops, in another process: about the starter's CPU time (the worker's own is next to none)
-    assert reports["submission"]["seconds"] > 0.7 * reports["starter"]["seconds"], reports
+    # The same slow loops, in another process: about the starter's CPU time; uncounted, it would be the worker's
+    # own, next to none. Half is the bound: CPU time itself varies by a third between passes on 2 loaded cores.
+    assert reports["submission"]["seconds"] > 0.5 * reports["starter"]["seconds"], reports
 
 
 @pytest.mark.slow
