@@ -178,3 +178,20 @@ def test_connection_slots_hold_across_processes_and_die_with_their_holder(tmp_pa
         for holder in holders:
             holder.kill()
             holder.wait()
+
+
+@pytest.mark.slow
+def test_retry_errors_gives_a_run_that_crashed_once_its_result(tmp_path):
+    out = tmp_path / "bench"
+    marker = tmp_path / "crashed-once"
+    result = mlab("bench", "--tasks", TASK, "--bench-dir", out, "--registry",
+                  "tests.fixtures.run_control_plugins:run_control_registry", "--agents", "fixture-flaky", "--runs", "1",
+                  "--agent-option", f"marker={marker}", "--retry-errors", "3", env=KEYS, timeout=240)
+    assert result.returncode == 0, result.stderr
+    [row] = db_rows(out)
+    assert row["status"] == "finished" and row["failure"] is None and row["attempts"] == 2  # one retry was enough
+    assert row["final_score"] == 1.0
+    [kept] = (out / "attempts").iterdir()
+    assert kept.name == f"{Path(row['run_dir']).name}.1"
+    assert "a transient crash" in json.loads((kept / "trace.json").read_text())["end_reason"]
+    assert "1 finished, 0 failed" in result.stdout and "retried: 1 errored attempt(s)" in result.stdout
