@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -20,8 +19,8 @@ if TYPE_CHECKING:
     from mlab.core.plugins.registry import Registry
     from mlab.core.run.harness import Harness
     from mlab.core.run.taskdata import TaskHome
-    from mlab.core.task import Task
 
+from . import task_options
 from .durations import Duration
 
 # Exit codes beyond 0 (every check passed) and 2 (bad input): a check failed; else one was skipped (not checked).
@@ -48,8 +47,10 @@ def _fmt(value: float | None) -> str:
 @click.option("--margin", type=click.FloatRange(0, None), help="Required improvement (default: the task's, 0.10).")
 @click.option("--sandbox", default="auto", show_default=True, help="Sandbox the scripts run in.")
 @click.option("--json", "as_json", is_flag=True)
+@task_options.task_params
 def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None, home: str | None,
-               timeout_s: float, margin: float | None, sandbox: str, as_json: bool) -> None:
+               timeout_s: float, margin: float | None, sandbox: str, as_json: bool,
+               task_params: tuple[str, ...]) -> None:
     """Self-check tasks: two prepares in fresh homes must write the same files, and the reference solution must
     beat the baseline by the success margin."""
     from mlab.core.run.harness import Harness
@@ -60,7 +61,8 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
         harness = Harness(registry, TaskHome(home or scratch), sandbox=sandbox)
         _ = harness.sandbox_cls  # resolving it makes an unknown sandbox fail before any work
         try:
-            _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json)
+            _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json,
+                   task_options.given_params(task_params))
         finally:
             if home is None:  # what the scratch home measured still serves "of reference" in MLAB_HOME
                 _keep_references(TaskHome(scratch), TaskHome.from_env(), registry)
@@ -80,36 +82,8 @@ def _keep_references(measured: TaskHome, home: TaskHome, registry: Registry) -> 
             shutil.copyfile(source, target)
 
 
-def _task_or_folder(registry: Registry, name: str) -> Task:
-    """A registered task, or a declarative task folder (a path holding task.yaml), checked before it is packed;
-    a bad task.yaml is one line naming its file, line and field."""
-    path = Path(name)
-    if path.name == "task.yaml":
-        path = path.parent
-    if (path / "task.yaml").is_file():
-        from mlab.core.declarative.pack import FOLDER_PACK
-        from mlab.core.declarative.task import DeclarativeTask
-
-        return DeclarativeTask.from_folder(path, FOLDER_PACK)
-    if name not in registry.items["tasks"] and _names_a_path(name):
-        if path.is_dir():
-            raise MlabError(f"{name!r} is a folder without a task.yaml; a task folder holds one "
-                            "(mlab new-task DIR writes a scaffold)")
-        if path.exists():
-            raise MlabError(f"{name!r} is a file, not a task folder (a folder holding task.yaml)")
-        raise MlabError(f"the folder {name!r} does not exist; give a task folder (holding task.yaml) or an "
-                        "installed task (see: mlab tasks)")
-    task: Task = registry.get("tasks", name)
-    return task
-
-
-def _names_a_path(name: str) -> bool:
-    """A name written as a path (./x, ../x, /x, ~/x, x/ or one that exists), not as a task (pack/name)."""
-    return name.startswith((".", "/", "~")) or name.endswith("/") or os.path.lexists(name)
-
-
 def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,
-           timeout_s: float, margin: float | None, as_json: bool) -> None:
+           timeout_s: float, margin: float | None, as_json: bool, params: dict[str, str]) -> None:
     from mlab.core.run.checktask import check_task as run_check
     from mlab.core.run.taskdata import source_for
 
@@ -120,10 +94,12 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
         raise MlabError("give a task name, or --all")
     if data_dir and (all_tasks or len(task_names) > 1):
         raise MlabError("--data-dir applies to one task; for several, set MLAB_DATA_DIR to a folder of copies")
+    if params and all_tasks:
+        raise MlabError("-T sets the parameters of the tasks named; give them instead of --all")
     if data_dir and not Path(data_dir).is_dir():
         raise MlabError(f"data directory {data_dir!r} does not exist")
     tasks = ([registry.items["tasks"][n] for n in sorted(registry.items["tasks"])] if all_tasks
-             else [_task_or_folder(registry, n) for n in task_names])
+             else [harness.task(n, params) for n in task_names])
     reports = []
     for task in tasks:
         if all_tasks and not task.offline_ready and not data_dir:

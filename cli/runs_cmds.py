@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from mlab.core.bench.run_folders import runs_in
 from mlab.core.bench.verdict import VERDICT_FIELDS, spent, trace_judge
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
+from mlab.core.run.task_params import shown as shown_params
 from mlab.core.run.trace import read_trace
 from mlab.core.view.live import run_in_progress
 
@@ -29,7 +31,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
     except MlabError as exc:
         return {"run": where, "run_dir": str(run_dir), "status": "unreadable", "error": str(exc), "task": None,
                 "agent": None, "llm": None, "seed": None, "max_steps": None, "end_reason": None,
-                "score": None, "score_error": None, "started_at": None,
+                "score": None, "score_error": None, "started_at": None, "task_params": {}, "tags": [], "meta": {},
                 **dict.fromkeys(("steps", "llm_calls", "tokens", "cost_usd", "time_s")),
                 **dict.fromkeys(VERDICT_FIELDS)}
     c = trace.config
@@ -39,6 +41,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
     return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
             "agent": c.agent, "llm": c.llm, "seed": c.seed, "max_steps": c.max_steps,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
+            "task_params": c.task_params, "tags": c.tags, "meta": c.meta,
             **spent(trace), "started_at": trace.started_at,
             **(judge(run_dir, trace) if judge else dict.fromkeys(VERDICT_FIELDS))}
 
@@ -49,16 +52,25 @@ _STYLE = {"finished": "green", "failed": "red", "running": "cyan", "interrupted"
 @click.command()
 @click.argument("folder", default="runs", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per run, as a list.")
-def runs(folder: Path, as_json: bool) -> None:
+@click.option("--tag", "tags", multiple=True, metavar="NAME",
+              help="Only the runs tagged NAME (mlab run --tag); repeated: runs with every one.")
+def runs(folder: Path, as_json: bool, tags: tuple[str, ...]) -> None:
     """List the runs in FOLDER (default: runs), searched at any depth: a run, a folder of runs or a bench. A run
     whose process is gone before it ended is shown as interrupted (mlab run --resume continues it)."""
     judge = trace_judge()
     rows = [run_row(folder, run_dir, judge) for run_dir in runs_in(folder)]
+    if tags:
+        rows = [r for r in rows if set(tags) <= set(r["tags"])]
+        if not rows and not as_json:
+            make_console().print(f"no run in {folder} is tagged {' and '.join(tags)}", highlight=False)
+            return
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title=f"runs in {folder}")
-    for column in ("run", "status", "task", "agent", "steps", "score", "improvement", "end"):
+    tagged = any(r["task_params"] or r["tags"] or r["meta"] for r in rows)  # a column only where one says something
+    for column in ("run", "status", "task", "agent", "steps", "score", "improvement", "end") + (
+            ("params, tags",) if tagged else ()):
         table.add_column(column, overflow="fold")
     for r in rows:
         style = _STYLE.get(r["status"], "")
@@ -67,8 +79,15 @@ def runs(folder: Path, as_json: bool) -> None:
         steps = f"{r['steps']}/{r['max_steps']}" if r["steps"] is not None else "-"
         table.add_row(r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"], r["task"] or "-",
                       agent or "-", steps, score, improvement_cell(r),
-                      r["end_reason"] or r["error"] or r["score_error"] or "")
+                      r["end_reason"] or r["error"] or r["score_error"] or "", *([tagging_cell(r)] if tagged else []))
     make_console().print(table)
+
+
+def tagging_cell(r: dict[str, Any]) -> str:
+    """The task's parameters, then the tags (#name) and notes (key=value) the run was started with."""
+    parts = [shown_params(r["task_params"])] if r["task_params"] else []
+    parts += [f"#{tag}" for tag in r["tags"]] + [f"{key}={value}" for key, value in sorted(r["meta"].items())]
+    return escape(" ".join(parts))
 
 
 def improvement_cell(r: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import RunConfig, Step
 from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
+from mlab.core.run.task_lookup import task_of_run
 
 
 class WorkerSettings(TypedDict):
@@ -87,7 +88,7 @@ def execute_job(job: JobSpec, registry: Registry | None = None,
             config = read_trace(run_dir).config if job["mode"] == "resume" else RunConfig(**job["config"])
             runner = Runner(run_dir, config, registry, on_step=on_step)
             trace = runner.resume() if job["mode"] == "resume" else runner.start()
-        task = registry.get("tasks", trace.config.task)
+        task = task_of_run(registry, trace.config)
         result = summarize(trace, task)
         result["plugin_versions"] = trace.plugin_versions
         result["step_scores"] = []

@@ -19,6 +19,7 @@ from mlab.core.models import Trace
 from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import Score, judge
+from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.trace import read_trace
 from mlab.core.task import Task
 
@@ -52,43 +53,44 @@ def intermediate_steps(trace: Trace, limit: int = MAX_INTERMEDIATE) -> list[tupl
 
 
 _worker_harness: Harness | None = None  # set before the pool forks, so workers share the parent's registry
+_worker_tasks: list[Task] = []  # each job's task (a folder's, or one with parameters, has no registered name)
 
 
-def _score_chunk(task_name: str, run_dir: str, snapshots: list[str]) -> list[Score]:
+def _score_chunk(job: int, run_dir: str, snapshots: list[str]) -> list[Score]:
     assert _worker_harness is not None
-    task = _worker_harness.task(task_name)
+    task = _worker_tasks[job]
     return [_worker_harness.scorer.score_snapshot(task, Path(run_dir), snap) for snap in snapshots]
 
 
-def score_many(jobs: list[tuple[str, Path, list[str]]], harness: Harness, workers: int = 1, chunk: int = 10,
+def score_many(jobs: list[tuple[str | Task, Path, list[str]]], harness: Harness, workers: int = 1, chunk: int = 10,
                on_done: Callable[[int], None] | None = None) -> list[list[Score]]:
     """Scores of each (task, run_dir, snapshots) job, computed by `workers` forked processes in chunks.
 
     Forked workers inherit the harness as built here, plugins registered in-process included; observer hooks
     are told here, in this process, once every score is in."""
-    global _worker_harness
-    pieces = [(j, i, name, str(folder), snaps[i:i + chunk])
-              for j, (name, folder, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
+    global _worker_harness, _worker_tasks
+    pieces = [(j, i, str(folder), snaps[i:i + chunk])
+              for j, (_task, folder, snaps) in enumerate(jobs) for i in range(0, len(snaps), chunk)]
     out: list[list[Score]] = [[(None, None)] * len(snaps) for _t, _r, snaps in jobs]
     _worker_harness = harness
+    _worker_tasks = [task if isinstance(task, Task) else harness.task(task) for task, _r, _s in jobs]
     if workers <= 1 or len(pieces) <= 1:
-        for j, i, name, folder, snaps in pieces:
-            out[j][i:i + len(snaps)] = _score_chunk(name, folder, snaps)
+        for j, i, folder, snaps in pieces:
+            out[j][i:i + len(snaps)] = _score_chunk(j, folder, snaps)
             if on_done:
                 on_done(len(snaps))
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(pieces)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_score_chunk, name, folder, snaps): (j, i)
-                       for j, i, name, folder, snaps in pieces}
+            futures = {pool.submit(_score_chunk, j, folder, snaps): (j, i)
+                       for j, i, folder, snaps in pieces}
             for future in as_completed(futures):
                 j, i = futures[future]
                 result = future.result()
                 out[j][i:i + len(result)] = result
                 if on_done:
                     on_done(len(result))
-    for (task_name, run_dir, snaps), scores in zip(jobs, out, strict=True):
-        task = harness.task(task_name)
+    for (_task, run_dir, snaps), task, scores in zip(jobs, _worker_tasks, out, strict=True):
         for snap, score in zip(snaps, scores, strict=True):
             harness.scored(task, score, run_dir, snap)
     return out
@@ -115,7 +117,7 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
     for run_dir in run_dirs:
         try:
             trace = read_trace(Path(run_dir))
-            task = harness.task(trace.config.task)
+            task = task_of_run(harness.registry, trace.config)  # a folder's task too, with the run's parameters
         except MlabError as exc:
             if on_skip is None:
                 raise
@@ -124,7 +126,8 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
         final = trace.final_snapshot or (trace.steps[-1].snapshot if trace.steps else "step_0000")
         steps = intermediate_steps(trace) if intermediate else []
         plans.append((Path(run_dir), trace, task, final, steps))
-    jobs = [(task.name, run_dir, [final] + [snap for _i, snap in steps]) for run_dir, _t, task, final, steps in plans]
+    jobs: list[tuple[str | Task, Path, list[str]]] = [(task, run_dir, [final] + [snap for _i, snap in steps])
+                                                      for run_dir, _t, task, final, steps in plans]
     scores = score_many(jobs, harness, workers=workers, on_done=on_done)
     results: list[Evaluated] = []
     for (run_dir, trace, task, _final, steps), got in zip(plans, scores, strict=True):

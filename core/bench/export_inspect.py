@@ -21,6 +21,7 @@ from mlab.core.bench.run_folders import is_bench, runs_in
 from mlab.core.bench.verdict import Judged, RunJudge, spent, success_text
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import read_call_log
+from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import LLM_LOG_FILE, read_trace
 
@@ -70,7 +71,7 @@ def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
     for run_dir in runs_in(path):
         trace = read_trace(run_dir)
         try:
-            task = registry.get("tasks", trace.config.task)
+            task = task_of_run(registry, trace.config)
         except Exception:  # a task not installed here: its baseline and rule cannot be known
             raise MlabError(f"{run_dir}: task {trace.config.task!r} is not installed, so its runs cannot be "
                             "judged") from None

@@ -31,6 +31,8 @@ from mlab.core.bench.verdict import Judged, RunJudge
 from mlab.core.errors import MlabError
 from mlab.core.run.scoring import Verdict
 from mlab.core.run.solution_graph import SolutionGraph, final_graph
+from mlab.core.run.task_lookup import task_of_run
+from mlab.core.run.task_params import shown as shown_params
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN
@@ -139,6 +141,17 @@ def _config_of(row: Row) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
+def run_tagging(row: Row) -> dict[str, str]:
+    """A run's task parameters, tags and notes from its stored config (untrusted: what is not of the right shape
+    is left out), each as one text cell."""
+    config = _config_of(row)
+    params, tags, meta = config.get("task_params"), config.get("tags"), config.get("meta")
+    return {"params": shown_params(params) if isinstance(params, dict) else "",
+            "tags": ",".join(t for t in tags if isinstance(t, str)) if isinstance(tags, list) else "",
+            "meta": ",".join(f"{k}={v}" for k, v in sorted(meta.items()) if isinstance(v, str))
+            if isinstance(meta, dict) else ""}
+
+
 def load(bench_dir: Path, compare: tuple[str, str] | None = None, root: Path | None = None,
          settled: bool = False) -> ReportData:
     """The report of the bench in bench_dir (its runs' folders under root, by default bench_dir); `settled`: the
@@ -203,7 +216,7 @@ def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportDat
             for run_dir in runs_in(folder):
                 try:
                     trace = read_trace(run_dir)
-                    task = registry.get("tasks", trace.config.task)
+                    task = task_of_run(registry, trace.config)
                 except MlabError as exc:  # one bad run does not hide the others: said, then left out
                     unreadable.append(f"{run_dir}: skipped: {exc}")
                     continue
@@ -389,7 +402,11 @@ def runs_table(data: ReportData) -> ReportTable:
         ("time s", "time_s", "num", lambda r: r.time_s),
         # Validate Submission calls that reached the scorer (--allow-validate runs; empty otherwise)
         ("validation calls", "validation_calls", "int", lambda r: rows.get(r.key, {}).get("validation_calls")),
-        ("run folder", "run_dir", "text", lambda r: rows.get(r.key, {}).get("run_dir")))
+        ("run folder", "run_dir", "text", lambda r: rows.get(r.key, {}).get("run_dir")),
+        # what the run was started with: the task's parameters (-T), its tags and notes (--tag, --meta)
+        ("params", "params", "text", lambda r: run_tagging(rows.get(r.key, {}))["params"]),
+        ("tags", "tags", "text", lambda r: run_tagging(rows.get(r.key, {}))["tags"]),
+        ("meta", "meta", "text", lambda r: run_tagging(rows.get(r.key, {}))["meta"]))
     table = ReportTable("runs", "Runs", [Column(h, k, kind, machine=True, value=v) for h, k, kind, v in fields])
     for record in data.records:
         table.add(record)

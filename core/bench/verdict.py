@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlab.core.errors import MlabError
 from mlab.core.run.scoring import ScoreRule, Verdict, judge, recorded_reference, reference_ratio
+from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import Task
 
@@ -158,7 +159,7 @@ def trace_judge(home: TaskHome | None = None) -> Callable[[Path, Trace], dict[st
 
     def of(run_dir: Path, trace: Trace) -> dict[str, Any]:
         try:
-            task = registry.get("tasks", trace.config.task)
+            task = task_of_run(registry, trace.config)
         except MlabError:
             return {**dict.fromkeys(VERDICT_FIELDS), "baseline_source": "task not installed"}
         return judge.judge(run_dir, task, trace.final_score).fields()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ from mlab.core.plugins.registry import NAME_PART
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Resources, Task
 
 TASK_FILE = "task.yaml"
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Strict(BaseModel):
@@ -86,6 +88,23 @@ class Validation(_Strict):
         return {_relative(file): id_column for file, id_column in value.items()}
 
 
+class Param(_Strict):
+    """A parameter users may set with -T NAME=VALUE; the prepare and scorer scripts read every value, as JSON, from
+    $MLAB_PARAMS."""
+
+    type: Literal["str", "int", "float", "bool"] = "str"
+    default: str | int | float | bool
+    help: str = ""
+    changes_data: bool = True  # prepare reads it: a value other than the default is prepared on its own
+
+    @field_validator("default")
+    @classmethod
+    def _typed(cls, value: str | int | float | bool, info: Any) -> str | int | float | bool:
+        from mlab.core.run.task_params import typed_value
+
+        return typed_value(value, info.data.get("type", "str"))
+
+
 class ResourcesSpec(Resources):
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +130,15 @@ class TaskSpec(_Strict):
     max_submission_bytes: int = Field(default=Task.max_submission_bytes, gt=0)  # read by the built-in metrics
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     validation: Validation | None = None
+    params: dict[str, Param] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, value: dict[str, Param]) -> dict[str, Param]:
+        for name in value:
+            if not PARAM_NAME.fullmatch(name):
+                raise ValueError(f"parameter name {name!r} must be letters, digits and _, not starting with a digit")
+        return value
 
     @field_validator("scorer", "prepare", "reference", "starter")
     @classmethod

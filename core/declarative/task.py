@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import importlib.util
 import io
+import json
 import math
 import os
 import shutil
@@ -18,6 +19,7 @@ from mlab.core.declarative.packfiles import copy_from_pack
 from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.models import TaskParam
 from mlab.core.run.held_out import held_out_problem
 from mlab.core.run.scoring_context import ScoringContext, scoring_context
 from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit
@@ -49,6 +51,8 @@ class DeclarativeTask(Task):
         self.success_margin = spec.success_margin
         self.scoring_timeout_s = spec.scoring_timeout
         self.max_submission_bytes = spec.max_submission_bytes
+        self.params = [TaskParam(name=name, **param.model_dump()) for name, param in spec.params.items()]
+        self.param_values = {name: param.default for name, param in spec.params.items()}
         if spec.validation is not None:
             split = spec.validation
             self.validation = ValidationSplit(inputs=split.inputs, predictions=split.predictions,
@@ -95,10 +99,10 @@ class DeclarativeTask(Task):
     def _run_prepare(self, ctx: PrepareContext) -> None:
         """The pack author's prepare script, confined like agent code (taskdata.pack_sandbox): it runs in a fresh
         folder holding a read-only copy of the task folder (`task/`, MLAB_TASK_DIR) and writes the public and
-        hidden folders; a --data-dir copy is shown too. Nothing else of the machine's files is there (no
-        MLAB_HOME, no home folder), its environment is scrubbed, and it has a loopback of its own unless the task
-        declares network_for_prepare. PYTHONHASHSEED is fixed so set and dict orders cannot make two prepares
-        differ."""
+        hidden folders; a --data-dir copy is shown too, and the parameters' values are JSON in MLAB_PARAMS.
+        Nothing else of the machine's files is there (no MLAB_HOME, no home folder), its environment is scrubbed,
+        and it has a loopback of its own unless the task declares network_for_prepare. PYTHONHASHSEED is fixed so
+        set and dict orders cannot make two prepares differ."""
         from mlab.core.run.taskdata import TaskHome
         from mlab.core.sandbox.contract import ExecSpec
         from mlab.core.sandbox.limits import Limits
@@ -111,6 +115,7 @@ class DeclarativeTask(Task):
             env = {k: os.environ[k] for k in _PREPARE_ENV if k in os.environ}
             env.update({"HOME": str(work), "TMPDIR": str(work), "MLAB_PUBLIC_DIR": str(ctx.public_dir),
                         "MLAB_HIDDEN_DIR": str(ctx.hidden_dir), "MLAB_TASK_DIR": str(folder), "PYTHONHASHSEED": "0",
+                        "MLAB_PARAMS": json.dumps(self.param_values, sort_keys=True),
                         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
             writable = [ctx.public_dir, ctx.hidden_dir]
             if ctx.source_dir is not None:
@@ -174,7 +179,8 @@ class DeclarativeTask(Task):
             answers.parent.mkdir()
             shutil.copyfile(hidden_dir / self.spec.answers.file, answers)
             score_file = scratch / SCORE_FILE
-            env = {"MLAB_ANSWERS": str(answers), "MLAB_SCORE_FILE": str(score_file)}
+            env = {"MLAB_ANSWERS": str(answers), "MLAB_SCORE_FILE": str(score_file),
+                   "MLAB_PARAMS": json.dumps(self.param_values, sort_keys=True)}
             result = ctx.run([sys.executable, str(scorer)], workspace, scratch, env=env,
                              timeout_s=self.scoring_timeout_s)
             said = _last_line(result.output)

@@ -6,16 +6,17 @@ from __future__ import annotations
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlab.core.errors import EnvError, InvalidSubmission, MlabError
 from mlab.core.models import SubmissionScored, TaskPrepared
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.scoring import Score, Scorer
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.task_lookup import find_task
 from mlab.core.run.taskdata import TaskHome, stage_workspace
 from mlab.core.sandbox.contract import ExecResult, Sandbox
 from mlab.core.sandbox.limits import Limits
@@ -73,9 +74,9 @@ class Harness:
         return self._confined
 
     # ---- plugins ------------------------------------------------------------------------------------
-    def task(self, name: str) -> Task:
-        task: Task = self.registry.get("tasks", name)
-        return task
+    def task(self, name: str, params: Mapping[str, Any] | None = None) -> Task:
+        """A registered task or a declarative task folder, with its parameters (-T): task_lookup's one rule."""
+        return find_task(self.registry, name, params)
 
     def notify(self, hook: str, event: object) -> None:
         """Tell observer plugins; an observer's failure never changes what the harness does."""

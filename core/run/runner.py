@@ -37,6 +37,7 @@ from mlab.core.run.packages import package_versions
 from mlab.core.run.program_agent import ProgramLoop
 from mlab.core.run.readonly import is_read_only
 from mlab.core.run.snapshot import SnapshotStore
+from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import (
     LLM_LOG_FILE,
@@ -89,11 +90,13 @@ class Runner:
         # Limits for agent code; the timeout always comes from config.action_timeout_s.
         self.harness = Harness(self.registry, home, config.sandbox, limits,
                                on_hook_error=self._append_error)
-        self.task: Task = self.harness.task(config.task)
+        self.task: Task = task_of_run(self.registry, config)  # a folder's task too, with its parameters
         _ = self.harness.sandbox_cls  # resolved now: an unknown sandbox fails before anything is written
         # the trace names the sandbox that ran, not "auto"
         self.config = config = config.model_copy(update={"sandbox": self.harness.sandbox_name,
-                                                        "sandbox_confined": self.harness.sandbox_confined})
+                                                        "sandbox_confined": self.harness.sandbox_confined,
+                                                        # every parameter, typed, defaults filled in
+                                                        "task_params": dict(self.task.param_values)})
         self.agent_cls = self.registry.get("agents", config.agent)
         check_agent_options(self.agent_cls, config.agent_options)  # a bad option fails before anything is written
         check_program(self.agent_cls)  # a program agent whose program is missing: one line, nothing written

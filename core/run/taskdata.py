@@ -72,7 +72,8 @@ class TaskHome:
         return self.root / "tasks"
 
     def task_dir(self, task: Named) -> Path:
-        return self.data_root / task.name.replace("/", "__")
+        # data_key: a copy of a task with parameters or from a folder has data of its own (run.task_params)
+        return self.data_root / (getattr(task, "data_key", None) or task.name.replace("/", "__"))
 
     def public_dir(self, task: Named) -> Path:
         return self.task_dir(task) / "public"
@@ -225,21 +226,22 @@ def carry_baselines(task: Named, old: Path, new: Path, log: Callable[[str], None
         f" are still judged against it, later ones against a new measurement: mlab baseline {task.name}")
 
 
-# Read-only files at least this large reach a workspace as hard links to the prepared copy; smaller ones are
-# copied (a link would save little and share an inode for nothing).
+# Read-only files at least this large are left out of a run's archive (a receiver links its own copy, see
+# ray_engine.link_shared) and linked when held out; a workspace links every read-only file a sandbox protects.
 SHARE_MIN_BYTES = 1 << 20
 
 
 def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool]) -> list[str]:
-    """Copy a task's prepared public files into a new workspace, hard-linking the large files `share` accepts
-    (read-only files the sandbox mounts read-only, so no write reaches the prepared copy through the link), so a
-    run costs what it writes. Falls back to a copy where a link cannot be made (another file system). Returns the
-    linked paths, relative to the workspace."""
+    """Copy a task's prepared public files into a new workspace, hard-linking every file `share` accepts
+    (read-only files the sandbox mounts read-only, so no write reaches the prepared copy through the link; the
+    read-only guard turns a link that agent code moved out of its mount into a copy), so a workspace costs a
+    link per read-only file, whatever its size, and its removal frees none of their data. Falls back to a copy
+    where a link cannot be made (another file system). Returns the linked paths, relative to the workspace."""
     linked: list[str] = []
 
     def copy(source: str, target: str) -> object:
         rel = Path(source).relative_to(public).as_posix()
-        if share(rel) and os.path.getsize(source) >= SHARE_MIN_BYTES:
+        if share(rel) and stat.S_ISREG(os.lstat(source).st_mode):  # a symlink is copied as what it names
             try:
                 os.link(source, target, follow_symlinks=False)
                 linked.append(rel)

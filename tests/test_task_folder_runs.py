@@ -1,0 +1,211 @@
+"""`mlab run --task ./folder` runs a declarative task folder that is not installed, `mlab eval` scores the run
+again from the folder its config records, and task parameters (-T NAME=VALUE) declared by a task reach prepare,
+are recorded in the run's config and are shown by `mlab runs` and in runs.csv; runs carry tags and notes
+(--tag, --meta) that `mlab runs --tag` selects by (issue 34, items 5 and 8)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from mlab.core import PrepareContext, Task, TaskParam
+from mlab.core.errors import MlabError
+from mlab.core.run.task_lookup import bind
+from mlab.core.run.taskdata import TaskHome
+from tests.fixtures.cli import mlab, mlab_in_process
+
+TASK_YAML = """\
+name: rows-fit
+description: "Predict y from x (MSE); the training set has ROWS rows."
+research_problem: train.csv has x and y; predict y for test.csv into submission.csv (id,y).
+metric: mse
+answers: {file: answers.csv, id_column: id, column: y}
+prepare: prepare.py
+files:
+  public: {train.py: train.py}
+read_only: [train.csv, test.csv]
+params:
+  rows:
+    type: int
+    default: 20
+    help: rows of train.csv
+"""
+PREPARE = """\
+import csv, json, os, random
+from pathlib import Path
+rows = json.loads(os.environ["MLAB_PARAMS"])["rows"]
+rng = random.Random(7)
+public, hidden = Path(os.environ["MLAB_PUBLIC_DIR"]), Path(os.environ["MLAB_HIDDEN_DIR"])
+def write(path, header, table):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *table])
+train = [[i, x, 2 * x + rng.gauss(0, 0.1)] for i, x in ((i, rng.uniform(0, 1)) for i in range(rows))]
+test = [[i, rng.uniform(0, 1)] for i in range(10)]
+write(public / "train.csv", ["id", "x", "y"], train)
+write(public / "test.csv", ["id", "x"], test)
+write(hidden / "answers.csv", ["id", "y"], [[i, 2 * x + rng.gauss(0, 0.1)] for i, x in test])
+"""
+TRAIN = """\
+import csv
+ys = [float(r["y"]) for r in csv.DictReader(open("train.csv"))]
+mean = sum(ys) / len(ys)
+with open("submission.csv", "w") as f:
+    f.write("id,y\\n" + "".join(f"{r['id']},{mean}\\n" for r in csv.DictReader(open("test.csv"))))
+"""
+
+SOLVE = """\
+import csv
+with open("submission.csv", "w") as f:
+    f.write("id,y\\n" + "".join(f"{r['id']},{2 * float(r['x'])}\\n" for r in csv.DictReader(open("test.csv"))))
+"""
+
+
+def task_folder(root: Path) -> Path:
+    folder = root / "rows-fit"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(TASK_YAML)
+    (folder / "prepare.py").write_text(PREPARE)
+    (folder / "train.py").write_text(TRAIN)
+    return folder
+
+
+def config_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "config.json").read_text())
+
+
+def train_rows(run_dir: Path) -> int:
+    with open(run_dir / "workspace" / "train.csv") as f:
+        return sum(1 for _ in f) - 1
+
+
+@pytest.mark.slow
+def test_a_task_folder_runs_is_scored_again_and_takes_parameters(tmp_path):
+    folder = task_folder(tmp_path)
+    home = tmp_path / "home"
+    plain = mlab("run", "--task", "./rows-fit", "--agent", "baseline", "--run-dir", "runs/plain", "--tag", "first",
+                 "--tag", "ab", "--meta", "who=me", cwd=tmp_path, home=home)
+    assert plain.returncode == 0, plain.stderr
+    assert "final mse:" in plain.stdout and "final mse: none" not in plain.stdout
+    config = config_of(tmp_path / "runs" / "plain")
+    assert config["task"] == "folder/rows-fit" and config["task_folder"] == str(folder.resolve())
+    assert len(config["task_digest"]) == 64
+    assert config["task_params"] == {"rows": 20} and config["tags"] == ["first", "ab"]
+    assert config["meta"] == {"who": "me"}
+    assert train_rows(tmp_path / "runs" / "plain") == 20
+
+    # -T: prepare writes another training set (prepared apart), and the run records the typed value
+    small = mlab("run", "--task", str(folder), "--agent", "baseline", "--run-dir", "runs/small", "-T", "rows=7",
+                 "--tag", "ab", cwd=tmp_path, home=home)
+    assert small.returncode == 0, small.stderr
+    assert config_of(tmp_path / "runs" / "small")["task_params"] == {"rows": 7}
+    assert train_rows(tmp_path / "runs" / "small") == 7
+    assert train_rows(tmp_path / "runs" / "plain") == 20
+
+    # eval scores each run from the folder its config names, without the folder being installed
+    trace = json.loads((tmp_path / "runs" / "small" / "trace.json").read_text())
+    scored = mlab("eval", "runs/small", "runs/plain", "--json", cwd=tmp_path, home=home)
+    assert scored.returncode == 0, scored.stderr
+    rows = {Path(r["run_dir"]).name: r for r in json.loads(scored.stdout)}
+    assert rows["small"]["task"] == "folder/rows-fit" and rows["small"]["score"] == trace["final_score"]
+    assert rows["plain"]["score"] is not None
+
+    # mlab runs shows parameters, tags and notes, and selects by tag
+    listed = mlab("runs", "runs", "--tag", "first", "--json", cwd=tmp_path, home=home)
+    assert [r["run"] for r in json.loads(listed.stdout)] == ["plain"]
+    both = mlab("runs", "runs", "--tag", "ab", cwd=tmp_path, home=home)
+    assert "rows=7" in both.stdout and "#first #ab who=me" in both.stdout
+    assert "tagged" in mlab("runs", "runs", "--tag", "nope", cwd=tmp_path, home=home).stdout
+
+    # runs.csv: a column each for the parameters, the tags and the notes
+    report = mlab("report", "runs", "--format", "csv", "--no-plots", "--no-html", cwd=tmp_path, home=home)
+    assert report.returncode == 0, report.stderr
+    with open(tmp_path / "runs" / "report" / "tables" / "runs.csv") as f:
+        by_folder = {Path(r["run folder"]).name: r for r in csv.DictReader(f)}
+    assert by_folder["small"]["params"] == "rows=7" and by_folder["plain"]["params"] == "rows=20"
+    assert by_folder["plain"]["tags"] == "first,ab" and by_folder["plain"]["meta"] == "who=me"
+
+    # a folder changed since the run: scoring it again would not mean the same, said in one line
+    (folder / "train.py").write_text(TRAIN + "# changed\n")
+    changed = mlab("eval", "runs/small", cwd=tmp_path, home=home)
+    assert changed.returncode == 2 and "changed since the run" in changed.stderr
+    assert "Traceback" not in changed.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (("-T", "nope=1"), "takes no parameter 'nope'; its parameters: rows (int, default 20)"),
+    (("-T", "rows=many"), "-T rows: 'many' is not an int"),
+    (("-T", "rows"), "-T takes NAME=VALUE"),
+    (("--tag", " "), "--tag takes a non-empty one-line name"),
+    (("--meta", "who"), "--meta takes NAME=VALUE"),
+])
+def test_bad_task_parameters_and_tags_are_one_line(tmp_path, args, said):
+    task_folder(tmp_path)
+    result = mlab_in_process("run", "--task", "./rows-fit", "--agent", "baseline", *args, cwd=tmp_path,
+                             home=tmp_path / "home")
+    assert result.returncode == 2
+    assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_folder_task_of_another_name_is_unknown_not_a_folder(tmp_path):
+    result = mlab_in_process("run", "--task", "./missing-task", "--agent", "baseline", cwd=tmp_path,
+                             home=tmp_path / "home")
+    assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+class Sized(Task):
+    name = "test/sized"
+    description = "A task whose data size is a parameter."
+    research_problem = "none"
+    params = [TaskParam(name="n", type="int", default=3, help="lines"),
+              TaskParam(name="strict", type="bool", default=False, changes_data=False)]
+
+    def prepare(self, ctx: PrepareContext) -> None:
+        (ctx.public_dir / "data.txt").write_text("x\n" * self.param_values["n"])
+        (ctx.public_dir / "train.py").write_text("")
+
+    def evaluate(self, workspace: Path, hidden_dir: Path) -> float:
+        return 1.0
+
+
+def test_a_python_task_reads_its_parameters_and_prepares_each_data_value_apart(tmp_path):
+    home = TaskHome(tmp_path)
+    task = Sized()
+    default, five, strict = bind(task, {}), bind(task, {"n": "5"}), bind(task, {"strict": "true"})
+    assert default.param_values == {"n": 3, "strict": False} and five.param_values == {"n": 5, "strict": False}
+    assert task.param_values == {}  # the registered instance is left as it was
+    # the default values (and a parameter prepare does not read) keep the task's own folder
+    assert home.task_dir(default) == home.task_dir(task) == home.task_dir(strict)
+    assert home.task_dir(five) != home.task_dir(task)
+    for bound in (default, five):
+        home.prepare(bound, log=lambda _m: None)
+    assert (home.public_dir(default) / "data.txt").read_text().count("x") == 3
+    assert (home.public_dir(five) / "data.txt").read_text().count("x") == 5
+    with pytest.raises(MlabError, match="'many' is not an int"):
+        bind(task, {"n": "many"})
+
+
+def test_a_bad_parameter_declaration_in_task_yaml_is_one_line(tmp_path):
+    folder = task_folder(tmp_path)
+    (folder / "task.yaml").write_text(TASK_YAML.replace("default: 20", "default: twenty"))
+    result = mlab_in_process("check-task", str(folder), home=tmp_path / "home")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "task.yaml:" in result.stderr and "'twenty' is not an int" in result.stderr
+
+
+@pytest.mark.slow
+def test_baseline_and_check_task_take_a_folder_and_parameters(tmp_path):
+    folder = task_folder(tmp_path)
+    (folder / "solve.py").write_text(SOLVE)
+    (folder / "task.yaml").write_text(TASK_YAML + "reference: solve.py\n")
+    home = tmp_path / "home"
+    measured = mlab("baseline", str(folder), "-T", "rows=9", cwd=tmp_path, home=home)
+    assert measured.returncode == 0, measured.stderr
+    assert "folder/rows-fit: baseline mse" in measured.stdout
+    checked = mlab("check-task", str(folder), "-T", "rows=9", "--json", cwd=tmp_path, home=home)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)[0]["status"] == "passed"
+    bad = mlab_in_process("baseline", str(folder), "-T", "rows=1.5", home=home)
+    assert bad.returncode == 2 and "-T rows: '1.5' is not an int" in bad.stderr
