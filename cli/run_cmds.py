@@ -113,8 +113,9 @@ def any_model_setting(settings: dict[str, Any]) -> bool:
               help="Sandbox the starter runs in (see: mlab list-plugins).")
 @task_options.task_params
 def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_params: tuple[str, ...]) -> None:
-    """Run a task's baseline (TASK: a name, or a task folder) and record the mean score that improvement is
-    measured against."""
+    """Run a task's baseline and record the mean score that improvement is measured against.
+
+    TASK is an installed task's name or a task folder (holding task.yaml)."""
     from mlab.core.run.baseline import measure_baseline
     from mlab.core.run.harness import Harness
 
