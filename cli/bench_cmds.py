@@ -10,7 +10,9 @@ import click
 
 from mlab.core.bench.report_formats import FORMATS
 from mlab.core.errors import MlabError
+from mlab.core.run.task_lookup import find_task
 
+from . import task_options
 from .console import make_console
 from .durations import Duration
 from .run_cmds import method_label, model_settings_options, parse_agent_options
@@ -65,6 +67,8 @@ def _run_options(**given: object) -> dict[str, object]:
               help="Stop the bench at the first run that errored (after its retries); the others are resumable.")
 @click.option("--registry", "registry_factory", hidden=True,
               help="module:function building the plugin registry (plugins under development, tests).")
+@task_options.task_params
+@task_options.run_tags
 @model_settings_options  # generation parameters, prices and budgets: the same flags as `mlab run`
 def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
           edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
@@ -72,7 +76,8 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
           agent_options: tuple[str, ...], labels: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
           llm_timeout_s: float | None,
           llm_retries: int | None, retry_failed: bool, intermediate: bool, max_connections: int | None,
-          retry_errors: int, fail_fast: bool, registry_factory: str | None, model_settings: dict[str, Any]) -> None:
+          retry_errors: int, fail_fast: bool, registry_factory: str | None, task_params: tuple[str, ...],
+          tags: tuple[str, ...], meta: tuple[str, ...], model_settings: dict[str, Any]) -> None:
     """Run every task × agent × model × seed, many at once; results go to BENCH_DIR/results.db.
 
     Rerunning the same command skips finished runs and resumes interrupted ones; Ctrl-C stops cleanly.
@@ -86,7 +91,9 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                      intermediate=intermediate, labels=_labels(labels, _names(agents)), run_options=_run_options(
                          **{key: value or None for key, value in model_settings.items()}, llm_api_base=llm_api_base,
                          llm_timeout_s=llm_timeout_s, allow_validate=allow_validate or None,
-                         llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1}))
+                         llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1},
+                         task_params=task_options.given_params(task_params) or None,
+                         tags=task_options.parse_tags(tags) or None, meta=task_options.parse_meta(meta) or None))
     if engine == "local" and (ray_address or cpus_per_run):
         raise MlabError("--ray-address and --cpus-per-run need --engine ray")
     if max_connections and ray_address:  # its slot files are on this machine: a node elsewhere cannot share them
@@ -96,6 +103,8 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                    max_connections=max_connections, retry_errors=retry_errors, fail_fast=fail_fast)
     if allow_validate:
         _check_validation_splits(runner.registry, spec.tasks)
+    for name in spec.tasks:  # -T applies to every task: each must declare it, with a value of its type
+        find_task(runner.registry, name, task_options.given_params(task_params))
     console = make_console()
     started = time.monotonic()
     with BenchView(f"bench {bench_dir}") as view:

@@ -209,3 +209,18 @@ def test_baseline_and_check_task_take_a_folder_and_parameters(tmp_path):
     assert json.loads(checked.stdout)[0]["status"] == "passed"
     bad = mlab_in_process("baseline", str(folder), "-T", "rows=1.5", home=home)
     assert bad.returncode == 2 and "-T rows: '1.5' is not an int" in bad.stderr
+
+
+def test_bench_runs_carry_tags_and_notes_and_refuse_an_undeclared_parameter(tmp_path):
+    from tests.fixtures.bench_cli import REGISTRY
+
+    out = tmp_path / "bench"
+    args = ("bench", "--tasks", "fixture/counter", "--agents", "fixture-appender", "--runs", "1", "--bench-dir", out,
+            "--registry", REGISTRY)
+    result = mlab(*args, "--tag", "nightly", "--meta", "who=ci", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(mlab("runs", out, "--tag", "nightly", "--json", home=tmp_path / "home").stdout)
+    assert len(listed) == 1 and listed[0]["tags"] == ["nightly"] and listed[0]["meta"] == {"who": "ci"}
+    bad = mlab_in_process(*args, "-T", "size=3", home=tmp_path / "home")
+    assert bad.returncode == 2 and "task fixture/counter takes no parameter 'size'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
