@@ -11,7 +11,8 @@ from mlab.core.errors import MlabError
 from mlab.core.run.task_params import parse_pairs
 
 TASK_PARAM = click.option("-T", "--task-param", "task_params", multiple=True, metavar="NAME=VALUE",
-                          help="A parameter the task declares (see: mlab tasks); repeatable.")
+                          help="A parameter the task declares; repeatable (an undeclared one is refused, naming "
+                               "those it takes).")
 TAG = click.option("--tag", "tags", multiple=True, metavar="NAME",
                    help="A tag to find the run by (mlab runs --tag NAME); repeatable.")
 META = click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
