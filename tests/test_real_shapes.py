@@ -7,8 +7,8 @@ at its real size, as check-task scores the reference's.
 
 Slow tier. The raw data is generated once and kept (real_shapes.cached: deleting 244,381 files costs this disk
 minutes). Everything here shares one worker (the docker group) and, per task, one prepared home and one
-workspace made the harness's way: a contrails workspace copies 20,529 pixel masks (5.4 GB, read-only files under
-the 1 MB link threshold) and takes a minute on a loaded two-core machine, so one is made, not one per sandbox.
+workspace made the harness's way: a contrails workspace links 244,379 read-only arrays and takes a while on a
+loaded two-core machine, so one is made, not one per sandbox.
 The starters (and so baseline and check-task) take minutes to hours on this data, even the CPU-scaled
 variants': benchmarks/real_shapes.py runs check-task of each task in each sandbox. So does babylm's scoring (a
 saved model evaluated in the sandbox: minutes a sandbox here), which is why babylm has no submission case.
@@ -32,11 +32,12 @@ from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import Task
 from tests.fixtures import real_shapes
+from tests.fixtures.sandboxes import CONFINING
 from tests.test_sandbox import make_sandbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker")]
 
-SANDBOXES = ["local", "bwrap", "docker"]
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 TASKS = {"fathomnet": "mlagentbench/fathomnet", "identify-contrails": "mlagentbench/identify-contrails",
          "cifar10": "mlagentbench/cifar10", "babylm": "mlagentbench/babylm"}
 BABYLM_SCALE = 0.05  # 1.5M words, 9 MB: the real 175 MB adds nothing a prepare that copies three folders shows
@@ -129,11 +130,11 @@ def test_contrails_prepares_every_record_of_the_real_shaped_data(prepared):
     assert len(test_records) == 1_856 and listing(public / "test" / test_records[0]) == bands
     with np.load(hidden / "masks.npz") as masks:
         assert sorted(masks.files) == test_records and masks[test_records[0]].shape == (256, 256)
-    # The 1 MB bands reach the workspace as hard links to the prepared copy, the 256 KB masks as copies.
+    # Read-only files reach the workspace as hard links to the prepared copy, the 1 MB bands and 256 KB masks alike.
     band = public / "train" / record / "band_11.npy"
     staged = p.workspace / "train" / record
     assert os.stat(staged / "band_11.npy").st_ino == os.stat(band).st_ino
-    assert os.stat(staged / "human_pixel_masks.npy").st_ino != os.stat(public / "train" / record /
+    assert os.stat(staged / "human_pixel_masks.npy").st_ino == os.stat(public / "train" / record /
                                                                          "human_pixel_masks.npy").st_ino
     array = np.load(staged / "band_11.npy")
     assert array.shape == (256, 256, 8) and array.dtype == np.float16 and os.stat(band).st_size == 1_048_704

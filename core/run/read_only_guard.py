@@ -13,13 +13,14 @@ folder above it is allowed). The unconfined sandbox has no mounts: every read-on
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from mlab.core.fs.dirfd import NotAFolder, open_dir_at, open_dirs, open_root, remove_at
+from mlab.core.fs.dirfd import NotAFolder, open_dir_at, open_dirs, open_root, remove_at, walk
 from mlab.core.run.env_settings import EnvSettings
 from mlab.core.run.readonly import ReadOnlyRule, read_only_rule
 from mlab.core.run.workspace import Workspace
@@ -176,6 +177,7 @@ class ReadOnlyGuard:
         changed = sorted(rel for rel in set(before.state) | set(after.state)
                          if before.state.get(rel) != after.state.get(rel))
         replaced = [rel for rel in before.sealed if rel not in after.sealed]  # swapped out: every file below
+        self._unshare_moved(before, after, replaced)
         # Entries the command added under a read-only folder go, whole (the topmost of them), pristine copy or not;
         # below a swapped sealed folder everything is put back whole anyway.
         swapped = tuple(f"{rel}/" for rel in replaced)
@@ -200,6 +202,36 @@ class ReadOnlyGuard:
         # A folder's own change is news only when nothing below it explains it (a file put back, an entry removed).
         shown = files or ([] if removed else sorted(dirs))
         return Outcome(sorted(shown + removed), after.sealed, removed)
+
+    def _unshare_moved(self, before: Survey, after: Survey, replaced: list[str]) -> None:
+        """A confined command may rename a folder above a read-only mount: the mount moves with it, and once the
+        command ends its files (hard links of the task's prepared copy, see stage_workspace) would sit at a path
+        the next command may write. Wherever a sealed folder or a mounted file went, each of its files with
+        other links becomes a copy of its own. Costs a walk of the workspace, only after such a move."""
+        moved_dirs = {before.sealed[rel] for rel in replaced}
+        moved_files = {state[4] for rel, state in before.state.items()
+                       if state[0] == stat.S_IFREG and (after.state.get(rel) or (0,) * 5)[4] != state[4]}
+        if not moved_dirs and not moved_files:
+            return
+        try:
+            root = open_root(self.workspace.root)
+        except OSError:
+            return
+        inside_moved: list[str] = []  # the moved sealed folders, where the walk found them
+        try:
+            # sealed folders still in place are the mount's: nothing below can have moved
+            for entry in walk(root, skip=lambda rel: rel in after.sealed):
+                st = entry.st
+                if stat.S_ISDIR(st.st_mode):
+                    if (st.st_dev, st.st_ino) in moved_dirs:
+                        inside_moved.append(entry.rel + "/")
+                    continue
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+                    continue
+                if st.st_ino in moved_files or entry.rel.startswith(tuple(inside_moved)):
+                    _unshare_at(entry.dir_fd, entry.name, st)
+        finally:
+            os.close(root)
 
     def note(self, changed: list[str]) -> str:
         """What the agent is told about read-only files its code changed (and entries it added, now removed)."""
@@ -273,6 +305,40 @@ class ReadOnlyGuard:
                 os.mkdir(leaf, dir_fd=folder)
         finally:
             os.close(folder)
+
+
+def _unshare_at(dir_fd: int, name: str, seen: os.stat_result) -> None:
+    """Replace the file `name` of dir_fd (as `seen`, never following a link) by a copy with one link, so a write
+    to it changes this file only; where no copy can be made, the file goes."""
+    try:
+        source = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return  # gone or swapped since the walk saw it
+    temporary = f".mlab-unshare-{secrets.token_hex(6)}.tmp"
+    made = False
+    try:
+        opened = os.fstat(source)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(opened.st_mode):
+            return
+        target = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         stat.S_IMODE(opened.st_mode), dir_fd=dir_fd)
+        made = True
+        with os.fdopen(target, "wb") as out, os.fdopen(os.dup(source), "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        made = False
+    except OSError:
+        try:
+            os.unlink(name, dir_fd=dir_fd)  # a link of the task's copy must not stay writable
+        except OSError:
+            pass
+    finally:
+        os.close(source)
+        if made:
+            try:
+                os.unlink(temporary, dir_fd=dir_fd)
+            except OSError:
+                pass
 
 
 def _names(rels: list[str]) -> str:
