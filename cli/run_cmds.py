@@ -319,13 +319,15 @@ def _ask_human(request: str) -> str:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--intermediate", is_flag=True, help="Also score step snapshots (at most 50 per run, evenly spaced).")
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes scoring at once (default: CPU count).")
-def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, workers: int | None) -> None:
+@click.option("--tag", "tags", multiple=True, metavar="NAME", help="Only the runs tagged NAME (mlab run --tag).")
+def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, workers: int | None,
+              tags: tuple[str, ...]) -> None:
     """Score each run (or every run of a bench folder, updating its results.db) from its final snapshot."""
     from mlab.core.bench.evaluate import eval_rows
 
     warn = make_console(stderr=True)
     rows = eval_rows([Path(p) for p in run_dirs], intermediate=intermediate, workers=workers,
-                     registry=load_registry(),
+                     registry=load_registry(), tags=tags,
                      on_skip=lambda line: warn.print(f"warning: {line}", highlight=False, markup=False,
                                                      soft_wrap=True))
     if as_json:

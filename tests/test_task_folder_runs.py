@@ -211,8 +211,11 @@ def test_baseline_and_check_task_take_a_folder_and_parameters(tmp_path):
     assert bad.returncode == 2 and "-T rows: '1.5' is not an int" in bad.stderr
 
 
-def test_bench_runs_carry_tags_and_notes_and_refuse_an_undeclared_parameter(tmp_path):
+@pytest.mark.slow
+def test_bench_runs_carry_tags_and_notes_eval_selects_by_tag_and_an_undeclared_parameter_is_refused(tmp_path):
+    from mlab.core.bench.evaluate import eval_rows
     from tests.fixtures.bench_cli import REGISTRY
+    from tests.fixtures.bench_plugins import bench_registry
 
     out = tmp_path / "bench"
     args = ("bench", "--tasks", "fixture/counter", "--agents", "fixture-appender", "--runs", "1", "--bench-dir", out,
@@ -221,6 +224,12 @@ def test_bench_runs_carry_tags_and_notes_and_refuse_an_undeclared_parameter(tmp_
     assert result.returncode == 0, result.stderr
     listed = json.loads(mlab("runs", out, "--tag", "nightly", "--json", home=tmp_path / "home").stdout)
     assert len(listed) == 1 and listed[0]["tags"] == ["nightly"] and listed[0]["meta"] == {"who": "ci"}
+    rows = eval_rows([out], registry=bench_registry(), tags=("nightly",))
+    assert len(rows) == 1 and rows[0]["score"] is not None
+    with pytest.raises(MlabError, match="is tagged weekly"):
+        eval_rows([out], registry=bench_registry(), tags=("weekly",))
+    untagged = mlab_in_process("eval", out, "--tag", "weekly", home=tmp_path / "home")
+    assert untagged.returncode == 2 and "is tagged weekly" in untagged.stderr
     bad = mlab_in_process(*args, "-T", "size=3", home=tmp_path / "home")
     assert bad.returncode == 2 and "task fixture/counter takes no parameter 'size'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1

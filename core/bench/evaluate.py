@@ -3,6 +3,7 @@ them against the same baselines the report uses."""
 from __future__ import annotations
 
 import importlib
+import json
 import multiprocessing
 import os
 import sys
@@ -138,7 +139,7 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
 
 def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None = None,
               registry: Registry | None = None, on_done: Callable[[int], None] | None = None,
-              on_skip: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              on_skip: Callable[[str], None] | None = None, tags: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """`mlab eval`: score run folders, or every completed run of a bench folder (storing the scores in its
     database); one row per run, with the best step when `intermediate`. A run folder that cannot be read is told to
     `on_skip` and left out (with no `on_skip`, it raises); none readable raises."""
@@ -155,6 +156,10 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
                         bench_of[run_dir] = (path, row["key"])
         else:
             run_dirs.extend(runs_in(path))  # one run, or every run in a folder of runs (runs/demo)
+    if tags:  # only the runs started with every tag (mlab run --tag)
+        run_dirs = [run_dir for run_dir in run_dirs if set(tags) <= set(_tags_of(run_dir))]
+        if not run_dirs:
+            raise MlabError(f"no run in {', '.join(map(str, paths))} is tagged {' and '.join(tags)}")
     skipped: list[str] = []
     results = evaluate_runs(run_dirs, intermediate, workers, on_done=on_done, harness=harness,
                             on_skip=skipped.append if on_skip else None)
@@ -188,6 +193,15 @@ def eval_rows(paths: list[Path], intermediate: bool = False, workers: int | None
             verdict = loose.judge(res["run_dir"], res["task"], res["final"][0])
         rows.append(_row(res, verdict, intermediate))
     return rows
+
+
+def _tags_of(run_dir: Path) -> list[str]:
+    """The tags in a run's config.json; none when it cannot be read."""
+    try:
+        tags = json.loads((Path(run_dir) / "config.json").read_text()).get("tags")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [tag for tag in tags if isinstance(tag, str)] if isinstance(tags, list) else []
 
 
 def _row(res: Evaluated, verdict: Judged, intermediate: bool) -> dict[str, Any]:
