@@ -28,9 +28,10 @@ from mlab.core.plugins.registry import load_registry
 from mlab.core.run.harness import Harness
 from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
 from mlab.core.run.taskdata import TaskHome
+from tests.fixtures.sandboxes import CONFINING
 
 MLAB = Path(sys.executable).with_name("mlab")
-SANDBOXES = ["local", "bwrap", "docker"]
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 parametrize = pytest.mark.parametrize("sandbox", SANDBOXES)
 
 
@@ -62,7 +63,7 @@ def test_new_entries_under_a_read_only_folder_do_not_stay(tmp_path, sandbox):
     assert sorted(os.listdir(run.ws / "data")) == ["train.csv"]
 
 
-@pytest.mark.parametrize("sandbox", ["local", "bwrap", "docker", "unconfined"])
+@pytest.mark.parametrize("sandbox", [*SANDBOXES, "unconfined"])  # unconfined: its own assertions below
 def test_a_big_read_only_folder_takes_no_new_entry(tmp_path, sandbox, monkeypatch):
     """data/* of more than SEPARATE_MOUNTS_MAX files is mounted whole by a confining sandbox: agent code cannot
     add to it at all. Unconfined, it can, and the entries go after the command."""

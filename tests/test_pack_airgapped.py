@@ -18,6 +18,7 @@ from mlab.core.run import taskdata
 from mlab_tasks_mlagentbench import acquire
 from tests.fixtures.cli import mlab
 from tests.fixtures.mlagentbench import cifar, graph, kaggle, tabular, text
+from tests.fixtures.sandboxes import CONFINING
 
 QUIET = {"log": lambda _m: None}
 REPO = Path(__file__).resolve().parents[1]
@@ -368,7 +369,7 @@ class BigDataTask(Task):
         return 1.0
 
 
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+@pytest.mark.parametrize("sandbox", CONFINING)
 def test_a_run_links_large_read_only_files_and_cannot_write_through_them(tmp_path, sandbox):
     from mlab.core.sandbox.resolve import resolve_sandbox
 

@@ -12,6 +12,7 @@ import pytest
 from mlab.core.llm.client import read_call_log
 from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
+from tests.fixtures.sandboxes import CONFINING, make_sandbox
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,6 +64,7 @@ def _agent_script(tmp_path: Path, probes: list[str]) -> Path:
 
 
 def _run(tmp_path: Path, server: FakeLLMServer, sandbox: str, *extra: str):
+    make_sandbox(sandbox)  # skips where it cannot run here; starts the tests' Docker engine for docker
     run_dir = tmp_path / "run"
     home = Path(os.environ["MLAB_HOME"])
     probes = [str(home), str(run_dir / "trace.json"), str(run_dir / "llm_calls.jsonl"), str(run_dir / "snapshots"),
@@ -80,7 +82,7 @@ def _trace(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+@pytest.mark.parametrize("sandbox", CONFINING)
 def test_command_agent_runs_sandboxed_through_the_endpoint_and_is_scored(tmp_path, sandbox):
     with FakeLLMServer(lambda body: f"answer {len(body['messages'])}") as server:
         done, run_dir = _run(tmp_path, server, sandbox)
@@ -189,6 +191,7 @@ def _scored_in_three_calls(tmp_path: Path, agent: str, script, sandbox: str):
 
 
 @pytest.mark.slow
+# two sandboxes: this agent's loop is alike in each; the first test reaches the endpoint from every confining one
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
     pytest.importorskip("smolagents", reason="pip install -e 'plugins/agents/smolagents[agent]'")
@@ -267,6 +270,7 @@ def _killed_after_call_2_then_resumed(tmp_path: Path, sandbox: str, agent: list[
 
 
 @pytest.mark.slow
+# two sandboxes: this agent's loop is alike in each; the first test reaches the endpoint from every confining one
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_kill_9_then_resume_continues_the_program_and_logs_each_call_once(tmp_path, sandbox):
     (tmp_path / "resumable.py").write_text(RESUMABLE)
@@ -308,6 +312,7 @@ def _resumable_script(agent: str):
 
 
 @pytest.mark.slow
+# two sandboxes: this agent's loop is alike in each; the first test reaches the endpoint from every confining one
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 @pytest.mark.parametrize("agent", ["smolagents", "mini-swe-agent"])
 def test_kill_9_then_resume_continues_a_third_party_agent(tmp_path, agent, sandbox):
@@ -347,6 +352,7 @@ def _mini_script(probes: list[str]):
 
 
 @pytest.mark.slow
+# two sandboxes: this agent's loop is alike in each; the first test reaches the endpoint from every confining one
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_mini_swe_agent_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, sandbox):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")

@@ -172,7 +172,7 @@ print("PROBE", result.exit_code, result.output)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+@pytest.mark.parametrize("sandbox", CONFINING)
 def test_an_installed_task_packs_code_is_not_there_for_agent_code(tmp_path, sandbox):
     """A pack installed normally lives in the shown Python environment: its generator and seed would rebuild
     the answers, so its code is covered (the harness itself still imports it)."""

@@ -27,10 +27,11 @@ from mlab.core.run.harness import Harness
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.limits import Limits
+from tests.fixtures.sandboxes import CONFINING
 from tests.test_sandbox import make_sandbox
 
 MEMORY_LIMIT = 1536 * 2**20  # room for torch's import (~700 MiB of address space), far below what is tried
-SANDBOXES = ["local", "bwrap"]
+SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/sandboxes.py)
 OTHER_SECRET = "OTHER-TASK-ANSWER-7f3a"
 OWN_ANSWER = "42"
 
