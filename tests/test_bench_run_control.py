@@ -30,23 +30,23 @@ def bench(bench_dir: Path, *args: str, env: dict | None = None, timeout: float =
 
 
 class ConcurrencyCounter:
-    """A responder that counts the requests in flight; each waits until a third arrives (or HOLD_S passes), so
-    runs that may overlap do, however loaded the machine."""
+    """A responder that counts the requests in flight. Each waits (at most hold_s) until `together` are in flight
+    or every expected request has come, so runs that can overlap do, however loaded the machine."""
 
-    HOLD_S = 1.5
-
-    def __init__(self):
+    def __init__(self, together: int, hold_s: float, expected: int):
+        self.together, self.hold_s, self.expected = together, hold_s, expected
         self.lock = threading.Condition()
-        self.in_flight = 0
-        self.most = 0
+        self.in_flight = self.seen = self.most = 0
 
     def __call__(self, body: dict) -> str:
         with self.lock:
             self.in_flight += 1
+            self.seen += 1
             self.most = max(self.most, self.in_flight)
             self.lock.notify_all()
-            deadline = time.monotonic() + self.HOLD_S
-            while self.in_flight < 3 and time.monotonic() < deadline:
+            deadline = time.monotonic() + self.hold_s
+            while (self.in_flight < self.together and self.seen < self.expected
+                   and time.monotonic() < deadline):
                 self.lock.wait(deadline - time.monotonic())
         time.sleep(0.05)  # still on the wire while the others look
         with self.lock:
@@ -54,8 +54,8 @@ class ConcurrencyCounter:
         return "go on"
 
 
-def most_in_flight(tmp_path: Path, *extra: str) -> int:
-    counter = ConcurrencyCounter()
+def most_in_flight(tmp_path: Path, together: int, hold_s: float, *extra: str) -> int:
+    counter = ConcurrencyCounter(together, hold_s, expected=4 * 2)
     with FakeLLMServer(counter) as server:
         result = bench(tmp_path / f"bench{len(extra)}", "--agents", "fixture-llm-stepper", "--llm",
                        "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--runs", "4", "--workers", "4",
@@ -69,8 +69,11 @@ def most_in_flight(tmp_path: Path, *extra: str) -> int:
 
 @pytest.mark.slow
 def test_max_connections_bounds_requests_in_flight_over_all_runs(tmp_path):
-    assert most_in_flight(tmp_path) > 2  # four runs in four processes overlap on their own
-    assert most_in_flight(tmp_path, "--max-connections", "2") == 2
+    # a request waits for two more: without a limit, four runs in four processes get there
+    assert most_in_flight(tmp_path, 3, 30) >= 3
+    # a request waits for one more (at most 10 s: the last of one run has none): two slots let two go together,
+    # never a third
+    assert most_in_flight(tmp_path, 2, 10, "--max-connections", "2") == 2
     meta = sqlite3.connect(tmp_path / "bench2" / "results.db").execute(
         "SELECT value FROM meta WHERE key = 'run_control'").fetchone()
     assert json.loads(meta[0])["max_connections"] == 2
@@ -99,12 +102,14 @@ def test_retry_errors_reruns_only_errored_runs_and_keeps_their_attempts(tmp_path
         (crashed["key"], 1, f"attempts/{name}.1"), (crashed["key"], 2, f"attempts/{name}.2")]
 
 
-def processes_with(marker: str) -> list[int]:
-    """Processes whose environment holds marker: the bench's and everything it started."""
+def processes_with(marker: str, folder: Path) -> list[int]:
+    """The bench's processes and everything it started: those whose environment holds marker, or (agent code in
+    a sandbox, whose environment is its own) whose working folder is inside folder."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes() or Path(
+                    os.readlink(f"/proc/{pid}/cwd")).is_relative_to(folder):
                 found.append(int(pid))
         except OSError:
             continue
@@ -130,9 +135,9 @@ def test_fail_fast_stops_the_bench_at_the_first_errored_run(tmp_path):
     steppers = [r for r in rows.values() if r["agent"] == "fixture-stepper"]
     assert steppers and all(r["status"] == "interrupted" for r in steppers)  # stopped part-way, resumable
     deadline = time.monotonic() + 10
-    while processes_with(marker) and time.monotonic() < deadline:
+    while processes_with(marker, out) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_with(marker) == []  # no worker, zygote or agent script outlives the bench
+    assert processes_with(marker, out) == []  # no worker, zygote or agent script outlives the bench
 
 
 def test_run_control_bad_input_is_one_line_and_exit_2(tmp_path):
