@@ -233,3 +233,14 @@ def test_bench_runs_carry_tags_and_notes_eval_selects_by_tag_and_an_undeclared_p
     bad = mlab_in_process(*args, "-T", "size=3", home=tmp_path / "home")
     assert bad.returncode == 2 and "task fixture/counter takes no parameter 'size'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_task_name_is_still_a_task_beside_a_file_of_that_name(tmp_path, monkeypatch):
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.task_lookup import find_task
+
+    (tmp_path / "digits").mkdir()  # a folder in the working directory named like lite/digits' short name
+    monkeypatch.chdir(tmp_path)
+    assert find_task(load_registry(), "digits").name == "lite/digits"
+    with pytest.raises(MlabError, match="is a folder without a task.yaml"):
+        find_task(load_registry(), "./digits")

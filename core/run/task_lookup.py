@@ -62,7 +62,7 @@ def find_task(registry: Registry, name: str, given: Mapping[str, Any] | None = N
         path = path.parent
     if (path / TASK_FILE).is_file():
         return bind(load_folder(path), given or {})
-    if name not in registry.items["tasks"] and names_a_path(name):
+    if names_a_path(name) and not (_written_as_name(name) and _registered(registry, name)):
         if path.is_dir():
             raise MlabError(f"{name!r} is a folder without a task.yaml; a task folder holds one "
                             "(mlab new-task DIR writes a scaffold)")
@@ -72,6 +72,19 @@ def find_task(registry: Registry, name: str, given: Mapping[str, Any] | None = N
                         "installed task (see: mlab tasks)")
     task: Task = registry.get("tasks", name)
     return bind(task, given or {})
+
+
+def _written_as_name(name: str) -> bool:
+    """Not written as a path (no ./, /, ~ or trailing /): a task name that a file of the folder happens to share."""
+    return not (name.startswith((".", "/", "~")) or name.endswith("/"))
+
+
+def _registered(registry: Registry, name: str) -> bool:
+    try:
+        registry.get("tasks", name)
+    except MlabError:
+        return False
+    return True
 
 
 def bind(task: Task, given: Mapping[str, Any]) -> Task:
