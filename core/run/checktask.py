@@ -7,6 +7,7 @@ Everything runs through the harness given: its task home and its sandbox.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import InvalidSubmission, MlabError
+from mlab.core.fs.bulk_remove import Removals, removals, remove_tree
 from mlab.core.run.baseline import check_fixed_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import ScoreRule, is_valid, judge, record_reference
@@ -54,14 +56,16 @@ SHOWN_DIFFERENCES = 5
 
 
 def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Path | None, prepared_now: bool,
-                               log: Callable[[str], None] = lambda _m: None) -> str:
+                               log: Callable[[str], None] = lambda _m: None, later: Removals | None = None) -> str:
     """"ok" when two prepares in fresh homes write the same public and hidden files, else what differs.
 
     The harness's home counts as the first when it was prepared just now; one prepared earlier (a reused
     --home) may come from an older version of the task, so then both prepares are made here. The scratch
-    homes sit beside the harness's home, on the same disk as the data, and are removed afterwards."""
+    homes sit beside the harness's home, on the same disk as the data, and are removed afterwards: by `later`
+    while the caller goes on, when given (a task's data may take minutes to remove)."""
     harness.home.root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".mlab-reprepare-", dir=harness.home.root) as scratch:
+    scratch = tempfile.mkdtemp(prefix=".mlab-reprepare-", dir=harness.home.root)
+    try:
         homes = [harness.home] if prepared_now else []
         homes += [TaskHome(Path(scratch) / f"home{i}") for i in range(2 - len(homes))]
         for home in homes:
@@ -72,6 +76,11 @@ def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Pat
             except Exception as exc:
                 return f"preparing again in a fresh home failed: {type(exc).__name__}: {exc}"
         first, second = (home.prepared_digest(task) for home in homes)
+    finally:
+        if later is not None:
+            later.remove(_out_of_sight(harness.home, scratch))
+        else:
+            remove_tree(scratch)
     differing = [path for path in sorted(first.keys() | second.keys()) if first.get(path) != second.get(path)]
     if not differing:
         return "ok"
@@ -82,6 +91,19 @@ def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Pat
     more = f" and {len(tops) - SHOWN_DIFFERENCES} more" if len(tops) > SHOWN_DIFFERENCES else ""
     return (f"two prepares in fresh homes differ: {shown}{more}; prepare must write the same files every time "
             f"(seeded generators such as random.Random(seed), no OS randomness, times or host names)")
+
+
+def _out_of_sight(home: TaskHome, scratch: str) -> str:
+    """The scratch homes (hidden answers among them) moved below the task data, which no sandbox sees, while
+    they are removed as the baseline and reference run."""
+    hidden = home.data_root / f".mlab-removing{Path(scratch).name}"
+    try:
+        home.data_root.mkdir(parents=True, exist_ok=True)
+        os.rename(scratch, hidden)
+    except OSError:
+        remove_tree(scratch)  # not movable there: removed now
+        return scratch
+    return str(hidden)
 
 
 def _difference(first: tuple[str, str] | None, second: tuple[str, str] | None) -> str:
@@ -109,7 +131,14 @@ def _validation_problem(harness: Harness, task: Task) -> str | None:
 
 def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None, timeout_s: float = 7200.0,
                margin: float | None = None, log: Callable[[str], None] = lambda _m: None) -> CheckReport:
-    """Prepare into the harness's home, run the baseline and the reference in its sandbox, compare."""
+    """Prepare into the harness's home, run the baseline and the reference in its sandbox, compare. The scratch
+    homes of the reproducibility check are removed while the baseline and reference run, and gone on return."""
+    with removals() as later:
+        return _check_task(harness, task, data_dir, timeout_s, margin, log, later)
+
+
+def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeout_s: float,
+                margin: float | None, log: Callable[[str], None], later: Removals) -> CheckReport:
     margin = float(margin if margin is not None else task.success_margin)
     report = CheckReport(task=task.name, margin=margin)
     try:
@@ -134,7 +163,7 @@ def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None,
     report.steps["prepare"] = "ok" if not again else "prepared a second time (should do nothing)"
     # 1b. a prepare in a fresh home must write the same files: baselines and scores then compare across machines
     started = time.monotonic()
-    report.steps[REPRODUCIBLE] = check_reproducible_prepare(harness, task, data_dir, prepared_now, log)
+    report.steps[REPRODUCIBLE] = check_reproducible_prepare(harness, task, data_dir, prepared_now, log, later)
     report.seconds[REPRODUCIBLE] = round(time.monotonic() - started, 2)
 
     # 1c. a declared validation split must be there, apart from the test answers
