@@ -32,12 +32,18 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	$(PY) -m pip install -q -e 'plugins/agents/smolagents[agent]' -e 'plugins/agents/miniswe[agent]'
 	touch $@
 
-# Prints progress only: pip's and setuptools' output goes to build/setup.log, shown when the set-up fails.
+# Prints progress only, a line as each install stage starts (a fresh set-up takes minutes): pip's and setuptools'
+# output goes to SETUP_LOG, shown when the set-up fails.
+run: SETUP_LOG ?= build/setup.log
 run:
-	@mkdir -p build
-	@echo "setting up $(VENV) (log: build/setup.log)"
-	@$(MAKE) --no-print-directory setup >build/setup.log 2>&1 || \
-		{ tail -n 30 build/setup.log; echo "set-up failed; the whole log: build/setup.log"; exit 1; }
+	@mkdir -p $(dir $(SETUP_LOG))
+	@echo "setting up $(VENV) (log: $(SETUP_LOG))"
+	@set -o pipefail; start=$$(date +%s); \
+	$(MAKE) --no-print-directory setup 2>&1 | tee $(SETUP_LOG) | while IFS= read -r line; do \
+		case "$$line" in *"pip install"*|*" -m venv "*) \
+			line="$${line#$(PY) -m }"; echo "  $$(( $$(date +%s) - start )) s: $${line:0:88}";; esac; \
+	done || { tail -n 30 $(SETUP_LOG); echo "set-up failed; the whole log: $(SETUP_LOG)"; exit 1; }
+	@echo "set-up done"
 	@rm -rf $(DEMO_DIR)
 	@for task in $(LITE_TASKS); do \
 		echo "== $$task: baseline, then the baseline agent in $(DEMO_DIR)/$$(basename $$task)"; \

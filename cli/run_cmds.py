@@ -126,7 +126,8 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_par
                    "against that, not against what is measured here", err=True)
     task.check_runnable()
     harness.ensure_prepared(task)
-    scores = measure_baseline(harness, task, runs=runs, timeout_s=timeout_s)
+    scores = measure_baseline(harness, task, runs=runs, timeout_s=timeout_s,
+                              on_progress=lambda line: click.echo(line, err=True))
     valid = [s for s in scores if s is not None]
     spread = f" (sd {statistics.stdev(valid):.4g})" if len(valid) > 1 else ""
     click.echo(f"{task.name}: baseline {task.metric.name} = {statistics.fmean(valid):.6g}{spread}, the mean of "
@@ -217,6 +218,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     if any(b.uses_terminal for b in (runner._backends or {}).values()):
         view.live = None  # a person answers model calls in this terminal: no live redraw over their typing
     view.follow(lambda: runner.live.state)
+    if resume_dir:
+        view.resume(trace.steps)
     try:
         with view:
             runner.on_step = view.add

@@ -97,6 +97,7 @@ class StepView:
         self.title = title
         self.max_steps = max_steps
         self.rows: list[tuple[str | Text, ...]] = []
+        self.resumed_after: int | None = None  # the steps a resumed run had done before this process
         self.live_state: Callable[[], LiveState | None] = lambda: None
         self.live = (Live(get_renderable=self._render, console=self.console, refresh_per_second=REFRESH_PER_SECOND)
                      if self.console.is_terminal else None)
@@ -113,7 +114,8 @@ class StepView:
         tail = state["output_tail"].splitlines()[-TAIL_LINES:] if state else []
         room = self._room(len(tail))
         hidden = max(0, len(self.rows) - room)
-        table = step_table(f"{self.title} — {len(self.rows)}/{self.max_steps} steps", self.rows[hidden:],
+        resumed = "" if self.resumed_after is None else f" (resumed after step {self.resumed_after})"
+        table = step_table(f"{self.title} — {len(self.rows)}/{self.max_steps} steps{resumed}", self.rows[hidden:],
                            self.console.width)
         if hidden:  # under the table, as a caption: a row would be cut to the width of the step column
             table.caption = f"{hidden} earlier step(s) not shown"
@@ -134,15 +136,29 @@ class StepView:
             self.live_state = lambda: None  # the run is over: no step is in progress any more
             self.live.__exit__(exc_type, exc, tb)
 
-    def add(self, step: Step) -> None:
+    def resume(self, steps: Sequence[Step]) -> None:
+        """A resumed run: the count and the table go on from the steps done before, which the table shows too."""
+        self.resumed_after = steps[-1].index if steps else 0
+        for step in steps:
+            self._append(step)
+        if not self.live:
+            self.console.print(f"resumed after step {self.resumed_after}", markup=False, highlight=False)
+
+    def _append(self, step: Step) -> None:
         args = ", ".join(f"{k}={_short(v, 60)}" for k, v in step.action.args.items())
         # cells keep more than a terminal shows: the table cuts them to the width there is
         observation = Text(_short(step.observation, CELL_CHARS), style="red" if step.is_error else "")
+        # a step done again (a resumed run drops a step a crash tore) takes the place of its earlier row
+        self.rows = [row for row in self.rows if int(str(row[0])) < step.index]
         self.rows.append((str(step.index), step.action.name, Text(_short(args, CELL_CHARS)), observation,
                           f"{step.duration_s:.1f}"))
+
+    def add(self, step: Step) -> None:
+        self._append(step)
         if self.live:
             self.live.refresh()
         else:
+            args = ", ".join(f"{k}={_short(v, 60)}" for k, v in step.action.args.items())
             self.console.print(f"step {step.index}: {step.action.name}({_short(args, 60)}) -> "
                                f"{_short(step.observation, 100)}", markup=False, highlight=False)
 

@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures.bench_cli import REGISTRY
 from tests.fixtures.bench_plugins import bench_registry
-from tests.fixtures.cli import mlab, mlab_in_process
+from tests.fixtures.cli import REPO, cli_env, entry, mlab, mlab_in_process
+from tests.fixtures.gated_run import GATES_VARIABLE
+from tests.test_researcher_round2_terminal import Tmux
+
+GATED = entry("tests.fixtures.gated_run", "mlab")  # the CLI with the bench fixtures and fixture-gated registered
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +40,101 @@ def test_eval_of_a_bench_at_80_columns_keeps_runs_apart_by_their_seed(two_seed_b
     assert [re.search(r"s\d+$", name).group() for name in names] == ["s0", "s1"], shown.stdout
     for column in ("status", "steps", "score"):  # what a run did stays readable, not cut to letters
         assert column in shown.stdout, shown.stdout
+
+
+def _killed_after_two_steps(tmp_path) -> tuple[Path, Path]:
+    """A gated run killed while its agent waits to choose step 3: a run to resume, with steps 1 and 2 done."""
+    from mlab.core.run.trace import read_trace
+
+    gates, run_dir = tmp_path / "gates", tmp_path / "run"
+    gates.mkdir()
+    for n in (1, 2):
+        (gates / f"step{n}").write_text("")
+    proc = subprocess.Popen([*GATED, "run", "--task", "fixture/counter", "--agent", "fixture-gated", "--run-dir",
+                             str(run_dir), "--max-steps", "10", "--sandbox", "local"], cwd=REPO,
+                            env=cli_env({GATES_VARIABLE: str(gates)}), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run_dir / "trace.json").is_file() and len(read_trace(run_dir).steps) == 2):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never finished its step 2"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    for n in (3, 4):
+        (gates / f"step{n}").write_text("")
+    return gates, run_dir
+
+
+@pytest.mark.slow
+def test_resume_continues_the_step_count_and_table_from_the_steps_already_done(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    gates, run_dir = _killed_after_two_steps(tmp_path)
+    argv = [*GATED, "run", "--resume", str(run_dir)]
+    env = cli_env({"TERM": "xterm-256color", "COLUMNS": None, "LINES": None, GATES_VARIABLE: str(gates)})
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
+    command = f"cd {shlex.quote(str(REPO))} && env -i {exports} {shlex.join(argv)}; echo EXIT=$?; sleep 600"
+    tmux = Tmux(tmp_path / "tmux.sock", command, cols=80, rows=40)
+    try:
+        final = tmux.wait_for(r"EXIT=\d+")
+    finally:
+        tmux.close()
+    assert "EXIT=0" in final, final
+    left = final[final.rindex("fixture-gated on"):]  # the table left in the scrollback
+    assert "4/10 steps" in left and "0/10" not in final and "1/10" not in final, final
+    assert "resumed after step 2" in left, final
+    rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^│ *(\d+) *│ ([^│]+)│", left, re.M)}
+    assert rows == {"1": "Write File", "2": "Execute Script", "3": "Append File", "4": "Final Answer"}, final
+
+
+def test_resume_without_a_terminal_says_where_it_resumed(tmp_path):
+    gates, run_dir = _killed_after_two_steps(tmp_path)
+    resumed = mlab("run", "--resume", run_dir, entry=GATED, env={GATES_VARIABLE: str(gates)})
+    assert resumed.returncode == 0, resumed.stderr
+    lines = resumed.stdout.splitlines()
+    assert lines[0].startswith("resumed after step 2"), resumed.stdout
+    assert [line.split(":")[0] for line in lines if line.startswith("step ")] == ["step 3", "step 4"], resumed.stdout
+
+
+def test_baseline_with_several_runs_says_each_run_as_it_starts_and_ends(tmp_path):
+    measured = mlab("baseline", "fixture/counter", "--runs", "2", "--sandbox", "local", entry=GATED,
+                    home=tmp_path / "home")
+    assert measured.returncode == 0, measured.stderr
+    said = [line for line in measured.stderr.splitlines() if line.startswith("fixture/counter: run ")]
+    assert said[0] == "fixture/counter: run 1/2 started" and said[2] == "fixture/counter: run 2/2 started", said
+    for line in (said[1], said[3]):
+        assert re.fullmatch(r"fixture/counter: run [12]/2 ended: lines 1 in \d+\.\d s", line), said
+    assert len(said) == 4 and "baseline lines = 1" in measured.stdout, measured.stdout
+
+
+def test_make_run_says_each_setup_stage_while_it_works(tmp_path):
+    """`make run` on a fresh machine spends minutes in its set-up: each install stage is a line as it starts. The
+    venv's python here is a stand-in that holds the torch install until the test has read its line."""
+    venv, release = tmp_path / "venv", tmp_path / "release"
+    (venv / "bin").mkdir(parents=True)
+    stand_in = (f"#!/bin/bash\ncase \"$*\" in *torch*) for _ in $(seq 1200); do [ -e {shlex.quote(str(release))} ] "
+                "&& exit 0; sleep 0.05; done; exit 1;; esac\nexit 0\n")  # 60 s at most
+    for name in ("python", "mlab"):
+        (venv / "bin" / name).write_text(stand_in)
+        (venv / "bin" / name).chmod(0o755)
+    make = subprocess.Popen(["make", "--no-print-directory", "run", f"VENV={venv}", "LITE_TASKS=",
+                             f"SETUP_LOG={tmp_path / 'setup.log'}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        while not any("torch" in line for line in seen):
+            line = make.stdout.readline()
+            assert line, f"make ended before saying the torch stage: {seen}"
+            seen.append(line)
+        assert make.poll() is None  # said while the stage is still going
+        release.write_text("")
+        seen += make.stdout.readlines()
+        assert make.wait(timeout=60) == 0, seen
+    finally:
+        make.kill()
+        make.wait()
+    stages = [line for line in seen if "pip install" in line]
+    assert len(stages) >= 5 and all(len(line) <= 101 for line in stages), seen
+    assert (venv / ".installed").exists() and (tmp_path / "setup.log").is_file()

@@ -6,6 +6,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mlab.core.errors import MlabError
@@ -50,13 +51,16 @@ def summarize(scores: list[float | None]) -> dict[str, Any]:
 
 
 def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: float = 7200.0,
-                     record: bool = True) -> list[float | None]:
+                     record: bool = True, on_progress: Callable[[str], None] | None = None) -> list[float | None]:
     """Run the starter `runs` times in the harness's sandbox; record the mean valid score in the task home.
-    Returns each run's score (None for a run without a valid one)."""
+    Returns each run's score (None for a run without a valid one). `on_progress` is told each run's start and end
+    in a line."""
     scores: list[float | None] = []
     errors: list[str] = []
     seconds: list[float] = []
-    for _ in range(runs):
+    for i in range(1, runs + 1):
+        if on_progress:
+            on_progress(f"{task.name}: run {i}/{runs} started")
         started = time.monotonic()
         outcome = harness.run_script_fresh(task, timeout_s)
         seconds.append(round(time.monotonic() - started, 3))
@@ -64,6 +68,9 @@ def measure_baseline(harness: Harness, task: Task, runs: int = 1, timeout_s: flo
         if not is_valid(outcome.score):
             crashed = f"the starter crashed (exit code {outcome.exit_code}); " if outcome.exit_code else ""
             errors.append(crashed + (outcome.error or f"score {outcome.score} is not valid"))
+        if on_progress:
+            result = f"{task.metric.name} {outcome.score:.6g}" if scores[-1] is not None else f"no score ({errors[-1]})"
+            on_progress(f"{task.name}: run {i}/{runs} ended: {result} in {seconds[-1]:.1f} s")
     try:
         summary = summarize(scores)
     except MlabError as exc:
