@@ -120,8 +120,8 @@ def test_make_run_says_each_setup_stage_while_it_works(tmp_path):
         (venv / "bin" / name).write_text(stand_in)
         (venv / "bin" / name).chmod(0o755)
     make = subprocess.Popen(["make", "--no-print-directory", "run", f"VENV={venv}", "LITE_TASKS=",
-                             f"SETUP_LOG={tmp_path / 'setup.log'}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             f"SETUP_LOG={tmp_path / 'setup.log'}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         seen = []
         while not any("torch" in line for line in seen):
