@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mlab.core.errors import MlabError
@@ -61,19 +63,36 @@ def data(task_names: tuple[str, ...], all_tasks: bool, as_json: bool, download_d
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    console = make_console()
+    if rows:
+        _print_files(console, rows)
+    without = [task.name for task in tasks if not data_files(task)]
+    if without:
+        verb = "generates its" if len(without) == 1 else "generate their"
+        console.print(f"no files to fetch: {', '.join(without)} {verb} data at prepare", highlight=False,
+                      markup=False)
+
+
+def _print_files(console: Console, rows: list[dict[str, Any]]) -> None:
+    """The files as a table whose sources and terms are numbered: each URL is printed whole on a line of its own
+    under the table, where a terminal can open or copy it (a table cell would break it across lines)."""
+    urls: dict[str, int] = {}
+
+    def ref(url: str) -> str:
+        return f"[{urls.setdefault(url, len(urls) + 1)}]"
+
     table = Table(title="mlab data: put each file at DIR/<path>, then mlab prepare TASK --data-dir DIR")
     for column in ("task", "path", "size", "checksum", "source", "terms"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column in ("size", "source", "terms"))
     for r in rows:
         checksum = (f"sha256 {r['sha256']}" if r["sha256"] else f"md5 {r['md5']}" if r["md5"]
                     else f"none published; checked: {r['check'] or 'present'}")
-        source = r["url"] if r["how"] == "download" else f"{r['how']}: {r['url']}"
-        table.add_row(r["task"], r["path"], _size(r["size"]), checksum, source, r["terms"] or "-")
-    console = make_console()
+        terms = r["terms"] or "-"
+        table.add_row(escape(r["task"]), escape(r["path"]), _size(r["size"]), escape(checksum),
+                      escape(f"{r['how']} {ref(r['url'])}"), escape(ref(terms) if "://" in terms else terms))
     console.print(table)
-    without = [task.name for task in tasks if not data_files(task)]
-    if without:
-        console.print(f"no files needed (generated at prepare): {', '.join(without)}", highlight=False)
+    for url, number in urls.items():
+        console.print(f"[{number}] {url}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _download(tasks: list[Task], root: Path) -> None:
