@@ -159,3 +159,17 @@ def test_data_never_breaks_a_url_across_lines_at_80_columns():
         assert any(url in line for line in lines), f"{url} is not whole on a line:\n{shown.stdout}"
     assert all(len(line) <= 80 for line in lines if line[:1] in "┏┃┡│└"), shown.stdout
     assert lines[-1] == "no files to fetch: lite/digits generates its data at prepare", shown.stdout
+
+
+def test_new_task_metric_text_follows_the_metric_in_task_yaml(tmp_path):
+    """The scaffold names its metric once (metric:); what the agent is told follows that field when it changes."""
+    from mlab.core.declarative.task import DeclarativeTask
+
+    made = mlab_in_process("new-task", tmp_path / "my-task", "--metric", "mse")
+    assert made.returncode == 0, made.stderr
+    task_yaml = tmp_path / "my-task" / "task.yaml"
+    assert re.findall(r"\bmse\b", task_yaml.read_text()) == ["mse"], task_yaml.read_text()
+    task_yaml.write_text(task_yaml.read_text().replace("metric: mse", "metric: accuracy"))
+    task = DeclarativeTask.from_folder(tmp_path / "my-task", "local")
+    for told in (task.description, task.research_problem):
+        assert "accuracy" in told and "higher is better" in told and "mse" not in told and "{" not in told, told

@@ -19,12 +19,14 @@ _TASK_YAML = """\
 # A declarative mlab task: every field is documented in mlab's CONTRIBUTING.md ("Declarative task packs").
 # `mlab check-task {folder}` checks it: two prepares write the same files, and the reference beats the starter.
 name: {name}
-description: "{description}"
+# {{metric}}, {{metric_description}} and {{direction}} (higher or lower) are filled in from `metric:` when the task
+# loads, so the metric is named in one place.
+description: "Predict y from three features ({{metric}}, {{direction}} is better)."
 research_problem: |
   train.csv has the columns id, x1, x2, x3 and y; test.csv has the same columns without y.
   Improve train.py so that it predicts y for every row of test.csv as well as possible, measured by
-  {metric} ({direction} is better). train.py must write submission.csv with the columns id and y, one row
-  per row of test.csv. Do not change train.csv or test.csv.
+  {{metric}} ({{metric_description}}; {{direction}} is better). train.py must write submission.csv with the
+  columns id and y, one row per row of test.csv. Do not change train.csv or test.csv.
 
 metric: {metric}
 answers: {{file: answers.csv, id_column: id, column: y}}
@@ -215,11 +217,9 @@ def scaffold(directory: Path, name: str | None = None, metric: str = "mse", pack
         files[directory / "pyproject.toml"] = _PYPROJECT.format(**fields)
         files[directory / "README.md"] = _README.format(**fields)
     classes = not METRICS[metric].numeric
-    direction = "higher" if METRICS[metric].higher_is_better else "lower"
     what, predict = _CONSTANT[classes]
     files[task_folder / "task.yaml"] = _TASK_YAML.format(
-        folder=task_folder, name=name, metric=metric, direction=direction,
-        description=f"Predict y from three features ({metric}, {direction} is better).")
+        folder=task_folder, name=name, metric=metric)
     files[task_folder / "prepare.py"] = _PREPARE.format(classes=classes)
     files[task_folder / "starter" / "train.py"] = _STARTER.format(what=what, predict=predict)
     files[task_folder / "reference" / "solve.py"] = _REFERENCE.format(

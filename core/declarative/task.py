@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlab.core.declarative.metrics import METRICS
+from mlab.core.declarative.metrics import METRICS, with_metric_words
 from mlab.core.declarative.packfiles import copy_from_pack
 from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
@@ -40,9 +40,9 @@ class DeclarativeTask(Task):
         self.spec = spec
         self.located = located
         self.name = f"{pack}/{spec.name}"
-        self.description = spec.description.strip()
-        self.research_problem = spec.research_problem.strip()
         self.metric = Metric(name=spec.metric, higher_is_better=spec.higher_is_better)
+        self.description = with_metric_words(spec.description.strip(), spec.metric, spec.higher_is_better)
+        self.research_problem = with_metric_words(spec.research_problem.strip(), spec.metric, spec.higher_is_better)
         self.read_only_files = list(spec.read_only)
         self.resources = spec.resources
         self.starter_script = spec.starter
