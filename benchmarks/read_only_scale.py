@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.fixtures.docker_engine starts an engine as the tests do
 
+from mlab.core.fs.bulk_remove import remove_tree  # noqa: E402
 from mlab.core.models import Action  # noqa: E402
 from mlab.core.plugins.registry import load_registry  # noqa: E402
 from mlab.core.run.environment import Environment, EnvSettings  # noqa: E402
@@ -170,7 +171,7 @@ def step_costs(scratch: Path, steps: int) -> None:
         target = STEP_TARGET_MS.get(label)
         verdict = f" ({'met' if median <= target else 'NOT met'}: <= {target:g} ms)" if target else ""
         print(f"{label:>30}: {median:6.2f} ms CPU (min {min(cpu):.2f}, max {max(cpu):.2f}){verdict}")
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)
 
 
 def check_task(scratch: Path, sizes: list[int], names: list[str]) -> None:
@@ -187,7 +188,7 @@ def check_task(scratch: Path, sizes: list[int], names: list[str]) -> None:
                                   text=True, env={**os.environ, "MLAB_HOME": str(scratch / f"home-{size}-{name}")})
             seconds = time.perf_counter() - started
             verdict = "PASSED" if done.returncode == 0 and "PASSED" in done.stdout else f"FAILED ({done.returncode})"
-            print(f"{size:>7,} files, {name:>6}: {verdict} in {seconds:.1f} s")
+            print(f"{size:>7,} files, {name:>6}: {verdict} in {seconds:.1f} s", flush=True)
             if not verdict.startswith("PASSED"):
                 print((done.stdout + done.stderr)[-2000:])
 
@@ -206,16 +207,16 @@ def main() -> int:
     names = [n for n in args.sandboxes.split(",") if n]
     # Stopped (a timeout, a kill): the finally below still stops the engine and removes the scratch folder.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    scratch = Path(tempfile.mkdtemp(prefix="mlab-ro-scale-"))
     try:
-        with tempfile.TemporaryDirectory(prefix="mlab-ro-scale-") as folder:
-            scratch = Path(folder)
-            if not args.skip_curve:
-                curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
-            if not args.skip_steps:
-                step_costs(scratch, args.steps)
-            if not args.skip_check:
-                check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
+        if not args.skip_curve:
+            curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
+        if not args.skip_steps:
+            step_costs(scratch, args.steps)
+        if not args.skip_check:
+            check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
     finally:
+        remove_tree(scratch)  # hundreds of thousands of files: in parallel (see mlab.core.fs.bulk_remove)
         if "docker" in names:
             from tests.fixtures import docker_engine
 

@@ -66,6 +66,9 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
         finally:
             if home is None:  # what the scratch home measured still serves "of reference" in MLAB_HOME
                 _keep_references(TaskHome(scratch), TaskHome.from_env(), registry)
+                from mlab.core.fs.bulk_remove import remove_tree
+
+                remove_tree(TaskHome(scratch).data_root)  # the prepared data: many files, removed in parallel
 
 
 def _keep_references(measured: TaskHome, home: TaskHome, registry: Registry) -> None:
