@@ -112,19 +112,24 @@ def test_a_task_folder_runs_is_scored_again_and_takes_parameters(tmp_path):
     assert rows["plain"]["score"] is not None
 
     # mlab runs shows parameters, tags and notes, and selects by tag
-    listed = mlab("runs", "runs", "--tag", "first", "--json", cwd=tmp_path, home=home)
+    listed = mlab_in_process("runs", "runs", "--tag", "first", "--json", cwd=tmp_path, home=home)
     assert [r["run"] for r in json.loads(listed.stdout)] == ["plain"]
-    both = mlab("runs", "runs", "--tag", "ab", cwd=tmp_path, home=home)
+    both = mlab_in_process("runs", "runs", "--tag", "ab", cwd=tmp_path, home=home)
     assert "rows=7" in both.stdout and "#first #ab who=me" in both.stdout
-    assert "tagged" in mlab("runs", "runs", "--tag", "nope", cwd=tmp_path, home=home).stdout
+    assert "tagged" in mlab_in_process("runs", "runs", "--tag", "nope", cwd=tmp_path, home=home).stdout
 
     # runs.csv: a column each for the parameters, the tags and the notes
-    report = mlab("report", "runs", "--format", "csv", "--no-plots", "--no-html", cwd=tmp_path, home=home)
+    report = mlab_in_process("report", "runs", "--format", "csv", "--no-plots", "--no-html", cwd=tmp_path, home=home)
     assert report.returncode == 0, report.stderr
     with open(tmp_path / "runs" / "report" / "tables" / "runs.csv") as f:
-        by_folder = {Path(r["run folder"]).name: r for r in csv.DictReader(f)}
+        by_folder = {Path(r["run_dir"]).name: r for r in csv.DictReader(f)}
     assert by_folder["small"]["params"] == "rows=7" and by_folder["plain"]["params"] == "rows=20"
     assert by_folder["plain"]["tags"] == "first,ab" and by_folder["plain"]["meta"] == "who=me"
+
+    # export finds the task again from the folder too
+    exported = mlab_in_process("export", "runs", "--format", "inspect", "--json", cwd=tmp_path, home=home)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["logs"]
 
     # a folder changed since the run: scoring it again would not mean the same, said in one line
     (folder / "train.py").write_text(TRAIN + "# changed\n")
