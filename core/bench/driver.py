@@ -166,10 +166,13 @@ class Bench:
         self.agent_classes = [reg.get("agents", name) for name in self.spec.agents]
         self.agent_options = bench_agent_options(self.agent_classes, self.spec.agent_options)
         for name in self.spec.llms:
-            if name is not None:
-                from mlab.core.llm.roles import build_backend
+            if name is not None and self.tasks and self.agent_classes:
+                from mlab.core.llm.roles import backend_options, build_roles
 
-                build_backend(reg, name)  # a bad model string fails here, not in 8 workers at once
+                # a bad model string (or a missing key) fails here, not in 8 workers at once; with the runs' own
+                # options: a model on a local server (--llm-api-base) needs no provider key
+                config = self._config(self.spec.tasks[0], self.spec.agents[0], name, 0)
+                build_roles(reg, name, config.fast_llm, config.edit_llm, **backend_options(config))
         if any(cls.needs_llm for cls in self.agent_classes) and not any(self.spec.llms):
             needy = ", ".join(cls.name for cls in self.agent_classes if cls.needs_llm)
             raise MlabError(f"agent(s) {needy} need a model: give --llm")
