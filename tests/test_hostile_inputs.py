@@ -291,7 +291,9 @@ def greedy_pack(outside: Path, port: int, network: bool = False) -> tuple[Path, 
 
 
 def found_in(home: Path) -> dict:
-    return json.loads((home / "tasks" / "folder__greedy" / "public" / "found.json").read_text())
+    # a task folder's prepared data is named by its name and a digest of its files (folder__greedy-<digest>)
+    (prepared,) = [*(home / "tasks").glob("folder__greedy*/public/found.json")]
+    return json.loads(prepared.read_text())
 
 
 def assert_nothing_left(found: dict, listener: Listener, env: dict[str, str]) -> None:
