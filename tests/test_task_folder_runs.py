@@ -249,3 +249,30 @@ def test_a_task_name_is_still_a_task_beside_a_file_of_that_name(tmp_path, monkey
     assert find_task(load_registry(), "digits").name == "lite/digits"
     with pytest.raises(MlabError, match="is a folder without a task.yaml"):
         find_task(load_registry(), "./digits")
+
+
+@pytest.mark.slow
+def test_a_folder_run_stopped_midway_resumes_from_its_folder_with_its_parameters(tmp_path, monkeypatch):
+    from mlab.core.models import RunConfig
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.runner import Runner
+    from mlab.core.run.task_lookup import find_task, run_fields
+
+    folder = task_folder(tmp_path)
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
+    registry = load_registry()
+    config = RunConfig(**run_fields(find_task(registry, str(folder), {"rows": "5"})), agent="baseline")
+
+    def stop(_step: object) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C after the first step is saved
+
+    run_dir = tmp_path / "runs" / "stopped"
+    runner = Runner(run_dir, config, registry, on_step=stop)
+    with pytest.raises(KeyboardInterrupt):
+        runner.start()
+    runner._release_lock()  # the interrupted process is this test's, which goes on
+    resumed = mlab("run", "--resume", run_dir, home=tmp_path / "home")
+    assert resumed.returncode == 0, resumed.stderr
+    trace = json.loads((run_dir / "trace.json").read_text())
+    assert trace["status"] == "finished" and trace["final_score"] is not None
+    assert trace["config"]["task_params"] == {"rows": 5} and train_rows(run_dir) == 5
