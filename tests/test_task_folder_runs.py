@@ -118,6 +118,10 @@ def test_a_task_folder_runs_is_scored_again_and_takes_parameters(tmp_path):
     assert "rows=7" in both.stdout and "#first #ab who=me" in both.stdout
     assert "tagged" in mlab_in_process("runs", "runs", "--tag", "nope", cwd=tmp_path, home=home).stdout
 
+    # each value of rows has a baseline of its own; the report tells the two apart as two tasks
+    for extra in ((), ("-T", "rows=7")):
+        measured = mlab("baseline", "./rows-fit", *extra, cwd=tmp_path, home=home)
+        assert measured.returncode == 0, measured.stderr
     # runs.csv: a column each for the parameters, the tags and the notes
     report = mlab_in_process("report", "runs", "--format", "csv", "--no-plots", "--no-html", cwd=tmp_path, home=home)
     assert report.returncode == 0, report.stderr
@@ -125,6 +129,9 @@ def test_a_task_folder_runs_is_scored_again_and_takes_parameters(tmp_path):
         by_folder = {Path(r["run_dir"]).name: r for r in csv.DictReader(f)}
     assert by_folder["small"]["params"] == "rows=7" and by_folder["plain"]["params"] == "rows=20"
     assert by_folder["plain"]["tags"] == "first,ab" and by_folder["plain"]["meta"] == "who=me"
+    assert by_folder["small"]["task"] == "folder/rows-fit [rows=7]" and by_folder["plain"]["task"] == "folder/rows-fit"
+    assert by_folder["small"]["baseline"] and by_folder["plain"]["baseline"]
+    assert by_folder["small"]["baseline"] != by_folder["plain"]["baseline"]
 
     # export finds the task again from the folder too
     exported = mlab_in_process("export", "runs", "--format", "inspect", "--json", cwd=tmp_path, home=home)

@@ -32,6 +32,7 @@ from mlab.core.errors import MlabError
 from mlab.core.run.scoring import Verdict
 from mlab.core.run.solution_graph import SolutionGraph, final_graph
 from mlab.core.run.task_lookup import task_of_run
+from mlab.core.run.task_params import labelled
 from mlab.core.run.task_params import shown as shown_params
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import read_trace
@@ -221,15 +222,16 @@ def load_runs(folder: Path, compare: tuple[str, str] | None = None) -> ReportDat
                     unreadable.append(f"{run_dir}: skipped: {exc}")
                     continue
                 key = run_dir.relative_to(folder).as_posix() if run_dir != folder else run_dir.resolve().name
-                db.upsert_run(key, task=task.name, agent=trace.config.agent, llm=trace.config.llm,
+                name = labelled(task)  # runs with other task parameters are results of another task
+                db.upsert_run(key, task=name, agent=trace.config.agent, llm=trace.config.llm,
                               seed=trace.config.seed, run_dir=run_dir.relative_to(folder).as_posix(),
                               **summarize(trace, task))
                 db.set_plugin_versions(key, trace.plugin_versions)
                 baseline = judge.baseline(run_dir, task)
-                if chosen.setdefault(task.name, baseline) != baseline:
+                if chosen.setdefault(name, baseline) != baseline:
                     raise MlabError(
-                        f"runs of {task.name} in {str(folder)!r} are judged against different baselines "
-                        f"({chosen[task.name][0]} {chosen[task.name][1]}; {baseline[0]} {baseline[1]}): report "
+                        f"runs of {name} in {str(folder)!r} are judged against different baselines "
+                        f"({chosen[name][0]} {chosen[name][1]}; {baseline[0]} {baseline[1]}): report "
                         "each bench folder on its own")
             for task_name, (score, source) in chosen.items():
                 db.set_baseline(task_name, score, source)

@@ -134,3 +134,12 @@ def shown(values: Mapping[str, Any]) -> str:
     """name=value, comma-separated, as tables show a run's parameters."""
     return ",".join(f"{name}={json.dumps(value) if isinstance(value, bool) else value}"
                     for name, value in sorted(values.items()))
+
+
+def labelled(task: Task) -> str:
+    """The task's name, with the values that differ from the defaults (`pack/name [rows=200]`): reports tell the
+    runs of one task with other parameters apart, as results of another task."""
+    params = declared(task)
+    changed = {name: value for name, value in task.param_values.items()
+               if name in params and value != typed_value(params[name].default, params[name].type)}
+    return f"{task.name} [{shown(changed)}]" if changed else task.name
