@@ -193,6 +193,7 @@ class _StartUp:
     def __init__(self, registry: Registry):
         self.registry = registry
         self.sandboxes: set[str] = set()
+        self.models: set[str] = set()
 
     def warm(self, job: JobSpec) -> None:
         from mlab.core.run.packages import package_versions
@@ -206,8 +207,25 @@ class _StartUp:
                 resolve_sandbox(self.registry, choice)  # sandboxes cache their probe
             except Exception:
                 pass  # the run says what is wrong, in its own log and result
+        self._preload_models(job)
         package_versions()
         interpreter_prefixes()
+
+    def _preload_models(self, job: JobSpec) -> None:
+        """The client libraries of the run's model backends (litellm: seconds to import), imported once here
+        rather than in every run; nothing for backends that need none."""
+        from mlab.core.llm.roles import backend_class
+
+        specs = {job["config"].get(role) for role in ("llm", "fast_llm", "edit_llm")}
+        new = {spec for spec in specs if isinstance(spec, str) and spec} - self.models
+        for spec in new:
+            self.models.add(spec)
+            try:
+                backend_class(self.registry, spec)[0].preload()
+            except Exception:
+                pass  # the run says what is wrong, in its own log and result
+        if new:
+            gc.freeze()  # as at start-up: the runs share what was loaded, untouched by their collectors
 
 
 def zygote_main() -> None:

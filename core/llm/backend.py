@@ -28,6 +28,12 @@ class LLM(ABC):
         self.model = model
         self.options = options
 
+    @classmethod  # noqa: B027 (optional: nothing to load by default)
+    def preload(cls) -> None:
+        """Import the heavy client libraries `complete` needs. A bench calls it once in the process its runs are
+        forked from, before the first fork of a run with this backend, so that no run imports them again. Only
+        imports: a thread, connection or open file made here would be shared by every forked run."""
+
     @abstractmethod
     def complete(self, messages: list[Message], **params: Any) -> Completion:
         """Complete messages (oldest first). Retries, budgets, the response cache and the call log are the core's;

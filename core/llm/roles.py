@@ -16,24 +16,30 @@ if TYPE_CHECKING:
     from mlab.core.plugins.registry import Registry
 
 
-def build_backend(registry: Registry, spec: str, **options: Any) -> LLM:
-    """'NAME:MODEL' picks backend NAME; anything else goes to the backend that handles unprefixed models."""
+def backend_class(registry: Registry, spec: str) -> tuple[type[LLM], str]:
+    """The backend class and MODEL of a `--llm` string: 'NAME:MODEL' picks backend NAME; anything else goes to
+    the backend that handles unprefixed models."""
     llms = registry.items["llms"]
     name, _, model = spec.partition(":")
+    if name in llms:
+        return registry.get("llms", name), model
+    fallback = sorted((cls for cls in llms.values() if cls.handles_unprefixed), key=lambda c: c.name)
+    if not fallback:
+        hint = " (install the litellm backend for provider/model names)" if "/" in spec else ""
+        valid = ", ".join(sorted(llms)) or "(none installed)"
+        raise MlabError(f"no LLM backend for {spec!r}; use NAME:MODEL with NAME one of: {valid}{hint}")
+    if len(fallback) > 1:  # picking one silently could send the run to a vendor nobody chose
+        names = ", ".join(f"{c.name}:{spec}" for c in fallback)
+        raise MlabError(f"several backends take unprefixed model names; say which: {names}")
+    return fallback[0], spec
+
+
+def build_backend(registry: Registry, spec: str, **options: Any) -> LLM:
+    """The backend of a `--llm` string (see backend_class), built with options."""
+    llms = registry.items["llms"]
     valid = ", ".join(sorted(llms)) or "(none installed)"
-    guessed = name not in llms
-    cls: type[LLM]
-    if not guessed:
-        cls = registry.get("llms", name)
-    else:
-        fallback = sorted((cls for cls in llms.values() if cls.handles_unprefixed), key=lambda c: c.name)
-        if not fallback:
-            hint = " (install the litellm backend for provider/model names)" if "/" in spec else ""
-            raise MlabError(f"no LLM backend for {spec!r}; use NAME:MODEL with NAME one of: {valid}{hint}")
-        if len(fallback) > 1:  # picking one silently could send the run to a vendor nobody chose
-            names = ", ".join(f"{c.name}:{spec}" for c in fallback)
-            raise MlabError(f"several backends take unprefixed model names; say which: {names}")
-        cls, model = fallback[0], spec
+    guessed = spec.partition(":")[0] not in llms
+    cls, model = backend_class(registry, spec)
     try:
         return cls(model, **options)
     except MlabError:

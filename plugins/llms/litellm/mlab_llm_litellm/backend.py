@@ -168,6 +168,10 @@ class LiteLLMBackend(LLM):
         if problem:
             raise ValueError(problem)
 
+    @classmethod
+    def preload(cls) -> None:
+        _import_litellm()
+
     def complete(self, messages: list[Message], **params: Any) -> Completion:
         litellm = _import_litellm()
         request: dict[str, Any] = {
