@@ -154,7 +154,7 @@ def _check_validation_splits(registry: Any, task_names: list[str]) -> None:
 @click.command()
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to write (default: FOLDER/report).")
+              help="Where to write (default: FOLDER/report; for one run, ./report-RUN: never into a run folder).")
 @click.option("--compare", nargs=2, metavar="AGENT_A AGENT_B",
               help="Paired comparison of two agents on the same tasks (automatic when there are exactly two).")
 @click.option("--format", "table_format", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -182,7 +182,8 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
         warn.print(f"warning: {line}", highlight=False, markup=False, soft_wrap=True)
     if not data.rows:
         raise MlabError(f"bench {str(folder)!r} has no runs yet")
-    target = out_dir or folder / "report"
+    target = out_dir or rep.default_out(folder)
+    rep.check_out(target)
     written = rep.write(data, target, plots=not no_plots, html=not no_html,
                         log=lambda msg: console.print(msg, highlight=False))
     tables = rep.report_tables(data)

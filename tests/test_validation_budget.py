@@ -105,11 +105,13 @@ def test_kill_9_after_two_validations_then_resume_leaves_max_calls_less_two_and_
     assert [t.rsplit("call ", 1)[-1] for t in told[:-1]] == [f"{n} of {budget}." for n in range(1, budget + 1)], told
     assert "no Validate Submission calls left" in told[-1], told[-1]
 
-    report = mlab("report", run_dir, "--json", env={PAUSE_VARIABLE: str(tmp_path / "paused")})
+    report = mlab("report", run_dir, "--json", "--out", tmp_path / "report",
+                  env={PAUSE_VARIABLE: str(tmp_path / "paused")})
     assert report.returncode == 0, report.stderr
     runs = json.loads(report.stdout)["runs"]
     assert [r["validation_calls"] for r in runs] == [budget], runs
-    tables = subprocess.run([sys.executable, "-m", "mlab.cli.main", "report", str(run_dir), "--format", "csv"],
+    tables = subprocess.run([sys.executable, "-m", "mlab.cli.main", "report", str(run_dir), "--format", "csv",
+                             "--out", str(tmp_path / "report")],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert tables.returncode == 0, tables.stderr
     written = [Path(line) for line in tables.stdout.splitlines() if line.endswith("runs.csv")]

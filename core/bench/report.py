@@ -283,6 +283,9 @@ def report_tables(data: ReportData) -> list[ReportTable]:
     """Every table of the report, as data: per task and agent, thresholds, overall, performance profiles, the
     failure taxonomy and paired comparisons. The terminal, CSV, LaTeX and JSON all render these; each column is
     one Column naming the field it shows."""
+    if len(data.records) == 1 and len(data.groups) == 1:
+        return [one_run_table(data)] + [graph_table(row, data.graphs[row["key"]]) for row in data.rows
+                                        if row["key"] in data.graphs]
     out: list[ReportTable] = []
     noted = any(g.baseline_note for g in data.groups)
     per_task = ReportTable(
@@ -381,6 +384,49 @@ def report_tables(data: ReportData) -> list[ReportTable]:
         if run_row["key"] in data.graphs:
             out.append(graph_table(run_row, data.graphs[run_row["key"]]))
     return out
+
+
+ONE_RUN_NOTE = ("one run: no intervals or AUP, which need several runs (seeds) of a method or several methods to "
+                "compare; a bench (mlab bench --runs N) has them")
+
+
+def one_run_table(data: ReportData) -> ReportTable:
+    """The report of a single run: what it scored and spent, as plain numbers; no interval, SEM or profile, since
+    one run has none."""
+    (g,), (r,) = data.groups, data.records
+    success = g.success_original.mean
+    table = ReportTable(
+        "run", "One run",
+        [Column("task", "task"), Column("agent", "agent"), Column("model", "model", machine=True),
+         Column("status", "status"), Column("score", "score", "num", ".6g"),
+         Column("baseline", "baseline", "num", ".4g"), Column("improvement", "improvement", "signed_pct"),
+         Column("success\n(original)", "success_original"), Column("of\nreference", "of_reference", "num", ".3g"),
+         Column("steps", "steps", "int"), Column("model\ncalls", "llm_calls", "int"), Column("tokens", "tokens", "int"),
+         Column("time s", "time_s", "num", ".1f"), Column("cost $", "cost_usd", "num", ".4f"),
+         Column("failure", "failure")],
+        caption=ONE_RUN_NOTE)
+    table.add({"task": g.task, "agent": g.label, "model": g.model, "status": r.status, "score": r.final_score,
+               "baseline": g.baseline, "improvement": g.improvement.mean,
+               "success_original": None if success is None else ("yes" if success else "no"),
+               "of_reference": g.of_reference.mean, "steps": r.steps, "llm_calls": r.llm_calls, "tokens": r.tokens,
+               "time_s": r.time_s, "cost_usd": r.cost_usd if r.llm_calls else None, "failure": r.failure})
+    return table
+
+
+def default_out(folder: Path) -> Path:
+    """Where a report is written without --out: a bench's or a folder of runs' report/ folder; for one run, a
+    folder in the working directory (a run folder keeps only what the run wrote)."""
+    if (Path(folder) / "trace.json").is_file():
+        return Path(f"report-{Path(folder).resolve().name}")
+    return Path(folder) / "report"
+
+
+def check_out(out_dir: Path) -> None:
+    """Refuse to write a report into a run folder (at any depth)."""
+    for place in (Path(out_dir).resolve(), *Path(out_dir).resolve().parents):
+        if (place / "trace.json").is_file():
+            raise MlabError(f"--out {str(out_dir)!r} is inside the run folder {str(place)!r}: a report is never "
+                            "written into a run; give a folder elsewhere")
 
 
 def runs_table(data: ReportData) -> ReportTable:
