@@ -57,12 +57,14 @@ def load_folder(folder: Path) -> DeclarativeTask:
 def find_task(registry: Registry, name: str, given: Mapping[str, Any] | None = None) -> Task:
     """A registered task, or a declarative task folder (a path holding task.yaml, or the task.yaml itself), with
     the parameters given (-T): a bad task.yaml, an unknown parameter or a badly typed value is one line."""
+    if _written_as_name(name) and _registered(registry, name):  # an installed task beats a folder it names
+        return bind(registry.get("tasks", name), given or {})
     path = Path(name).expanduser()
     if path.name == TASK_FILE:
         path = path.parent
     if (path / TASK_FILE).is_file():
         return bind(load_folder(path), given or {})
-    if names_a_path(name) and not (_written_as_name(name) and _registered(registry, name)):
+    if names_a_path(name):
         if path.is_dir():
             raise MlabError(f"{name!r} is a folder without a task.yaml; a task folder holds one "
                             "(mlab new-task DIR writes a scaffold)")
