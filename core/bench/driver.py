@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from mlab.core.bench.agent_options import bench_agent_options
+from mlab.core.bench.bench_sandbox import bench_sandbox
 from mlab.core.bench.evaluate import registry_from
 from mlab.core.bench.results import DB_FILE, ResultsDB, Row, judge_runs
 from mlab.core.errors import MlabError
@@ -158,6 +160,7 @@ class Bench:
         if spec.runs < 1:
             raise MlabError("--runs must be at least 1")
         self.registry = registry_from(registry_factory, [os.getcwd()])
+        self.sandbox = spec.sandbox  # "auto" until run() settles it once for the whole bench
         self._resolve_names()
 
     def _resolve_names(self) -> None:
@@ -191,7 +194,7 @@ class Bench:
         s = self.spec
         return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
                          edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
-                         action_timeout_s=s.action_timeout_s, seed=seed, sandbox=s.sandbox,
+                         action_timeout_s=s.action_timeout_s, seed=seed, sandbox=self.sandbox,
                          label=s.labels.get(agent),
                          agent_options=dict(self.agent_options.get(agent, {})), **s.run_options)
 
@@ -286,6 +289,9 @@ class Bench:
             db.set_meta("spec", {**self.spec.__dict__, "llms": self.spec.llms})
             db.set_meta("run_control", {"max_connections": self.max_connections, "retry_errors": self.retry_errors,
                                         "fail_fast": self.fail_fast})
+            self.sandbox, mixed = bench_sandbox(self.registry, self.spec.sandbox, db)
+            if mixed:
+                print(f"mlab: warning: {mixed}", file=sys.stderr)
             jobs, status = self.plan(db)
             if not jobs:
                 if on_update:
