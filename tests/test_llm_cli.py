@@ -170,7 +170,9 @@ def test_a_person_drives_a_run_from_a_terminal(tmp_path):
         'Let me look around first.\n{"action": "List Files",\n "args": {"dir_path": "."}}'
     assert trace["end_reason"] == "final answer"
     calls = [json.loads(line) for line in (tmp_path / "run" / "llm_calls.jsonl").read_text().splitlines()]
-    assert [c["model"] for c in calls] == ["human", "human"] and all(c["cost_usd"] == 0.0 for c in calls)
+    # a person has no price: the calls are unpriced, never a made-up $0.0000 (issue 34, item 7)
+    assert [c["model"] for c in calls] == ["human", "human"] and all(c["cost_usd"] is None for c in calls)
+    assert b"$0.0000" not in seen and b"cost unknown" in seen, seen.decode(errors="replace")
 
 
 def test_reading_a_typed_answer():

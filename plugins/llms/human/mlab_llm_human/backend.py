@@ -80,7 +80,7 @@ class HumanLLM(LLM):
         prompt = "\n".join(m.content for m in messages)
         return Completion(text=text, model=f"human:{self.model}" if self.model else "human",
                           prompt_tokens=_estimate_tokens(prompt), completion_tokens=_estimate_tokens(text),
-                          cost_usd=0.0)
+                          cost_usd=None)  # a person has no price: unpriced, never a made-up $0
 
     def state_dict(self) -> dict[str, Any]:
         return {"calls": self.calls}
