@@ -283,3 +283,23 @@ def test_a_folder_run_stopped_midway_resumes_from_its_folder_with_its_parameters
     trace = json.loads((run_dir / "trace.json").read_text())
     assert trace["status"] == "finished" and trace["final_score"] is not None
     assert trace["config"]["task_params"] == {"rows": 5} and train_rows(run_dir) == 5
+
+
+@pytest.mark.slow
+def test_a_bench_runs_a_task_folder_with_parameters(tmp_path):
+    task_folder(tmp_path)
+    home = tmp_path / "home"
+    result = mlab("bench", "--tasks", "./rows-fit", "--agents", "baseline", "--runs", "2", "--workers", "2",
+                  "-T", "rows=6", "--bench-dir", "b", cwd=tmp_path, home=home)
+    assert result.returncode == 0, result.stderr
+    run_dirs = sorted((tmp_path / "b" / "runs").iterdir())
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        config = config_of(run_dir)
+        assert config["task"] == "folder/rows-fit" and config["task_params"] == {"rows": 6}
+        assert config["task_folder"] == str((tmp_path / "rows-fit").resolve()) and train_rows(run_dir) == 6
+    scored = json.loads(mlab("eval", "b", "--json", cwd=tmp_path, home=home).stdout)
+    assert [row["score"] is not None for row in scored] == [True, True]
+    ray = mlab_in_process("bench", "--tasks", "./rows-fit", "--agents", "baseline", "--engine", "ray",
+                          "--bench-dir", "r", cwd=tmp_path, home=home)
+    assert ray.returncode == 2 and "--engine local" in ray.stderr

@@ -29,6 +29,8 @@ from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
+from mlab.core.run.task_lookup import find_task, run_fields
+from mlab.core.run.task_params import DATA_KEY
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.view.live import LiveState, read_live
 
@@ -165,7 +167,14 @@ class Bench:
 
     def _resolve_names(self) -> None:
         reg = self.registry
-        self.tasks = [reg.get("tasks", name) for name in self.spec.tasks]
+        given = self.spec.run_options.get("task_params")
+        # registered tasks or task folders, with the bench's -T values: run.task_lookup's one rule
+        self.tasks = [find_task(reg, name, given if isinstance(given, dict) else {}) for name in self.spec.tasks]
+        self._task_fields = {task.name: run_fields(task) for task in self.tasks}  # what each run's config records
+        if self.engine_name == "ray" and any(getattr(t, DATA_KEY, None) not in (None, t.name.replace("/", "__"))
+                                             for t in self.tasks):
+            raise MlabError("--engine ray ships installed tasks' default data: run task folders and tasks with -T "
+                            "values that change their data with --engine local")
         self.agent_classes = [reg.get("agents", name) for name in self.spec.agents]
         self.agent_options = bench_agent_options(self.agent_classes, self.spec.agent_options)
         for name in self.spec.llms:
@@ -174,7 +183,7 @@ class Bench:
 
                 # a bad model string (or a missing key) fails here, not in 8 workers at once; with the runs' own
                 # options: a model on a local server (--llm-api-base) needs no provider key
-                config = self._config(self.spec.tasks[0], self.spec.agents[0], name, 0)
+                config = self._config(self.tasks[0].name, self.spec.agents[0], name, 0)
                 build_roles(reg, name, config.fast_llm, config.edit_llm, **backend_options(config))
         if any(cls.needs_llm for cls in self.agent_classes) and not any(self.spec.llms):
             needy = ", ".join(cls.name for cls in self.agent_classes if cls.needs_llm)
@@ -192,11 +201,12 @@ class Bench:
 
     def _config(self, task: str, agent: str, llm: str | None, seed: int) -> RunConfig:
         s = self.spec
-        return RunConfig(task=task, agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
+        return RunConfig(agent=agent, llm=llm, fast_llm=s.fast_llm if llm else None,
                          edit_llm=s.edit_llm if llm else None, max_steps=s.max_steps, max_time_s=s.max_time_s,
                          action_timeout_s=s.action_timeout_s, seed=seed, sandbox=self.sandbox,
                          label=s.labels.get(agent),
-                         agent_options=dict(self.agent_options.get(agent, {})), **s.run_options)
+                         agent_options=dict(self.agent_options.get(agent, {})),
+                         **{**s.run_options, **self._task_fields.get(task, {"task": task})})
 
     def plan(self, db: ResultsDB) -> tuple[list[Job], BenchStatus]:
         from mlab.core.run.trace import read_trace
