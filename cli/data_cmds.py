@@ -15,6 +15,7 @@ from rich.table import Table
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import load_registry
 
+from . import task_options
 from .console import make_console
 
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ def _download(tasks: list[Task], root: Path) -> None:
 @click.option("--all", "all_tasks", is_flag=True,
               help="Prepare every task whose files are found (with --data-dir: laid out as `mlab data` says).")
 @click.option("--force", is_flag=True, help="Prepare again, replacing an earlier preparation (and its baseline).")
-def prepare(task_name: str | None, data_dir: str | None, all_tasks: bool, force: bool) -> None:
+@task_options.task_params
+def prepare(task_name: str | None, data_dir: str | None, all_tasks: bool, force: bool,
+            task_params: tuple[str, ...]) -> None:
     """Prepare a task's data (once; a second call does nothing unless --force)."""
     from mlab.core.run.harness import Harness
 
@@ -129,13 +132,13 @@ def prepare(task_name: str | None, data_dir: str | None, all_tasks: bool, force:
     if data_dir is not None and not Path(data_dir).is_dir():
         raise MlabError(f"data directory {data_dir!r} does not exist")
     if all_tasks:
-        if task_name:
-            raise MlabError("give a task name or --all, not both")
+        if task_name or task_params:
+            raise MlabError("give a task name (with its -T values) or --all, not both")
         _prepare_all(harness, data_dir, force)
         return
     if not task_name:
         raise MlabError("give a task name, or --all")
-    task = harness.task(task_name)
+    task = harness.task(task_name, task_options.given_params(task_params))
     done = _prepare_one(harness, task, data_dir, force)
     where = harness.home.task_dir(task)
     click.echo(f"{task.name}: {'prepared' if done else 'already prepared'} in {where}")

@@ -303,3 +303,22 @@ def test_a_bench_runs_a_task_folder_with_parameters(tmp_path):
     ray = mlab_in_process("bench", "--tasks", "./rows-fit", "--agents", "baseline", "--engine", "ray",
                           "--bench-dir", "r", cwd=tmp_path, home=home)
     assert ray.returncode == 2 and "--engine local" in ray.stderr
+
+
+def test_prepare_takes_parameters_and_an_unprepared_task_says_which_values_to_prepare(tmp_path):
+    from mlab.core import Resources
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.harness import Harness
+
+    folder = task_folder(tmp_path)
+    result = mlab_in_process("prepare", str(folder), "-T", "rows=4", home=tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    where = Path(result.stdout.strip().rsplit(" in ", 1)[1])
+    assert (where / "public" / "train.csv").read_text().count("\n") == 5  # the header and 4 rows
+
+    class Downloaded(Sized):
+        resources = Resources(network_for_prepare=True)
+
+    harness = Harness(load_registry(), TaskHome(tmp_path / "other-home"))
+    with pytest.raises(MlabError, match=r"run: mlab prepare test/sized -T n=5$"):
+        harness.ensure_prepared(bind(Downloaded(), {"n": "5", "strict": "true"}))

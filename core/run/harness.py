@@ -16,7 +16,7 @@ from mlab.core.models import SubmissionScored, TaskPrepared
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.scoring import Score, Scorer
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.run.task_lookup import find_task
+from mlab.core.run.task_lookup import find_task, prepare_args
 from mlab.core.run.taskdata import TaskHome, stage_workspace
 from mlab.core.sandbox.contract import ExecResult, Sandbox
 from mlab.core.sandbox.limits import Limits
@@ -107,7 +107,7 @@ class Harness:
         if self.home.is_prepared(task):
             return
         if not task.offline_ready:
-            raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {task.name}")
+            raise MlabError(f"task {task.name!r} is not prepared; run: mlab prepare {prepare_args(task)}")
         self.prepare(task)
 
     def new_workspace(self, task: Task, workspace: Path, allow_validate: bool = False) -> Path:

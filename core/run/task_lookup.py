@@ -129,3 +129,18 @@ def task_of_run(registry: Registry, config: RunConfig) -> Task:
         task = registry.get("tasks", config.task)
     found = _FOUND[key] = bind(task, config.task_params)
     return found
+
+
+def prepare_args(task: Task) -> str:
+    """What `mlab prepare` needs to prepare this task's data: its name (or folder) and the -T values that change it."""
+    import shlex
+
+    from mlab.core.run.task_params import declared, typed_value
+
+    folder = getattr(task, "folder", None) if hasattr(task, FOLDER_DIGEST) else None
+    words = [str(folder) if folder else task.name]
+    for name, param in declared(task).items():
+        value = task.param_values.get(name)
+        if param.changes_data and name in task.param_values and value != typed_value(param.default, param.type):
+            words += ["-T", f"{name}={json.dumps(value) if isinstance(value, bool) else value}"]
+    return shlex.join(words)
