@@ -11,7 +11,10 @@ What the events cannot tell, and what covers it:
 - writes through a shared memory mapping have no event; the mapping's last release does (IN_CLOSE_WRITE), which
   a finished command's exit brings. A process that lives on (the REPL) may still hold one: the caller trusts
   events only for steps whose agent code ended;
-- events past the kernel's queue (IN_Q_OVERFLOW), a watch that could not be added, or no inotify at all: the
+- a folder past the user's watch limit (fs.inotify.max_user_watches, 8,192 on many machines, shared by all the
+  user's processes): it is reported at every drain as to be listed again, so a tree larger than the limit
+  costs a step its unwatched folders, not a walk of everything;
+- events past the kernel's queue (IN_Q_OVERFLOW), a watch that failed otherwise, or no inotify at all: the
   caller is told nothing is known and walks the whole tree.
 """
 from __future__ import annotations
@@ -60,6 +63,7 @@ class ChangeWatch:
     def __init__(self, fd: int):
         self._fd = fd
         self._prefixes: dict[int, str] = {}  # watch descriptor -> the folder's prefix ("" or "a/b/")
+        self.unwatched: set[str] = set()  # folders past the watch limit: listed again at every drain
         self.broken = False  # a watch could not be added, or events were lost: nothing is known
 
     @classmethod
@@ -76,8 +80,12 @@ class ChangeWatch:
             return
         wd = _libc.inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(), MASK)
         if wd < 0:
-            self.broken = True  # e.g. ENOSPC: past max_user_watches
+            if ctypes.get_errno() == errno.ENOSPC:  # past max_user_watches: this folder is listed at every drain
+                self.unwatched.add(prefix)
+            else:
+                self.broken = True
             return
+        self.unwatched.discard(prefix)
         self._prefixes[wd] = prefix
 
     def drain(self) -> dict[str, FolderEvents] | None:
@@ -96,6 +104,8 @@ class ChangeWatch:
             if not data:
                 break
             self._parse(data, found)
+        for prefix in self.unwatched:  # no event can come from there: whatever happened, listed again
+            found.setdefault(prefix, FolderEvents()).relist = True
         return None if self.broken else found
 
     def _parse(self, data: bytes, found: dict[str, FolderEvents]) -> None:
