@@ -251,3 +251,33 @@ def test_a_bench_whose_sandbox_is_gone_says_so_in_one_line(tmp_path):
     assert _bench_sandboxes(bench) == {"s0": "bwrap", "s1": "local"}
     said = [line for line in second.stderr.splitlines() if "sandbox" in line]
     assert len(said) == 1 and "bwrap" in said[0] and "local" in said[0], second.stderr
+
+
+@pytest.mark.slow
+def test_the_viewer_shows_a_runs_method_label_in_its_header_and_the_overview(tmp_path):
+    """A run started with --label names its method in `mlab view` (run header, overview) and in the report's page."""
+    from mlab.core.view.server import Viewer
+    from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
+
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip(MISSING)
+    runs, home = tmp_path / "runs", tmp_path / "home"
+    for name, label in (("labelled", ["--label", "My method"]), ("plain", [])):
+        done = mlab("run", "--task", "fixture/counter", "--agent", "fixture-appender", "--run-dir", runs / name,
+                    "--sandbox", "local", *label, entry=GATED, home=home)
+        assert done.returncode == 0, done.stderr
+    with Viewer(runs) as viewer, Browser(tmp_path / "profile") as browser:
+        browser.open(viewer.url)
+        browser.wait_for("return document.querySelectorAll('#groups tbody tr').length === 2;", timeout_s=60)
+        methods = browser.run("return Array.prototype.map.call(document.querySelectorAll('#groups tbody tr'),"
+                              " function (tr) { return tr.querySelector('td.method').textContent; });")
+        assert sorted(methods) == ["My method", "fixture-appender"], methods
+        browser.open(viewer.url + "#run=labelled")
+        shown = browser.wait_for("var e = document.getElementById('run-method'); return e && e.textContent;")
+        assert shown == "method My method", shown
+    report = mlab("report", runs, "--no-plots", entry=GATED, home=home)
+    assert report.returncode == 0, report.stderr
+    with Browser(tmp_path / "profile2") as browser:
+        browser.open((runs / "report" / "index.html").as_uri() + "#run=labelled")
+        shown = browser.wait_for("var e = document.getElementById('run-method'); return e && e.textContent;")
+        assert shown == "method My method", shown

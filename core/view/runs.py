@@ -238,6 +238,7 @@ class Catalog:
         trace = self._trace(run_dir)
         brief: dict[str, Any] | str = trace if isinstance(trace, str) else {
             "task": trace.config.task, "agent": trace.config.agent, "llm": trace.config.llm,
+            "method": trace.config.label,  # --label: the method's name, None when the run was not given one
             "seed": trace.config.seed, "status": trace.status, "end_reason": trace.end_reason,
             "steps": len(trace.steps), "max_steps": trace.config.max_steps, "final_score": trace.final_score,
             "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
@@ -309,7 +310,7 @@ class Catalog:
             for rel, row in sorted(bench_rows.items()):
                 if rel not in found:
                     listed.append({"id": None, "name": rel, "task": row.get("task"), "agent": row.get("agent"),
-                                   "llm": row.get("llm"), "seed": row.get("seed"),
+                                   "llm": row.get("llm"), "method": row.get("label"), "seed": row.get("seed"),
                                    "status": "interrupted" if row.get("status") == "running" else row.get("status"),
                                    "end_reason": row.get("end_reason"), "steps": row.get("steps") or 0,
                                    "final_score": row.get("final_score"), "failure": row.get("failure"),

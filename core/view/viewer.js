@@ -119,8 +119,10 @@
     var f = byId('filter');
     return f ? f.value.toLowerCase().split(/\s+/).filter(Boolean) : [];
   }
+  // The method as reports name it (--label; the report's data names every run's), else the agent.
+  function methodOf(r) { return given(r.method) && r.method !== '' ? text(r.method) : text(r.agent); }
   function matches(r, words) {
-    var hay = [r.name, r.task, r.agent, r.llm, given(r.seed) ? 'seed ' + r.seed : null, r.status, r.failure]
+    var hay = [r.name, r.task, r.agent, r.llm, r.method, given(r.seed) ? 'seed ' + r.seed : null, r.status, r.failure]
       .map(text).join(' ').toLowerCase();
     return words.every(function (w) { return hay.indexOf(w) >= 0; });
   }
@@ -186,7 +188,8 @@
     {key: 'success', title: 'success', value: function (g) { return g.judged ? g.successes / g.judged : null; }},
     {key: 'improvement', title: 'mean improvement', value: function (g) { return g.improvement; }},
     {key: 'score', title: 'mean score', value: function (g) { return g.score; }},
-    {key: 'cost', title: 'cost', value: function (g) { return g.cost; }}];
+    {key: 'cost', title: 'cost', value: function (g) { return g.cost; }},
+    {key: 'method', title: 'method', value: function (g) { return g.method; }}];
   function mean(values) {
     var v = values.filter(isNum);
     return v.length ? v.reduce(function (a, b) { return a + b; }, 0) / v.length : null;
@@ -194,8 +197,12 @@
   function groups(runs) {
     var by = {}, order = [];
     runs.forEach(function (r) {
-      var parts = [r.task, r.agent, r.llm].filter(given).map(text), k = JSON.stringify(parts);
-      if (!by[k]) { by[k] = {label: parts.join(' · '), filter: parts.join(' '), runs: []}; order.push(k); }
+      // two methods of one agent and model (two --label names) are two groups
+      var parts = [r.task, r.agent, r.llm].filter(given).map(text), k = JSON.stringify(parts.concat([methodOf(r)]));
+      if (!by[k]) {
+        by[k] = {label: parts.join(' · '), filter: parts.join(' '), method: methodOf(r), runs: []};
+        order.push(k);
+      }
       by[k].runs.push(r);
     });
     return order.map(function (k) {
@@ -219,7 +226,7 @@
         el('td', null, g.label), el('td', null, String(g.runs.length)), el('td', null, g.statusText),
         el('td', null, g.judged ? g.successes + '/' + g.judged + ' (' + Math.round(100 * g.successes / g.judged) + '%)' : '-'),
         el('td', null, pct(g.improvement)), el('td', null, num(g.score)),
-        el('td', null, isNum(g.cost) ? '$' + g.cost.toFixed(4) : '-'));
+        el('td', null, isNum(g.cost) ? '$' + g.cost.toFixed(4) : '-'), el('td', {class: 'method'}, g.method));
     });
     return el('div', {id: 'overview'}, el('h2', null, list.bench ? 'Bench overview' : 'Overview'),
       el('p', {class: 'muted'}, runs.length + ' run(s) in ' + rows.length + ' group(s) of task × agent × model' +
@@ -348,10 +355,11 @@
     var facts = [cfg.task || s.task, cfg.agent || s.agent, (cfg.llm || s.llm) ? 'model ' + text(cfg.llm || s.llm) : null,
                  given(cfg.seed) ? 'seed ' + text(cfg.seed) : given(s.seed) ? 'seed ' + text(s.seed) : null,
                  cfg.sandbox ? 'sandbox ' + text(cfg.sandbox) : null].filter(given).map(text).join(' · ');
-    var st = run.steps[run.step - 1];
+    var st = run.steps[run.step - 1], method = given(s.method) && s.method !== '' ? s.method : cfg.label;
     var kids = [
       el('h2', {id: 'run-title'}, text(s.name)),
       el('p', null, badge(text(s.status) + (s.end_reason ? ': ' + text(s.end_reason) : ''), 'run-status')),
+      given(method) && method !== '' ? el('p', {id: 'run-method'}, 'method ', el('b', null, text(method))) : null,
       el('p', null, facts),
       el('p', null, 'final score ', el('b', {id: 'run-score'}, num(s.final_score)),
          s.final_score_error ? [' ', el('span', {class: 'err'}, text(s.final_score_error))] : null,
