@@ -19,8 +19,8 @@ from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
 
 TASK = "fixture/counter"
-# a key the local server ignores (the bench checks that a model has one before any run)
-KEYS = {**dict.fromkeys(("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")), "OPENAI_API_KEY": "sk-local"}
+# no provider key of the developer's reaches the runs: a model on --llm-api-base needs none
+KEYS = dict.fromkeys(("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY"))
 ERRORED = SCENARIOS.index("agent_error")  # the seed whose run crashes, every time
 
 
@@ -121,9 +121,10 @@ def test_fail_fast_stops_the_bench_at_the_first_errored_run(tmp_path):
     out = tmp_path / "bench"
     marker = f"MLAB_TEST_FAIL_FAST={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    # seeds 0-4 of fixture-scenario end at once (seed 4 crashes); fixture-stepper's runs take 2 s a step
+    # seeds 0-4 of fixture-scenario end at once (seed 4 crashes); fixture-stepper's runs would take 2 min (60 steps
+    # of 2 s): on a loaded machine too they are still running when the crash stops the bench
     result = bench(out, "--agents", "fixture-scenario,fixture-stepper", "--runs", str(ERRORED + 1), "--workers",
-                   str(ERRORED + 3), "--agent-option", "fixture-stepper:steps=8",
+                   str(ERRORED + 3), "--agent-option", "fixture-stepper:steps=60",
                    "--agent-option", "fixture-stepper:sleep=2", "--retry-errors", "1", "--fail-fast",
                    env={name: value})
     assert result.returncode == 1, result.stderr
