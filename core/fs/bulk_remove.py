@@ -98,7 +98,8 @@ def _folders(names: list[str]) -> list[tuple[str, bool]]:
 
 def _unlink_files(fd: int, pool: ThreadPoolExecutor) -> list[str]:
     """Unlink every entry of folder fd that is not a folder; returns the names of its folders."""
-    folders, others = [], []
+    folders: list[str] = []
+    others: list[str] = []
     for name, st in list_dir(fd):
         (folders if st is not None and stat.S_ISDIR(st.st_mode) else others).append(name)
     if len(others) < PARALLEL_MIN:
@@ -106,9 +107,14 @@ def _unlink_files(fd: int, pool: ThreadPoolExecutor) -> list[str]:
             _unlink_quiet(fd, name)
     else:
         batches = [others[i:i + BATCH] for i in range(0, len(others), BATCH)]
-        for _done in pool.map(lambda names: [_unlink_quiet(fd, name) for name in names], batches):
+        for _done in pool.map(lambda names: _unlink_all(fd, names), batches):
             pass
     return folders
+
+
+def _unlink_all(fd: int, names: list[str]) -> None:
+    for name in names:
+        _unlink_quiet(fd, name)
 
 
 def _unlink_quiet(fd: int, name: str) -> None:
