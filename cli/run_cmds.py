@@ -120,6 +120,7 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_par
     from mlab.core.run.harness import Harness
 
     harness = Harness(load_registry(), sandbox=sandbox)
+    _ = harness.sandbox_cls  # resolved now: an unknown sandbox is one line before any run starts
     task = harness.task(task_name, task_options.given_params(task_params))
     if task.fixed_baseline is not None:
         click.echo(f"{task.name}: note: the task fixes its baseline at {task.fixed_baseline:.6g}; runs are judged "
