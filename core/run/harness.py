@@ -111,8 +111,8 @@ class Harness:
         self.prepare(task)
 
     def new_workspace(self, task: Task, workspace: Path, allow_validate: bool = False) -> Path:
-        """A fresh copy of the task's public files: the starting point of every run, baseline and check. Large
-        read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
+        """A fresh copy of the task's public files: the starting point of every run, baseline and check.
+        Read-only files are hard links to the prepared copy where the sandbox mounts them read-only (every
         confining sandbox), so runs share the task's data. allow_validate: the training files hold no
         validation row (held_out)."""
         from mlab.core.run.held_out import drop_validation_files, put_held_out
