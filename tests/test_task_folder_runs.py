@@ -322,3 +322,60 @@ def test_prepare_takes_parameters_and_an_unprepared_task_says_which_values_to_pr
     harness = Harness(load_registry(), TaskHome(tmp_path / "other-home"))
     with pytest.raises(MlabError, match=r"run: mlab prepare test/sized -T n=5$"):
         harness.ensure_prepared(bind(Downloaded(), {"n": "5", "strict": "true"}))
+
+
+@pytest.mark.slow
+def test_a_bench_rerun_with_other_parameter_values_runs_them_and_judges_each_against_its_own_baseline(
+        tmp_path, monkeypatch):
+    import sqlite3
+
+    from mlab.core.bench.report import load
+
+    task_folder(tmp_path)
+    home = tmp_path / "home"
+    for rows in (None, 6, 7):  # no -T, then two values, into one bench folder
+        given = ("-T", f"rows={rows}") if rows else ()
+        result = mlab("bench", "--tasks", "./rows-fit", "--agents", "baseline", "--runs", "1", *given,
+                      "--bench-dir", "b", cwd=tmp_path, home=home)
+        assert result.returncode == 0, result.stderr
+    rerun = mlab("bench", "--tasks", "./rows-fit", "--agents", "baseline", "--runs", "1", "-T", "rows=7",
+                 "--bench-dir", "b", cwd=tmp_path, home=home)
+    assert rerun.returncode == 0, rerun.stderr  # its run is finished: nothing new
+    with sqlite3.connect(tmp_path / "b" / "results.db") as db:
+        runs = dict(db.execute("SELECT key, run_dir FROM runs").fetchall())
+        stored = dict(db.execute("SELECT task, score FROM baselines").fetchall())
+    # the run without -T keeps the key it had before parameters existed
+    assert sorted(runs) == ["folder/rows-fit [rows=6]|baseline|-|s0", "folder/rows-fit [rows=7]|baseline|-|s0",
+                            "folder/rows-fit|baseline|-|s0"]
+    rows_of = {key: train_rows(tmp_path / "b" / run_dir) for key, run_dir in runs.items()}
+    assert sorted(rows_of.values()) == [6, 7, 20]
+    assert set(stored) == {"folder/rows-fit", "folder/rows-fit [rows=6]", "folder/rows-fit [rows=7]"}
+    monkeypatch.setenv("MLAB_HOME", str(home))
+    data = load(tmp_path / "b")
+    assert data.tasks == sorted(stored)
+    scores = {r.task: r.final_score for r in data.records}
+    for task in stored:  # each value's baseline is its own baseline agent's score, not another value's
+        assert data.baselines[task] == pytest.approx(scores[task])
+    assert len(set(scores.values())) == 3
+    # a baseline `mlab baseline` records after the bench, for one value, is that value's (and only its) baseline
+    measured = mlab("baseline", "./rows-fit", "-T", "rows=7", cwd=tmp_path, home=home)
+    assert measured.returncode == 0, measured.stderr
+    sources = load(tmp_path / "b").baseline_sources
+    assert sources["folder/rows-fit [rows=7]"].startswith("recorded")
+    assert not sources["folder/rows-fit [rows=6]"].startswith("recorded")
+
+
+def test_the_reference_score_is_recorded_and_found_per_parameter_values(tmp_path):
+    from mlab.core.bench.verdict import RunJudge
+    from mlab.core.run.scoring import record_reference, recorded_reference
+    from mlab.core.run.task_params import labelled
+
+    home = TaskHome(tmp_path)
+    default, five, strict = bind(Sized(), {}), bind(Sized(), {"n": "5"}), bind(Sized(), {"strict": "true"})
+    for task, score in ((default, 1.0), (five, 2.0), (strict, 3.0)):
+        record_reference(home, task, score, "local")
+    # another value (even one that leaves the data as it is) does not replace the defaults' reference
+    assert [recorded_reference(home, labelled(t)) for t in (default, five, strict)] == [1.0, 2.0, 3.0]
+    assert recorded_reference(home, "test/sized") == 1.0
+    judge = RunJudge(home)
+    assert [judge.judge(tmp_path, t, 1.0).reference for t in (default, five)] == [1.0, 2.0]

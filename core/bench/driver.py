@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from mlab.core.bench.agent_options import bench_agent_options
 from mlab.core.bench.bench_sandbox import bench_sandbox
 from mlab.core.bench.evaluate import registry_from
-from mlab.core.bench.results import DB_FILE, ResultsDB, Row, judge_runs
+from mlab.core.bench.results import DB_FILE, TASK_DATA_META, ResultsDB, Row, judge_runs, task_data_keys
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.run.baseline import known_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.task_lookup import find_task, run_fields
-from mlab.core.run.task_params import DATA_KEY
+from mlab.core.run.task_params import DATA_KEY, labelled
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.view.live import LiveState, read_live
 
@@ -80,6 +80,8 @@ class Job:
 
 
 def run_key(task: str, agent: str, llm: str | None, seed: int) -> str:
+    """task: the bench's name of the task (task_params.labelled: with the -T values that differ from its defaults),
+    so runs of other values are runs of another task while a bench without -T keeps its keys."""
     return f"{task}|{agent}|{llm or NO_LLM}|s{seed}"
 
 
@@ -170,7 +172,8 @@ class Bench:
         given = self.spec.run_options.get("task_params")
         # registered tasks or task folders, with the bench's -T values: run.task_lookup's one rule
         self.tasks = [find_task(reg, name, given if isinstance(given, dict) else {}) for name in self.spec.tasks]
-        self._task_fields = {task.name: run_fields(task) for task in self.tasks}  # what each run's config records
+        # by the bench's name of each task (labelled); what each run's config records
+        self._task_fields = {labelled(task): run_fields(task) for task in self.tasks}
         if self.engine_name == "ray" and any(getattr(t, DATA_KEY, None) not in (None, t.name.replace("/", "__"))
                                              for t in self.tasks):
             raise MlabError("--engine ray ships installed tasks' default data: run task folders and tasks with -T "
@@ -183,7 +186,7 @@ class Bench:
 
                 # a bad model string (or a missing key) fails here, not in 8 workers at once; with the runs' own
                 # options: a model on a local server (--llm-api-base) needs no provider key
-                config = self._config(self.tasks[0].name, self.spec.agents[0], name, 0)
+                config = self._config(labelled(self.tasks[0]), self.spec.agents[0], name, 0)
                 build_roles(reg, name, config.fast_llm, config.edit_llm, **backend_options(config))
         if any(cls.needs_llm for cls in self.agent_classes) and not any(self.spec.llms):
             needy = ", ".join(cls.name for cls in self.agent_classes if cls.needs_llm)
@@ -196,7 +199,7 @@ class Bench:
             for cls in self.agent_classes:
                 llms = [m for m in self.spec.llms if m] if cls.needs_llm else [None]
                 for llm in dict.fromkeys(llms):
-                    out.extend((task.name, cls.name, llm, seed) for seed in range(self.spec.runs))
+                    out.extend((labelled(task), cls.name, llm, seed) for seed in range(self.spec.runs))
         return out
 
     def _config(self, task: str, agent: str, llm: str | None, seed: int) -> RunConfig:
@@ -265,7 +268,10 @@ class Bench:
         harness = Harness(self.registry)
         for task in self.tasks:
             harness.ensure_prepared(task)
-            db.set_baseline(task.name, *known_baseline(task, harness.home))
+            db.set_baseline(labelled(task), *known_baseline(task, harness.home))  # per -T values, as the runs
+        # where each task's data (and the baseline `mlab baseline` records later) lies: by -T values too
+        db.set_meta(TASK_DATA_META, {**task_data_keys(db), **{labelled(t): getattr(t, DATA_KEY, None)
+                                                               or t.name.replace("/", "__") for t in self.tasks}})
 
     def _open_results(self) -> ResultsDB:
         """The bench's database, created whole under a temporary name: whoever finds results.db (`mlab report`

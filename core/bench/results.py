@@ -23,6 +23,9 @@ from mlab.core.run.validation import calls_made
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
 
 DB_FILE = "results.db"
+# meta: the folder name of each bench task's data below the task home, by the bench's name of the task (which
+# carries its -T values, task_params.labelled), where `mlab baseline` records that data's baseline
+TASK_DATA_META = "task_data"
 
 Row = dict[str, Any]  # a database row by column name: which columns depends on the table
 
@@ -343,12 +346,24 @@ class ResultsDB:
                 for r in self.runs()])
 
 
+def task_data_keys(db: ResultsDB) -> dict[str, str]:
+    """TASK_DATA_META as stored (untrusted: what is not a name of a name is left out)."""
+    found = db.conn.execute("SELECT value FROM meta WHERE key = ?", (TASK_DATA_META,)).fetchone()
+    try:
+        keys = json.loads(found[0]) if found else {}
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in keys.items() if isinstance(v, str) and "/" not in v and v not in ("", ".", "..")} \
+        if isinstance(keys, dict) else {}
+
+
 def bench_baselines(db: ResultsDB, records: list[RunRecord], home: TaskHome,
                     settled: bool = False) -> tuple[dict[str, float | None], dict[str, str]]:
     """Per task of a bench: the baseline its runs are judged against and where it came from. `mlab eval` of a
     bench folder and `mlab report` both use this, so they judge against the same number. `settled`: the stored
     baselines are final (a folder of runs, whose baselines verdict.RunJudge chose): no looking further."""
     stored = db.baselines()
+    data_keys = task_data_keys(db)
     scores: dict[str, float | None] = {}
     sources: dict[str, str] = {}
     for task in sorted({r.task for r in records} | set(stored)):
@@ -357,7 +372,7 @@ def bench_baselines(db: ResultsDB, records: list[RunRecord], home: TaskHome,
             scores[task], sources[task] = known
             continue
         if known[0] is None:  # prepared before `mlab baseline` ran: look again
-            recorded = home.recorded_baseline(_TaskName(task))
+            recorded = home.recorded_baseline(_TaskName(task, data_keys.get(task)))
             known = (recorded, "recorded") if recorded is not None else (None, "missing")
         own = [r.final_score for r in records if r.task == task and r.agent == "baseline"]
         scores[task], sources[task] = bench_baseline(known, own)
@@ -383,5 +398,6 @@ def judge_records(records: list[RunRecord], baselines: dict[str, float | None], 
 
 
 class _TaskName:
-    def __init__(self, name: str):
+    def __init__(self, name: str, data_key: str | None = None):
         self.name = name
+        self.data_key = data_key  # TaskHome.task_dir's folder of its data, when not named by its name

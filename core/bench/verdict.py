@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mlab.core.errors import MlabError
 from mlab.core.run.scoring import ScoreRule, Verdict, judge, recorded_reference, reference_ratio
 from mlab.core.run.task_lookup import task_of_run
+from mlab.core.run.task_params import labelled
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import Task
 
@@ -130,7 +131,7 @@ class RunJudge:
 
     def judge(self, run_dir: Path, task: Task, score: float | None) -> Judged:
         return judged(score, self.baseline(run_dir, task), ScoreRule.of(task),
-                      recorded_reference(self.home, task.name))
+                      recorded_reference(self.home, labelled(task)))
 
 
 def known_baseline(task: Task, home: TaskHome, started_at: float | None = None) -> tuple[float | None, str]:

@@ -2,6 +2,7 @@
 definition of what a score means against a baseline (validity, improvement, success)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -110,14 +111,20 @@ class _Named:
 
 
 def reference_path(home: TaskHome, task_name: str) -> Path:
-    return home.task_dir(_Named(task_name)) / REFERENCE_FILE
+    """task_name as reports name a task (task_params.labelled): with -T values other than its defaults it has a
+    reference of its own, beside the defaults' one."""
+    name, labelled, values = task_name.partition(" [")
+    file = f"reference-{hashlib.sha256(values.encode()).hexdigest()[:12]}.json" if labelled else REFERENCE_FILE
+    return home.task_dir(_Named(name)) / file
 
 
 def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: str) -> None:
     """Keep the reference solution's score (check-task measured it) beside the task's baseline record."""
     if not is_valid(score):
         return
-    path = reference_path(home, task.name)
+    from mlab.core.run.task_params import labelled
+
+    path = reference_path(home, labelled(task))  # per -T values: another value may well score otherwise
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"task": task.name, "score": score, "sandbox": sandbox}, indent=1))
 
