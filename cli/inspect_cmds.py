@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from mlab.core.errors import MlabError
 from mlab.core.plugins.registry import Registry, load_registry
+
+if TYPE_CHECKING:
+    from mlab.core.task import Task
 
 from .console import fitted_table, make_console, print_fitted
 from .durations import format_duration
@@ -40,11 +44,13 @@ def list_plugins(as_json: bool) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 def tasks(as_json: bool) -> None:
-    """Available tasks: metric, direction, whether they prepare offline, and what they need of the machine."""
+    """Available tasks: metric, direction, whether they prepare offline, what they need of the machine, and the
+    parameters they take (-T NAME=VALUE)."""
     import json
 
     from mlab.core.run import taskdata
     from mlab.core.run.baseline import measured_costs
+    from mlab.core.run.task_params import shown
 
     registry = load_registry()
     home = taskdata.TaskHome.from_env()
@@ -61,7 +67,7 @@ def tasks(as_json: bool) -> None:
             "baseline_seconds": task.resources.baseline_seconds, "extras": list(task.resources.extras),
             "measured_seconds": seconds, "measured_peak_memory_mb": memory,
             "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name),
-            "conflict": registry.conflict("tasks", name)})
+            "conflict": registry.conflict("tasks", name), "params": _params(task)})
     _report_problems(registry)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -73,13 +79,27 @@ def tasks(as_json: bool) -> None:
                                                       else f", {r['measured_peak_memory_mb']:.0f} MB peak"))
         cells.append((r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
                       f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), measured,
-                      ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no", r["description"]))
+                      ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no",
+                      "\n".join(f"{shown({p['name']: p['default']})} ({p['type']})" for p in r["params"]) or "-",
+                      r["description"]))
     console = make_console()
     print_fitted(console, *fitted_table(
         console, "mlab tasks", ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "measured baseline",
-                                "extras", "prepared", "description"), cells,
-        wrapped=("measured baseline", "extras", "description"),
-        left_out_first=("extras", "description", "baseline", "RAM", "better", "metric", "offline")))
+                                "extras", "prepared", "parameters (-T)", "description"), cells,
+        wrapped=("measured baseline", "extras", "parameters (-T)", "description"),
+        left_out_first=("extras", "description", "parameters (-T)", "baseline", "RAM", "better", "metric", "offline")))
+
+
+def _params(task: Task) -> list[dict[str, object]]:
+    """The parameters a task declares, each with its type, default, help and whether prepare reads it; a bad
+    declaration lists none here (running the task says what is wrong with it)."""
+    from mlab.core.run.task_params import declared
+
+    try:
+        params = declared(task)
+    except ValueError:
+        return []
+    return [p.model_dump() for p in params.values()]
 
 
 def _report_problems(registry: Registry) -> None:

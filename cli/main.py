@@ -12,8 +12,8 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "list-plugins": ("inspect_cmds", "list_plugins", "Every installed plugin: distribution, version, what it "
                                                      "registers, load errors."),
-    "tasks": ("inspect_cmds", "tasks", "Available tasks: metric, direction, whether they prepare offline, and "
-                                       "what they need of the machine."),
+    "tasks": ("inspect_cmds", "tasks", "Available tasks: metric, direction, whether they prepare offline, what "
+                                       "they need of the machine, and the parameters they take (-T NAME=VALUE)."),
     "agents": ("inspect_cmds", "agents", "Available agents."),
     "data": ("data_cmds", "data", "The files each task's prepare needs and where each goes; --download fetches them."),
     "prepare": ("data_cmds", "prepare", "Prepare a task's data (once; a second call does nothing unless --force)."),

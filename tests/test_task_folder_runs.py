@@ -379,3 +379,24 @@ def test_the_reference_score_is_recorded_and_found_per_parameter_values(tmp_path
     assert recorded_reference(home, "test/sized") == 1.0
     judge = RunJudge(home)
     assert [judge.judge(tmp_path, t, 1.0).reference for t in (default, five)] == [1.0, 2.0]
+
+
+def test_mlab_tasks_shows_the_parameters_each_task_declares(tmp_path):
+    from mlab.core.plugins.registry import load_registry
+
+    def with_sized() -> None:
+        registry = load_registry()
+        registry.items["tasks"]["test/sized"] = Sized()
+        registry.providers["tasks"]["test/sized"] = "tests"
+
+    listed = mlab_in_process("tasks", "--json", registry=with_sized, home=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    by_name = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert by_name["test/sized"]["params"] == [
+        {"name": "n", "type": "int", "default": 3, "help": "lines", "changes_data": True},
+        {"name": "strict", "type": "bool", "default": False, "help": "", "changes_data": False}]
+    assert all(row["params"] == [] for name, row in by_name.items() if name != "test/sized")
+    table = mlab_in_process("tasks", registry=with_sized, home=tmp_path, env={"COLUMNS": "400"})
+    line = next(line for line in table.stdout.splitlines() if "test/sized" in line)
+    assert "n=3 (int)" in line and "-T" in table.stdout
+    assert "strict=false (bool)" in table.stdout
