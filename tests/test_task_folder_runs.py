@@ -400,3 +400,26 @@ def test_mlab_tasks_shows_the_parameters_each_task_declares(tmp_path):
     line = next(line for line in table.stdout.splitlines() if "test/sized" in line)
     assert "n=3 (int)" in line and "-T" in table.stdout
     assert "strict=false (bool)" in table.stdout
+
+
+def test_the_folder_digest_covers_the_task_files_not_version_control_or_caches(tmp_path):
+    from mlab.core.run.task_lookup import folder_digest
+
+    folder = task_folder(tmp_path)
+    (folder / "data").mkdir()
+    (folder / "data" / "rows.csv").write_text("x\n1\n")
+    before = folder_digest(folder)
+    for junk in (".git/objects/ab/cdef", ".git/HEAD", ".hg/store/data", "__pycache__/prepare.cpython-312.pyc",
+                 "data/__pycache__/x.pyc"):
+        (folder / junk).parent.mkdir(parents=True, exist_ok=True)
+        (folder / junk).write_text("changes with every commit or import")
+    assert folder_digest(folder) == before
+    (folder / ".git" / "HEAD").write_text("another commit")
+    assert folder_digest(folder) == before
+    seen = {before}
+    for path, text in (("task.yaml", TASK_YAML + "# a comment\n"), ("prepare.py", PREPARE + "\n"),
+                       ("data/rows.csv", "x\n2\n"), ("data/more.csv", "")):
+        (folder / path).write_text(text)
+        digest = folder_digest(folder)
+        assert digest not in seen, path  # each changed task file changes it
+        seen.add(digest)

@@ -29,14 +29,20 @@ def names_a_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.endswith("/") or os.path.lexists(name)
 
 
+# Folders of a task folder that are not the task: version control's and Python's caches change without the task
+# changing (a commit, an import), and .git can outgrow the task many times over. Neither read nor hashed.
+NOT_THE_TASK = frozenset({".git", ".hg", ".svn", "__pycache__"})
+
+
 def folder_digest(folder: Path) -> str:
-    """One sha256 over a task folder's files (names and contents): task.yaml, its scripts and its data."""
+    """One sha256 over a task folder's entries (paths, kinds and file contents, symlinks by target), at any depth:
+    task.yaml, its scripts, its data and any other file, so a change to any of them is a changed task. Folders
+    named in NOT_THE_TASK (.git, .hg, .svn, __pycache__), wherever they lie, are left out."""
     from mlab.core.run.taskdata import tree_digest
 
     digest = hashlib.sha256()
-    for path, (kind, content) in tree_digest(folder).items():
-        if "__pycache__" not in Path(path).parts:
-            digest.update(f"{path}\0{kind}\0{content}\n".encode())
+    for path, (kind, content) in tree_digest(folder, skip=NOT_THE_TASK).items():
+        digest.update(f"{path}\0{kind}\0{content}\n".encode())
     return digest.hexdigest()
 
 

@@ -257,10 +257,10 @@ def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool])
 DIGEST_WORKERS = 8  # files read at once: a prepared folder of 200,000 small files waits on the disk, not the CPU
 
 
-def tree_digest(root: Path) -> dict[str, tuple[str, str]]:
+def tree_digest(root: Path, skip: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
     """Every entry below root by relative path: ("dir", ""), ("file", sha256 of the content), ("symlink", its
     target, unresolved) or ("other", ""). Files are read in chunks, so a tree of any size fits in memory, and
-    several at once."""
+    several at once. Folders named in skip (at any depth) are left out, and not read."""
     from concurrent.futures import ThreadPoolExecutor
 
     digest: dict[str, tuple[str, str]] = {}
@@ -276,6 +276,8 @@ def tree_digest(root: Path) -> dict[str, tuple[str, str]]:
                 if stat.S_ISLNK(mode):
                     digest[name] = ("symlink", os.readlink(path))
                 elif stat.S_ISDIR(mode):
+                    if entry.name in skip:
+                        continue
                     digest[name] = ("dir", "")
                     pending.append(path)
                 elif stat.S_ISREG(mode):
