@@ -22,6 +22,7 @@ from mlab.core.bench.verdict import Judged, RunJudge, spent, success_text
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import read_call_log
 from mlab.core.run.task_lookup import task_of_run
+from mlab.core.run.task_params import labelled
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.trace import LLM_LOG_FILE, read_trace
 
@@ -46,6 +47,7 @@ class ExportedRun:
     score_error: str | None
     judged: Judged
     problem: str  # the task's research problem: the sample's input
+    task: str  # as reports name it (task_params.labelled): runs of other -T values are another task's
 
 
 def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
@@ -64,8 +66,9 @@ def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
             run_dir = path / str(row["run_dir"])
             if not (run_dir / "trace.json").is_file():
                 continue  # never started: nothing to show
-            runs.append(ExportedRun(run_dir, read_trace(run_dir), row["final_score"], row["final_score_error"],
-                                    judged[row["key"]], _problem(registry, row["task"])))
+            trace = read_trace(run_dir)
+            runs.append(ExportedRun(run_dir, trace, row["final_score"], row["final_score_error"],
+                                    judged[row["key"]], _problem(registry, trace, str(row["task"])), str(row["task"])))
         return runs
     judge = RunJudge(home)
     for run_dir in runs_in(path):
@@ -76,14 +79,16 @@ def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
             raise MlabError(f"{run_dir}: task {trace.config.task!r} is not installed, so its runs cannot be "
                             "judged") from None
         runs.append(ExportedRun(run_dir, trace, trace.final_score, trace.final_score_error,
-                                judge.judge(run_dir, task, trace.final_score), task.research_problem))
+                                judge.judge(run_dir, task, trace.final_score), task.research_problem,
+                                labelled(task)))
     return runs
 
 
-def _problem(registry: Registry, task_name: str) -> str:
+def _problem(registry: Registry, trace: Trace, task_name: str) -> str:
+    """The research problem of the task the run ran: its folder's or the registered one, with its -T values."""
     try:
-        return str(registry.get("tasks", task_name).research_problem)
-    except Exception:  # a bench run with a registry of its own (--registry): the task's name says what it was
+        return str(task_of_run(registry, trace.config).research_problem)
+    except Exception:  # a bench run with a registry of its own (--registry), a folder gone: the name says what
         return f"mlab task {task_name}"
 
 
@@ -96,7 +101,7 @@ def export(path: Path, out_dir: Path, registry: Registry | None = None) -> list[
     groups: dict[tuple[str, str, str], list[ExportedRun]] = defaultdict(list)
     for run in gather(path, registry):
         config = run.trace.config
-        groups[(config.task, config.agent, config.llm or NO_MODEL)].append(run)
+        groups[(run.task, config.agent, config.llm or NO_MODEL)].append(run)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -196,7 +201,7 @@ def sample(run: ExportedRun, epoch: int) -> EvalSample:
     model = trace.config.llm or NO_MODEL
     failed = trace.status != "finished"
     return EvalSample(
-        id=trace.config.task, epoch=epoch, input=run.problem, target="",
+        id=run.task, epoch=epoch, input=run.problem, target="",
         messages=messages, output=ModelOutput.from_content(model, last.text if last else ""),
         scores=scores, events=events, model_usage=usage_by_model(calls),
         metadata={"run_dir": str(run.run_dir), "run_id": trace.run_id, "seed": trace.config.seed,
