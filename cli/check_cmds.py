@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from mlab.core.plugins.registry import Registry
     from mlab.core.run.harness import Harness
     from mlab.core.run.taskdata import TaskHome
+    from mlab.core.task import Task
 
 from . import task_options
 from .durations import Duration
@@ -57,36 +58,41 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
     from mlab.core.run.taskdata import TaskHome
 
     registry = load_registry()
+    checked: list[Task] = []
     with tempfile.TemporaryDirectory(prefix="mlab-check-") as scratch:
         harness = Harness(registry, TaskHome(home or scratch), sandbox=sandbox)
         _ = harness.sandbox_cls  # resolving it makes an unknown sandbox fail before any work
         try:
             _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json,
-                   task_options.given_params(task_params))
+                   task_options.given_params(task_params), checked)
         finally:
             if home is None:  # what the scratch home measured still serves "of reference" in MLAB_HOME
-                _keep_references(TaskHome(scratch), TaskHome.from_env(), registry)
+                _keep_references(TaskHome(scratch), TaskHome.from_env(), checked, registry)
                 from mlab.core.fs.bulk_remove import remove_tree
 
                 remove_tree(TaskHome(scratch).data_root)  # the prepared data: many files, removed in parallel
 
 
-def _keep_references(measured: TaskHome, home: TaskHome, registry: Registry) -> None:
-    """Copy the reference scores check-task recorded in a scratch home to the user's home (installed tasks only:
-    a task folder checked before it is packed has no name runs are judged by). Prepare is checked to be
-    reproducible, so the score holds for the user's own prepared copy too."""
+def _keep_references(measured: TaskHome, home: TaskHome, checked: list[Task], registry: Registry) -> None:
+    """Copy the reference scores check-task recorded in a scratch home to the user's home, each under the name of
+    the -T values it was measured with (installed tasks only: a task folder checked before it is packed has no
+    name runs are judged by). Prepare is checked to be reproducible, so the score holds for the user's own
+    prepared copy too."""
     from mlab.core.run.scoring import reference_path
+    from mlab.core.run.task_params import labelled
 
-    for name in registry.items["tasks"]:
-        source = reference_path(measured, name)
+    for task in checked:
+        if task.name not in registry.items["tasks"]:
+            continue
+        source = reference_path(measured, labelled(task))
         if source.is_file():
-            target = reference_path(home, name)
+            target = reference_path(home, labelled(task))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
 
 
 def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,
-           timeout_s: float, margin: float | None, as_json: bool, params: dict[str, str]) -> None:
+           timeout_s: float, margin: float | None, as_json: bool, params: dict[str, str], checked: list[Task]) -> None:
     from mlab.core.run.checktask import check_task as run_check
     from mlab.core.run.taskdata import source_for
 
@@ -112,6 +118,7 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
                 continue
         if not as_json:
             click.echo(f"checking {task.name} ...", err=True)
+        checked.append(task)
         report = run_check(harness, task, data_dir=data_dir, timeout_s=timeout_s, margin=margin,
                            log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
         if all_tasks and report.status == "failed" and report.steps.get("prepare", "ok") != "ok" \
