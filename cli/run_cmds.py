@@ -159,6 +159,8 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_par
 @click.option("--llm-api-base", metavar="URL", help="Server of the models, e.g. an OpenAI-compatible http://host:8000/v1.")
 @click.option("--llm-timeout", "llm_timeout_s", type=Duration(), help="Time limit of one model request (default 10m).")
 @click.option("--llm-retries", type=click.IntRange(0, 100), help="Retries of a transient model failure (default 7).")
+@click.option("--max-connections", type=click.IntRange(1, 10_000),
+              help="Model requests the run has in flight at once (e.g. an agent's parallel calls).")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
 @task_options.task_params
@@ -168,7 +170,7 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         max_steps: int, action_timeout_s: float, run_dir: str | None, seed: int, label: str | None, sandbox: str,
         agent_options: tuple[str, ...], interactive: bool, allow_validate: bool, resume_dir: str | None,
         llm_api_base: str | None,
-        llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None,
+        llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None, max_connections: int | None,
         task_params: tuple[str, ...], tags: tuple[str, ...], meta: tuple[str, ...],
         model_settings: dict[str, Any]) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
@@ -181,6 +183,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
     if resume_dir and any_model_setting(model_settings):
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop the generation, "
                                "price and budget flags")
+    if resume_dir and max_connections:
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop --max-connections")
     if resume_dir and label:
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --label")
     if resume_dir and allow_validate:
@@ -206,7 +210,7 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                            action_timeout_s=action_timeout_s, seed=seed, label=method_label(label),
                            sandbox=sandbox, agent_options=parse_agent_options(agent_options), interactive=interactive,
                            allow_validate=allow_validate, llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s,
-                           llm_cache=_cache_dir(llm_cache),
+                           llm_cache=_cache_dir(llm_cache), max_connections=max_connections,
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
                            **model_settings)
         if allow_validate and task.validation is None:

@@ -111,6 +111,7 @@ class RunConfig(BaseModel):
     max_tokens: int | None = None
     max_cost: float | None = None
     max_calls: int | None = None  # model calls a run may make (--max-calls)
+    max_connections: int | None = None  # the run's model requests in flight at once (mlab run --max-connections)
     llm_cache: str | None = None
     # Generation parameters by role (main, fast, edit): temperature, top_p, seed, max_completion_tokens, stop,
     # and whatever else the backend takes (core.llm.generation); prices by role, USD per million tokens

@@ -1,17 +1,20 @@
 """Task parameters (-T) beyond `mlab run`: the Inspect export finds the research problem of a run with other values,
-and check-task keeps the reference score it measured for the values given."""
+check-task keeps the reference score it measured for the values given; and `mlab run --max-connections N` bounds
+one run's model requests in flight."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
-from mlab.core import TaskParam
+from mlab.core import Action, Agent, RunState, TaskParam
 from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.cli import mlab, mlab_in_process
 from tests.fixtures.harness import ReferenceTask
-from tests.test_task_folder_runs import TASK_YAML, task_folder
+from tests.fixtures.llm_server import FakeLLMServer
+from tests.test_task_folder_runs import TASK_YAML, config_of, task_folder
 
 
 @pytest.mark.slow
@@ -67,3 +70,51 @@ def test_check_task_in_a_scratch_home_keeps_the_reference_of_the_values_given(tm
     # each value's reference, measured in a scratch home, is kept in MLAB_HOME under its own name
     assert recorded_reference(TaskHome(home), LinesReference.name) == 6.0
     assert recorded_reference(TaskHome(home), f"{LinesReference.name} [n=5]") == 10.0
+
+
+class ParallelAsker(Agent):
+    """Asks its model CALLS times at once from threads (as an agent fanning out may), then ends the run."""
+
+    name = "test-parallel-asker"
+    description = "three model calls in parallel, then a final answer"
+    CALLS = 3
+
+    def step(self, state: RunState):
+        threads = [threading.Thread(target=self.llm.complete, args=(f"question {i}",)) for i in range(self.CALLS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return Action(name="Final Answer", args={"final_answer": "asked"})
+
+
+def registry_with_parallel_asker():
+    from tests.fixtures.bench_plugins import bench_registry
+
+    registry = bench_registry()
+    registry.items["agents"][ParallelAsker.name] = ParallelAsker
+    registry.providers["agents"][ParallelAsker.name] = "tests"
+    return registry
+
+
+def most_in_flight_of_one_run(tmp_path: Path, *extra: str) -> int:
+    from tests.test_bench_run_control import KEYS, ConcurrencyCounter
+
+    # a request waits (at most 1 s) until all three are in flight: only a limit keeps them apart
+    counter = ConcurrencyCounter(together=ParallelAsker.CALLS, hold_s=1, expected=ParallelAsker.CALLS)
+    run_dir = tmp_path / f"run{len(extra)}"
+    with FakeLLMServer(counter) as server:
+        result = mlab_in_process("run", "--task", "fixture/counter", "--agent", ParallelAsker.name, "--llm",
+                                 "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--run-dir", run_dir,
+                                 *extra, registry=registry_with_parallel_asker, env=KEYS, home=tmp_path / "home")
+        assert result.returncode == 0, result.stderr
+        assert len(server.requests) == ParallelAsker.CALLS
+    return counter.most
+
+
+def test_max_connections_bounds_the_model_requests_of_one_run(tmp_path):
+    assert most_in_flight_of_one_run(tmp_path) == ParallelAsker.CALLS
+    assert most_in_flight_of_one_run(tmp_path, "--max-connections", "2") == 2
+    assert config_of(tmp_path / "run2")["max_connections"] == 2  # kept for --resume
+    bad = mlab_in_process("run", "--task", "fixture/counter", "--max-connections", "0", home=tmp_path / "home")
+    assert bad.returncode == 2 and "--max-connections" in bad.stderr

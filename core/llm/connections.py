@@ -7,7 +7,8 @@ process compete as processes do, and the kernel drops it when its process dies: 
 keeps a slot. The folder must be on a local file system of the machine the runs share (the bench folder is).
 
 The bench hands the limit to its workers in their environment (the channel that already carries MLAB_HOME to
-forked workers and Ray tasks); LLMClient and LLMProxy read it when built.
+forked workers and Ray tasks); LLMClient and LLMProxy read it when built. A single run's own limit (`mlab run
+--max-connections`, RunConfig.max_connections) is handed to its LLMClient instead (run_slots).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 MAX_CONNECTIONS_ENV = "MLAB_MAX_CONNECTIONS"
 SLOTS_DIR_ENV = "MLAB_CONNECTION_SLOTS"
+RUN_SLOTS_DIR = ".connections"  # in a run's folder: the slot files of its own limit
 POLL_S = 0.02  # between looks for a free slot: a request takes far longer than this
 
 
@@ -65,6 +67,12 @@ def slots_from_env() -> ConnectionSlots | None:
     if not folder or not limit:
         return None
     return ConnectionSlots(folder, int(limit))
+
+
+def run_slots(run_dir: Path, limit: int | None) -> ConnectionSlots | None:
+    """One run's own limit (`mlab run --max-connections`), its slot files in the run folder (out of the
+    workspace); None leaves the bench's, if any, to the environment."""
+    return ConnectionSlots(run_dir / RUN_SLOTS_DIR, limit) if limit else None
 
 
 def slots_env(folder: Path, limit: int) -> dict[str, str]:

@@ -16,6 +16,7 @@ from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
 from mlab.core.llm.client import LLMClient
+from mlab.core.llm.connections import run_slots
 from mlab.core.llm.roles import backend_options, build_roles, client_options
 from mlab.core.models import (
     Action,
@@ -146,6 +147,7 @@ class Runner:
         if self._backends is not None:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
                                  on_call=lambda event: self._notify("llm_call_finished", event),
+                                 connections=run_slots(self.run_dir, self.config.max_connections),
                                  **client_options(self.config))
         self.sandbox = sandbox = self.harness.new_sandbox()
         self.warnings = [f"sandbox {sandbox.name}: {note}" for note in sandbox.limitations()]
