@@ -97,11 +97,11 @@ def registry_with_parallel_asker():
     return registry
 
 
-def most_in_flight_of_one_run(tmp_path: Path, *extra: str) -> int:
+def most_in_flight_of_one_run(tmp_path: Path, hold_s: float, *extra: str) -> int:
     from tests.test_bench_run_control import KEYS, ConcurrencyCounter
 
-    # a request waits (at most 1 s) until all three are in flight: only a limit keeps them apart
-    counter = ConcurrencyCounter(together=ParallelAsker.CALLS, hold_s=1, expected=ParallelAsker.CALLS)
+    # a request waits (at most hold_s) until all three are in flight: only a limit keeps them apart
+    counter = ConcurrencyCounter(together=ParallelAsker.CALLS, hold_s=hold_s, expected=ParallelAsker.CALLS)
     run_dir = tmp_path / f"run{len(extra)}"
     with FakeLLMServer(counter) as server:
         result = mlab_in_process("run", "--task", "fixture/counter", "--agent", ParallelAsker.name, "--llm",
@@ -112,9 +112,13 @@ def most_in_flight_of_one_run(tmp_path: Path, *extra: str) -> int:
     return counter.most
 
 
+@pytest.mark.slow
 def test_max_connections_bounds_the_model_requests_of_one_run(tmp_path):
-    assert most_in_flight_of_one_run(tmp_path) == ParallelAsker.CALLS
-    assert most_in_flight_of_one_run(tmp_path, "--max-connections", "2") == 2
+    # long waits, so that a loaded machine still gets the requests together (the limited ones wait it out)
+    assert most_in_flight_of_one_run(tmp_path, 30) == ParallelAsker.CALLS
+    assert most_in_flight_of_one_run(tmp_path, 5, "--max-connections", "2") == 2
     assert config_of(tmp_path / "run2")["max_connections"] == 2  # kept for --resume
     bad = mlab_in_process("run", "--task", "fixture/counter", "--max-connections", "0", home=tmp_path / "home")
     assert bad.returncode == 2 and "--max-connections" in bad.stderr
+    resumed = mlab_in_process("run", "--resume", tmp_path / "run2", "--max-connections", "3", home=tmp_path / "home")
+    assert resumed.returncode == 2 and "drop --max-connections" in resumed.stderr
