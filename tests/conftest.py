@@ -20,6 +20,14 @@ import pytest
 # the commands they start still inherit the variable, so no run's workspace gets a __pycache__ it did not have.
 sys.dont_write_bytecode = False
 
+# xdist workers share the cores: a BLAS or torch that starts a thread per core in each worker (and in every script
+# a worker's harness runs) oversubscribes them, and spinning threads made cifar10's check-task 2.5-3x slower beside
+# one other busy core. Each worker's share of the cores, unless the user chose; the harness passes it to scripts.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, str(_share))
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MLAB_SHARED_DIR", REPO.parent / "shared")) / "data"
 
