@@ -19,7 +19,7 @@ from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.limits import Limits
 from mlab_tasks_mlagentbench.base import FILES_DIR, REFERENCE_DIR
 from mlab_tasks_mlagentbench.timing import WHO, _timed_pair, stage_timer
-from tests.fixtures.sandboxes import make_sandbox
+from tests.fixtures.sandboxes import CONFINING, make_sandbox
 
 STARTER = FILES_DIR / "vectorization" / "train.py"
 MAIN = '\nif __name__ == "__main__":'
@@ -136,7 +136,7 @@ def one_pair(sandbox: str, submitted: Path, tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sandbox", ["local", "bwrap", "docker"])
+@pytest.mark.parametrize("sandbox", CONFINING)
 def test_the_pair_timer_times_the_reference_and_refuses_a_precomputing_submission_in_each_sandbox(tmp_path,
                                                                                                  sandbox):
     reports = one_pair(sandbox, submission(tmp_path / "ref", reference=True), tmp_path / "ref")
