@@ -57,8 +57,9 @@ class ValidationSplit:
     # Public training file holding the validation rows -> the id column it shares with `inputs`: prepare also
     # writes it without those rows (hidden), which runs with --allow-validate get.
     held_out: dict[str, str] = field(default_factory=dict)
-    more_inputs: list[str] = field(default_factory=list)  # other public files of the split; like `inputs`, only
-    # in runs with --allow-validate (the original's workspaces hold no validation split)
+    # Other public files of the split: like `inputs`, only in runs with --allow-validate (the original's workspaces
+    # hold no validation split).
+    more_inputs: list[str] = field(default_factory=list)
     max_calls: int = 10  # Validate Submission calls per run: each score tells something about the held-out labels
 
 
