@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from mlab.core.fs.bulk_remove import PARALLEL_MIN, remove_tree, removals
+from mlab.core.fs.bulk_remove import PARALLEL_MIN, removals, remove_tree
 
 
 def make_tree(root, files: int) -> None:

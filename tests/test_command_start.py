@@ -167,7 +167,8 @@ def test_rlimits_apply(tmp_path, monkeypatch, path):
     limits = {"memory_bytes": 3 * 2**30, "cpu_seconds": 50, "file_size_bytes": 100_000}
     box = LocalSandbox(namespaces=False)
     code = ("import resource as r\n"
-            "print([r.getrlimit(k) for k in (r.RLIMIT_DATA, r.RLIMIT_CPU, r.RLIMIT_FSIZE, r.RLIMIT_CORE)], flush=True)\n"
+            "limits = (r.RLIMIT_DATA, r.RLIMIT_CPU, r.RLIMIT_FSIZE, r.RLIMIT_CORE)\n"
+            "print([r.getrlimit(k) for k in limits], flush=True)\n"
             "with open('big.bin', 'wb') as f:\n    f.write(bytes(300_000))\n")
     result = box.run([sys.executable, "-c", code], spec_for(tmp_path, **limits))
     wanted = [(3 * 2**30,) * 2, (50, 51), (100_000,) * 2, (0, 0)]

@@ -26,8 +26,8 @@ What keeps each guarantee of a container per command:
 - Limits. The container's cgroup bounds memory and processes (plus PID 1's): one command at a time runs in a
   kept container (a busy one is never shared), so its bounds are the command's. File size and CPU time are the
   container's rlimits, which every exec'd process starts with (per process, as before); the writable memory
-  (RLIMIT_DATA, not address space: CUDA reserves tens of GiB) is set by the exec's shell (`ulimit -d`). The bound a command hit is what the cgroup's
-  counters gained while it ran.
+  (RLIMIT_DATA, not address space: CUDA reserves tens of GiB) is set by the exec's shell (`ulimit -d`). The bound
+  a command hit is what the cgroup's counters gained while it ran.
 - The end of a command. The exec's shell runs the command as its child, then SIGKILLs every process it may
   signal (`kill -9 -1`: the command's, never PID 1), so that nothing holds the output pipe and the exec ends at
   once. Then, and on a timeout or a broken limit, the harness stops and kills from the host every process of
