@@ -165,10 +165,7 @@ def test_gpu_device_nodes_pass_into_every_sandbox(tmp_path, sandbox, stand_in_gp
     pytest.fail(f"{out}\non the host now: {os.path.exists(node)}\n{log}")
 
 
-# docker fails it: `docker run --device` of a node gone since the plan is an error (the plugin's to mend)
-@pytest.mark.parametrize("sandbox", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=True, reason="docker run refuses a --device that is gone")) if name == "docker" else name
-    for name in SANDBOXES])
+@pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_gpu_device_gone_before_the_command_starts_is_left_out(tmp_path, sandbox, monkeypatch):
     """A device node listed when the command's root is planned and gone when it is mounted (unplugged; another
     test's stand-in) is left out rather than failing the command."""

@@ -145,7 +145,8 @@ def _confinement(view: RootView, spec: ExecSpec, idle_processes: int = 0) -> lis
         if target not in ENGINE_FILES:  # the engine mounts deeper paths later: a venv below /tmp stays visible
             cmd += _mount_option("bind", target, source, readonly=True)
     for device in view.devices:  # a folder (/dev/dri): every device in it
-        cmd += ["--device", device]
+        if os.path.exists(device):  # one unplugged since the plan is left out, as bwrap's --dev-bind-try does
+            cmd += ["--device", device]
     for path in view.writable:  # a working folder that is itself read-only (a submission being scored): one mount
         cmd += _mount_option("bind", path, path, readonly=path in view.protected)
     for path in view.protected:
