@@ -120,9 +120,7 @@ def _unlink_all(fd: int, names: list[str]) -> None:
 def _unlink_quiet(fd: int, name: str) -> None:
     try:
         os.unlink(name, dir_fd=fd)
-    except IsADirectoryError:
-        pass  # became a folder meanwhile: left (shutil.rmtree at the end takes it)
-    except OSError:
+    except OSError:  # gone, or became a folder meanwhile: left (shutil.rmtree at the end takes it)
         pass
 
 
