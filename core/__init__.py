@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the public names
     from mlab.core.actions import ACTION_SPECS, VALIDATE_SUBMISSION, ActionSpec
-    from mlab.core.agent import Agent, AgentContext, RunState
+    from mlab.core.agent import Agent
+    from mlab.core.agent_context import AgentContext, RunState
     from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
     from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
     from mlab.core.hookspecs import hookimpl
@@ -48,14 +49,8 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
     from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
-    from mlab.core.task import (
-        BaselineContext,
-        Metric,
-        PrepareContext,
-        Resources,
-        Task,
-        ValidationSplit,
-    )
+    from mlab.core.task import Metric, Resources, Task, ValidationSplit
+    from mlab.core.task_context import BaselineContext, PrepareContext
 
 
 def _exports() -> dict[str, str]:

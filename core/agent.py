@@ -1,34 +1,18 @@
-"""The Agent contract: a step policy. The core owns the loop, the limits, snapshots and the trace."""
+"""The Agent contract: a step policy. The core owns the loop, the limits, snapshots and the trace, and builds what
+an agent gets (mlab.core.agent_context)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from mlab.core.actions import ActionSpec
 from mlab.core.errors import MlabError
-from mlab.core.models import Action, Step, StopRun
 
 if TYPE_CHECKING:
+    from mlab.core.agent_context import AgentContext, RunState
     from mlab.core.llm.client import LLMClient
-
-
-@dataclass
-class AgentContext:
-    """What an agent is built with, once per run."""
-
-    task_name: str
-    research_problem: str
-    actions: dict[str, ActionSpec]  # every action the environment offers, by name
-    llm: LLMClient | None  # the run's models by role (main, fast, edit); None when the run has no model
-    options: dict[str, Any] = field(default_factory=dict)  # from --agent-option KEY=VALUE, as given
-    seed: int = 0
-    starter_script: str = "train.py"
-    log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
-    packages: dict[str, str] = field(default_factory=dict)  # versions agent code runs with: {"python": "3.12.3", ...}
+    from mlab.core.models import Action, StopRun
 
 
 class AgentOptions(BaseModel):
@@ -36,16 +20,6 @@ class AgentOptions(BaseModel):
     (`mlab agents` shows them). A run refuses undeclared keys and bad values in one line before it writes anything."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-@dataclass
-class RunState:
-    """What an agent sees before each step."""
-
-    step_index: int  # 1-based
-    history: list[Step]  # the previous steps, with their observations
-    max_steps: int
-    seconds_left: float
 
 
 class Agent(ABC):

@@ -24,7 +24,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar
 
-from mlab.core.agent import Agent, RunState
+from mlab.core.agent import Agent
+from mlab.core.agent_context import RunState
 from mlab.core.errors import MlabError
 from mlab.core.models import Action, StopRun
 

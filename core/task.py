@@ -1,9 +1,8 @@
-"""The Task contract: what a task pack implements and registers (`register_tasks`); the harness calling it is
-mlab.core.run, and evaluate runs agent code (a saved model) through `mlab.core.scoring_context()`."""
+"""The Task contract: what a task pack implements and registers (`register_tasks`). The core builds what the methods
+get (mlab.core.task_context); evaluate runs agent code (a saved model) through `mlab.core.scoring_context()`."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -12,7 +11,7 @@ from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from mlab.core.models import TaskParam
-    from mlab.core.sandbox.contract import ExecResult
+    from mlab.core.task_context import BaselineContext, PrepareContext
 
 DEFAULT_SUCCESS_MARGIN = 0.10  # the original's "more than 10% better than the baseline"
 
@@ -33,21 +32,11 @@ class Resources(BaseModel):
     extras: list[str] = Field(default_factory=list)  # optional installs the task needs (pip extras, tools)
 
 
-@dataclass
-class PrepareContext:
-    """Where prepare writes: `public` becomes every run's starting workspace, `hidden` never leaves the harness."""
-
-    public_dir: Path
-    hidden_dir: Path
-    source_dir: Path | None = None  # a local copy of the raw data, if the user gave one
-    log: Callable[[str], None] = print
-
-
 @dataclass(frozen=True)
 class ValidationSplit:
-    """Training rows prepare also writes as a validation split (never test rows): inputs public, answers hidden.
-    `Validate Submission` (runs with --allow-validate) copies the agent's predictions to `submission` and the
-    answers to where evaluate reads the test answers, so a validation score means what a test score means."""
+    """Training rows (never test rows) prepare also writes as a validation split: answers hidden, public files
+    (`inputs`, `more_inputs`) only in runs with --allow-validate. There `Validate Submission` copies the agent's
+    predictions to `submission` and the answers where evaluate reads the test ones: the same score, other rows."""
 
     inputs: str  # public validation inputs (no target), e.g. "data/valid.csv"
     predictions: str  # default name of the agent's predictions for them, e.g. "valid_submission.csv"
@@ -55,21 +44,10 @@ class ValidationSplit:
     answers: dict[str, str]  # hidden validation file -> the hidden file name evaluate reads in its place
     test_inputs: str = ""  # the test inputs file evaluate's messages name, told as `inputs` when validating
     # Public training file holding the validation rows -> the id column it shares with `inputs`: prepare also
-    # writes it without those rows (hidden), which runs with --allow-validate get.
+    # writes it without those rows (hidden), which --allow-validate runs get.
     held_out: dict[str, str] = field(default_factory=dict)
-    # Other public files of the split: like `inputs`, only in runs with --allow-validate (the original's workspaces
-    # hold no validation split).
-    more_inputs: list[str] = field(default_factory=list)
+    more_inputs: list[str] = field(default_factory=list)  # other public files of the split
     max_calls: int = 10  # Validate Submission calls per run: each score tells something about the held-out labels
-
-
-@dataclass
-class BaselineContext:
-    """What Task.baseline gets: a fresh workspace, the answers, and a way to run a workspace script in the sandbox."""
-
-    workspace: Path
-    hidden_dir: Path
-    run_script: Callable[[str], ExecResult]
 
 
 class Task(ABC):
@@ -90,17 +68,17 @@ class Task(ABC):
     scoring_timeout_s: float = 3600.0  # one scoring command (ScoringContext.run) is killed after this
     max_submission_bytes: int = 256 * 2**20  # evaluate refuses a larger submission file unread (os.stat it)
     validation: ValidationSplit | None = None  # scored by runs with --allow-validate
-    # What users may set with -T NAME=VALUE (mlab.core.TaskParam); every method reads the values, defaults filled
-    # in, from param_values (the harness gives each set of values its own copy of the task). Issue 34 item 5.
-    params: list[TaskParam] = []
+    params: list[TaskParam] = []  # what users may set with -T NAME=VALUE
+    # The values, defaults filled in, which every method reads; the harness gives each set its own task copy.
     param_values: dict[str, Any] = {}
 
     @abstractmethod
     def prepare(self, ctx: PrepareContext) -> None:
-        """Write the agent's starting files to ctx.public_dir and the answers to ctx.hidden_dir. Deterministic:
-        two prepares write byte-identical files (seeded generators, no times or host names; `mlab check-task`
-        compares them). It runs in a staging folder moved into place after, so a failure leaves nothing behind.
-        Raises MlabError: the data cannot be had (say where to get it)."""
+        """Write the agent's starting files to ctx.public_dir and the answers to ctx.hidden_dir, from
+        ctx.source_dir when the user gave a local copy. Deterministic: two prepares write byte-identical files
+        (seeded generators, no times or host names; `mlab check-task` compares them). It runs in a staging folder
+        moved into place after, so a failure leaves nothing. Raises MlabError: the data cannot be had (say where
+        to get it)."""
 
     @abstractmethod
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:

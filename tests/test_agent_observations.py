@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core import Action, Agent, RunConfig, RunState, Task
-from mlab.core.agent import AgentContext
+from mlab.core import Action, Agent, AgentContext, RunConfig, RunState, Task
 from mlab.core.agentkit import AgentOptions, needs_summary, research_problem
 from mlab.core.bench.results import classify
 from mlab.core.models import Step

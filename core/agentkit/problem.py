@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mlab.core.agent import AgentContext
+from mlab.core.agent_context import AgentContext
 
 LOG_ACTION = "Append Summary to Research Log"
 # Task texts ask for notes in a research log (the original benchmark's wording); without the action that writes

@@ -22,7 +22,8 @@ from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.models import TaskParam
 from mlab.core.run.held_out import held_out_problem
 from mlab.core.run.scoring_context import ScoringContext, scoring_context
-from mlab.core.task import Metric, PrepareContext, Task, ValidationSplit
+from mlab.core.task import Metric, Task, ValidationSplit
+from mlab.core.task_context import PrepareContext
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
 # submission's author's to influence, so it is read bounded.

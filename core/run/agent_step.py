@@ -1,7 +1,8 @@
 """One agent step as the runner takes it: the agent's own failures told apart from the model's and the budgets'."""
 from __future__ import annotations
 
-from mlab.core.agent import Agent, RunState
+from mlab.core.agent import Agent
+from mlab.core.agent_context import RunState
 from mlab.core.errors import BudgetExceeded, LLMError
 from mlab.core.fs.atomic import is_disk_full
 from mlab.core.models import Action, StopRun

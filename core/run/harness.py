@@ -21,7 +21,8 @@ from mlab.core.run.taskdata import TaskHome, stage_workspace
 from mlab.core.sandbox.contract import ExecResult, Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.resolve import resolve_sandbox
-from mlab.core.task import BaselineContext, Task
+from mlab.core.task import Task
+from mlab.core.task_context import BaselineContext
 
 if TYPE_CHECKING:
     from mlab.core.llm.client import LLMClient

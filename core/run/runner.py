@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from mlab.core.agent import AgentContext, RunState
+from mlab.core.agent_context import AgentContext, RunState
 from mlab.core.agent_program import ProgramAgent, check_program
 from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.sandbox.pack_code import pack_sandbox_with
-from mlab.core.task import PrepareContext, Task
+from mlab.core.task import Task
+from mlab.core.task_context import PrepareContext
 
 if TYPE_CHECKING:
     from mlab.core.sandbox.contract import Sandbox
