@@ -40,10 +40,11 @@ from pathlib import Path
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, UnconfinedSandbox, namespace_prefix
 from mlab.core.sandbox.rootfs import root_view
+from mlab.core.sandbox.spec import ExecSpec
 
 LOCAL_TARGET_RATIO = 1.3  # local against the bare child process
 BWRAP_TARGET_MS = 30.0  # bwrap against local

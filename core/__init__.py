@@ -44,11 +44,13 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.plugins.lazy import Lazy
     from mlab.core.run.scoring_context import ScoringContext, scoring_context
     from mlab.core.run.taskdata import DataFile
-    from mlab.core.sandbox.contract import Command, ExecResult, ExecSpec, Sandbox
+    from mlab.core.sandbox.command import Command
+    from mlab.core.sandbox.contract import Sandbox
     from mlab.core.sandbox.limits import Limits
     from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
     from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
+    from mlab.core.sandbox.spec import ExecResult, ExecSpec
     from mlab.core.task import Metric, Resources, Task, ValidationSplit
     from mlab.core.task_context import BaselineContext, PrepareContext
 

@@ -14,9 +14,10 @@ import pytest
 
 from mlab.core.sandbox import spawn, supervise
 from mlab.core.sandbox.cgroups import cgroup_parents
-from mlab.core.sandbox.contract import ExecSpec, Sandbox
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.wait import EndWatch
 from mlab.core.sandbox.zygote import ConfinedCommand
 from tests.test_sandbox import HARNESS, kill_harness_when, make_sandbox, wait_gone

@@ -18,9 +18,9 @@ import pytest
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.spec import ExecSpec
 from tests.fixtures.harness import check_task
 from tests.fixtures.llm_server import send_json
 from tests.fixtures.mlagentbench import text

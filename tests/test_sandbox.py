@@ -25,9 +25,9 @@ from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, namespace_prefix
+from mlab.core.sandbox.spec import ExecSpec
 from tests.fixtures.sandboxes import CONFINING, REGISTERED, make_sandbox
 
 SECRET = "SECRET-ANSWER-42"

@@ -154,7 +154,7 @@ PACK_PROBE = r'''
 import os, sys, tempfile
 import mlab_example_tasks  # the harness itself imports the pack
 from mlab.core.plugins.registry import load_registry
-from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.local import LocalSandbox
 box = LocalSandbox() if sys.argv[1] == "local" else load_registry().items["sandboxes"][sys.argv[1]]()
 probe = ("import os\n"
@@ -192,9 +192,9 @@ def test_the_local_sandbox_confines_a_harness_that_is_not_root(host_dir):
     system: the command is root only inside it, sees no host home, and has only a loopback."""
     import subprocess
 
-    from mlab.core.sandbox.contract import ExecSpec
     from mlab.core.sandbox.local import confine_program, plan_of
     from mlab.core.sandbox.rootfs import root_view
+    from mlab.core.sandbox.spec import ExecSpec
 
     system_python, setpriv = as_nobody()
     folder = host_dir  # pytest's own tmp_path is open to root alone

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, confine_program, namespace_prefix, plan_of
 from mlab.core.sandbox.process import ProcessCommand
 from mlab.core.sandbox.rootfs import root_view
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.zygote import NotForZygote
 from tests.fixtures.users import as_nobody
 
@@ -330,7 +330,7 @@ def test_a_request_too_big_for_the_zygote_runs_afresh_and_keeps_the_zygote(tmp_p
 HARNESS = """
 import os, sys, time
 from pathlib import Path
-from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.local import LocalSandbox
 ws = Path({ws!r})
 box = LocalSandbox()

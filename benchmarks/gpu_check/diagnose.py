@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.spec import ExecSpec
 
 PROBE = ("import ctypes, os\n"
          "lib = ctypes.CDLL('libcuda.so.1')\n"

@@ -105,9 +105,9 @@ class DeclarativeTask(Task):
         and it has a loopback of its own unless the task declares network_for_prepare. PYTHONHASHSEED is fixed so
         set and dict orders cannot make two prepares differ."""
         from mlab.core.run.taskdata import TaskHome
-        from mlab.core.sandbox.contract import ExecSpec
         from mlab.core.sandbox.limits import Limits
         from mlab.core.sandbox.pack_code import pack_sandbox
+        from mlab.core.sandbox.spec import ExecSpec
 
         with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as work_name:
             work = Path(work_name)

@@ -21,7 +21,7 @@ from mlab.core.run.repl import Repl
 from mlab.core.run.research_log import ResearchLog
 from mlab.core.run.scripts import FailedOutput, ScriptRunner
 from mlab.core.run.workspace import MAX_WRITE_BYTES, Workspace
-from mlab.core.sandbox.contract import ExecResult, ExecSpec
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 
 __all__ = ["EnvSettings", "Environment", "MAX_ARG_CHARS", "is_final"]
 

@@ -18,9 +18,10 @@ from mlab.core.run.scoring import Score, Scorer
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.task_lookup import find_task, prepare_args
 from mlab.core.run.taskdata import TaskHome, stage_workspace
-from mlab.core.sandbox.contract import ExecResult, Sandbox
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.resolve import resolve_sandbox
+from mlab.core.sandbox.spec import ExecResult
 from mlab.core.task import Task
 from mlab.core.task_context import BaselineContext
 

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import IO
 
 from mlab.core.errors import EnvError
-from mlab.core.sandbox.contract import Command, ExecSpec, Sandbox
+from mlab.core.sandbox.command import Command
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.output import CappedOutput
+from mlab.core.sandbox.spec import ExecSpec
 
 # The child's program, passed as text so the sandbox needs neither mlab nor a path to this package.
 _SERVER = (Path(__file__).parent / "repl_server.py").read_text(encoding="utf-8")

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlab.core.run.taskdata import TaskHome
-from mlab.core.sandbox.contract import ExecResult, ExecSpec, Sandbox
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 
 # Host variables a scoring command gets, as agent code does: nothing that could carry a secret of the harness.
 _SCORING_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",

@@ -14,7 +14,7 @@ from mlab.core.run.limit_messages import limit_messages
 from mlab.core.run.read_only_guard import FolderId, ReadOnlyGuard, Survey
 from mlab.core.run.repl import Repl
 from mlab.core.run.workspace import Workspace
-from mlab.core.sandbox.contract import ExecResult, ExecSpec
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 
 # Only these variables of the harness reach agent code; everything else (API keys above all) is dropped.
 _ENV_PASSED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -1,37 +1,19 @@
 """The sandbox contract: what the core asks of a sandbox, and the rules every sandbox keeps.
 
-A sandbox runs commands of agent code (and of scorers) in a task's workspace. The core reads `name`, `confined`,
-`auto_rank` and `available()`, and names no sandbox itself. Subclass mlab.core.sandbox.process.ProcessSandbox when
-commands are processes of this machine (it spawns, limits, kills, freezes and reaps their trees; override `popen`
-alone), Sandbox when they live elsewhere. Register the class with `register_sandboxes`; `mlab check-sandbox NAME`
-(mlab.core.sandbox.self_check) holds it to these rules. Every `command` argument is what `popen` returned.
+A sandbox runs commands of agent code (and of scorers) in a task's workspace; the core names none itself. Subclass
+mlab.core.sandbox.process.ProcessSandbox when commands are processes of this machine (it spawns, limits, kills,
+freezes and reaps their trees; override `popen` alone), Sandbox when they live elsewhere. Register the class with
+`register_sandboxes`; `mlab check-sandbox NAME` (mlab.core.sandbox.self_check) holds it to these rules.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import IO, ClassVar, Protocol
+from typing import ClassVar
 
-from mlab.core.sandbox.spec import LIMIT_NAMES, ExecResult, ExecSpec
+from mlab.core.sandbox.command import Command
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 from mlab.core.sandbox.supervise import run_to_end
-
-__all__ = ["LIMIT_NAMES", "Command", "ExecResult", "ExecSpec", "Sandbox"]
-
-
-class Command(Protocol):
-    """A started command (a subprocess.Popen is one); its pid leads the process group of all it starts. It may also
-    have `end_fd() -> int | None`, a descriptor that tells its end, which the core's waiter then sleeps on."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def stdin(self) -> IO[bytes] | None: ...
-    @property
-    def stdout(self) -> IO[bytes] | None: ...
-    @property
-    def returncode(self) -> int | None: ...
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class Sandbox(ABC):
@@ -67,7 +49,8 @@ class Sandbox(ABC):
 
     @abstractmethod
     def popen(self, argv: list[str], spec: ExecSpec) -> Command:
-        """Start argv (a bare name looked up in spec.env's PATH) confined per spec, and return at once.
+        """Start argv (a bare name looked up in spec.env's PATH) confined per spec, and return at once; every
+        `command` the other methods get is what it returned.
 
         Rules: it runs in spec.cwd with exactly spec.env; stdout and stderr merged into one pipe; stdin a pipe when
         spec.stdin_pipe, else empty; spec.limits bound its whole tree (rlimits; processes and memory where the
@@ -77,8 +60,8 @@ class Sandbox(ABC):
         PermissionError, as Popen does, when argv[0] cannot be executed."""
 
     def check(self, command: Command, spec: ExecSpec) -> str | None:
-        """A limit the command broke (one of LIMIT_NAMES), or None; the caller then kills it. Called every 0.1 s
-        while it runs and once after it ended (a kernel's OOM kill is known only then)."""
+        """A limit the command broke (one of mlab.core.sandbox.spec.LIMIT_NAMES), or None; the caller then kills
+        it. Called every 0.1 s while it runs and once after it ended (a kernel's OOM kill is known only then)."""
         return None
 
     @abstractmethod
@@ -98,8 +81,7 @@ class Sandbox(ABC):
         """Free what the dead command held (its cgroup, its container). Called exactly once, after `kill`."""
         return None
 
-    def run(self, argv: list[str], spec: ExecSpec,
-            on_output: Callable[[bytes], None] | None = None) -> ExecResult:
+    def run(self, argv: list[str], spec: ExecSpec, on_output: Callable[[bytes], None] | None = None) -> ExecResult:
         """Run argv to its end, showing on_output each chunk of output as it comes, and return the exit code (-N
         for a death by signal N; None when unknown), the output and the limit hit. Raises as `popen`. By default
         `popen` and `check` (mlab.core.sandbox.supervise): the time limit counts from `popen`'s return, output past

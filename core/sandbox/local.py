@@ -27,10 +27,10 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.disk import disk_usage
 from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
 from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.zygote import (
     IDLE_S,
     NotForZygote,

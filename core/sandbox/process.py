@@ -16,10 +16,12 @@ import subprocess
 from typing import IO, TypeVar, overload
 
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
-from mlab.core.sandbox.contract import Command, ExecSpec, Sandbox
+from mlab.core.sandbox.command import Command
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.disk import disk_limit_hit, disk_usage
 from mlab.core.sandbox.limits import nproc_fallback
 from mlab.core.sandbox.spawn import start
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.tree import TOKEN_VAR, group_members, kill_by_token, signal_tree, wait_stopped
 
 

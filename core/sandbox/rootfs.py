@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
-from mlab.core.sandbox.contract import ExecSpec
+from mlab.core.sandbox.spec import ExecSpec
 
 # System folders shown read-only (a top-level symlink such as /lib -> usr/lib is recreated as a link).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")

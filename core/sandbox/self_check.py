@@ -20,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlab.core.sandbox.contract import Command, ExecResult, ExecSpec, Sandbox
+from mlab.core.sandbox.command import Command
+from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
 
 SETTLE_S = 1.0  # how long a process that should be dead or stopped is given to show it is not
 PY = sys.executable

@@ -16,7 +16,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlab.core.sandbox.contract import Command
+    from mlab.core.sandbox.command import Command
 
 
 class EndWatch:

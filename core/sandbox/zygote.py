@@ -28,8 +28,8 @@ from typing import IO
 
 from mlab.core.sandbox.cgroups import CommandCgroup
 from mlab.core.sandbox.confine import MAX_FDS, REQUEST_BYTES, REQUEST_IN_FD
-from mlab.core.sandbox.contract import ExecSpec
 from mlab.core.sandbox.limits import nproc_fallback, rlimit_values
+from mlab.core.sandbox.spec import ExecSpec
 
 IDLE_S = 300.0  # longer than an agent's usual thinking between two commands; a rebuild costs one start-up
 READY_TIMEOUT_S = 20.0  # building a root takes tens of milliseconds; this is for a machine under heavy load
