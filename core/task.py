@@ -69,16 +69,14 @@ class Task(ABC):
     max_submission_bytes: int = 256 * 2**20  # evaluate refuses a larger submission file unread (os.stat it)
     validation: ValidationSplit | None = None  # scored by runs with --allow-validate
     params: list[TaskParam] = []  # what users may set with -T NAME=VALUE
-    # The values, defaults filled in, which every method reads; the harness gives each set its own task copy.
-    param_values: dict[str, Any] = {}
+    param_values: dict[str, Any] = {}  # the values, defaults filled in, every method reads; a task copy per set
 
     @abstractmethod
     def prepare(self, ctx: PrepareContext) -> None:
-        """Write the agent's starting files to ctx.public_dir and the answers to ctx.hidden_dir, from
-        ctx.source_dir when the user gave a local copy. Deterministic: two prepares write byte-identical files
-        (seeded generators, no times or host names; `mlab check-task` compares them). It runs in a staging folder
-        moved into place after, so a failure leaves nothing. Raises MlabError: the data cannot be had (say where
-        to get it)."""
+        """Write the agent's starting files to ctx.public_dir and the answers to ctx.hidden_dir (from ctx.source_dir
+        when the user gave a local copy). Deterministic: two prepares write byte-identical files (seeded, no times
+        or host names; `mlab check-task` compares). Runs in a staging folder moved into place after, so a failure
+        leaves nothing. Raises MlabError: the data cannot be had (say where to get it)."""
 
     @abstractmethod
     def evaluate(self, workspace: Path, hidden_dir: Path) -> float:

@@ -36,18 +36,12 @@ class LLM(ABC):
 
     @abstractmethod
     def complete(self, messages: list[Message], **params: Any) -> Completion:
-        """Complete messages (oldest first). Retries, budgets, the response cache and the call log are the core's;
-        import heavy client libraries here, never at module level.
-
-        Args:
-            params: OpenAI-named (`temperature`, `top_p`, `seed`, `max_completion_tokens`, `stop` as a list) plus
-                the user's `-M KEY=VALUE`: send them all on, drop none silently.
-        Returns:
-            The text with honest token counts, and `cost_usd` when known (None: shown as unknown).
-        Raises:
-            LLMError: `transient=True` for what a retry may mend (rate limits, timeouts), `context_too_long=True`
-                when the prompt does not fit; non-transient for a parameter the model cannot take.
-        """
+        """The reply to messages (oldest first), with honest token counts and `cost_usd` when known (None: shown as
+        unknown). params are OpenAI-named (`temperature`, `top_p`, `seed`, `max_completion_tokens`, `stop` as a
+        list) plus the user's `-M KEY=VALUE`: send them all on, drop none silently. Retries, budgets, the response
+        cache and the call log are the core's; import heavy client libraries here, never at module level. Raises
+        LLMError: `transient=True` for what a retry may mend (rate limits, timeouts), `context_too_long=True` when
+        the prompt does not fit; non-transient for a parameter the model cannot take."""
 
     def state_dict(self) -> dict[str, Any]:
         """State saved with each step so a resumed run continues where it was (e.g. a replay cursor)."""

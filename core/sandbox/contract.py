@@ -1,10 +1,8 @@
-"""The sandbox contract: what the core asks of a sandbox, and the rules every sandbox keeps.
-
-A sandbox runs commands of agent code (and of scorers) in a task's workspace; the core names none itself. Subclass
+"""The sandbox contract: what the core asks of a sandbox, which runs commands of agent code (and of scorers) in a
+task's workspace, and the rules every sandbox keeps; the core names none itself. Subclass
 mlab.core.sandbox.process.ProcessSandbox when commands are processes of this machine (it spawns, limits, kills,
 freezes and reaps their trees; override `popen` alone), Sandbox when they live elsewhere. Register the class with
-`register_sandboxes`; `mlab check-sandbox NAME` (mlab.core.sandbox.self_check) holds it to these rules.
-"""
+`register_sandboxes`; `mlab check-sandbox NAME` (mlab.core.sandbox.self_check) holds it to these rules."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -49,15 +47,14 @@ class Sandbox(ABC):
 
     @abstractmethod
     def popen(self, argv: list[str], spec: ExecSpec) -> Command:
-        """Start argv (a bare name looked up in spec.env's PATH) confined per spec, and return at once; every
-        `command` the other methods get is what it returned.
-
-        Rules: it runs in spec.cwd with exactly spec.env; stdout and stderr merged into one pipe; stdin a pipe when
-        spec.stdin_pipe, else empty; spec.limits bound its whole tree (rlimits; processes and memory where the
-        sandbox can). A confined sandbox hides spec.hidden_paths, mounts each spec.read_only_paths entry read-only
-        (a folder as one mount), leaves writable only cwd, spec.writable_paths and a private /tmp, and gives no
-        network unless spec.network. Nothing it starts may outlive the harness. Raises FileNotFoundError or
-        PermissionError, as Popen does, when argv[0] cannot be executed."""
+        """Start argv (a bare name looked up in spec.env's PATH) confined per spec and return at once a Command
+        (mlab.core.sandbox.command), which every other method's `command` is. It runs in spec.cwd with exactly
+        spec.env; stdout and stderr merged into one pipe; stdin a pipe when spec.stdin_pipe, else empty;
+        spec.limits bound its whole tree (rlimits; processes and memory where the sandbox can). A confined sandbox
+        hides spec.hidden_paths, mounts each spec.read_only_paths entry read-only (a folder as one mount), leaves
+        writable only cwd, spec.writable_paths and a private /tmp, and gives no network unless spec.network.
+        Nothing it starts may outlive the harness. Raises FileNotFoundError or PermissionError, as Popen does, when
+        argv[0] cannot be executed."""
 
     def check(self, command: Command, spec: ExecSpec) -> str | None:
         """A limit the command broke (one of mlab.core.sandbox.spec.LIMIT_NAMES), or None; the caller then kills
