@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import math
+import random
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from mlab.core.run import taskdata
 from mlab.core.run.scoring import judge
 from mlab_tasks_mlagentbench.base import FILES_DIR, REFERENCE_DIR
 from mlab_tasks_mlagentbench.time_generation import MARK, instrumented
-from mlab_tasks_mlagentbench.timing import REPETITIONS, ratio_estimate, settled
+from mlab_tasks_mlagentbench.timing import REPETITIONS, conservative_ratio, settled, timed_ratio
 from tests.fixtures import cli
 from tests.fixtures.mlagentbench import text
 
@@ -108,10 +110,36 @@ def test_timing_stops_at_the_least_pairs_when_they_agree_and_times_more_while_th
     assert settled([1.0] * REPETITIONS, most=8)
 
 
-def test_timing_estimate_is_the_median_of_4_pairs_and_cuts_outliers_of_more():
-    assert ratio_estimate([0.8, 1.0, 1.1, 2.0]) == pytest.approx((1.0 * 1.1) ** 0.5)
-    assert ratio_estimate([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 0.2]) == pytest.approx(1.0)
-    assert ratio_estimate([0.5] * 6) == pytest.approx(0.5)
+def test_timing_scores_the_ratio_at_its_pessimistic_end_and_exactly_when_the_pairs_agree():
+    assert conservative_ratio([0.5] * 6) == pytest.approx(0.5)
+    assert conservative_ratio([0.8, 1.0, 1.1, 2.0]) > 1.2  # a wide spread: slower than any middle estimate
+    # A burst of load on the starter's side makes the submission look no faster.
+    assert conservative_ratio([1.0, 1.0, 1.0, 1.0, 1.0, 0.6]) >= 1.0
+
+
+def unchanged_or_faster_scorings(true_ratio: float, most: int, scorings: int = 2000) -> list[float]:
+    """Seeded scorings of a submission `true_ratio` of the starter's time, through the scorer's own loop, with
+    pairs as noisy as beside stress-ng: log ratios spread by 8%, and a quarter of pairs hit by a 15-45% burst of
+    load on either side (one scoring's pairs there read 1.03, 1.23, 1.18, 0.65)."""
+    rng = random.Random(7)
+
+    def next_ratio(_index: int) -> float:
+        burst = rng.choice((-1, 1)) * rng.uniform(0.15, 0.45) if rng.random() < 0.25 else 0.0
+        return true_ratio * math.exp(rng.gauss(0.0, 0.08) + burst)
+
+    return [timed_ratio(next_ratio, most=most) for _ in range(scorings)]
+
+
+@pytest.mark.parametrize("most", [REPETITIONS, 6])
+def test_noisy_pairs_almost_never_score_an_unchanged_starter_a_success_and_a_real_speed_up_always(most):
+    # A success is a ratio below 0.9 (10% better than the starter's 1). A robust mean of the pairs (the middle of
+    # them) read 6-9% of these scorings as one, and CI saw it happen (+12.7%).
+    task = load_registry().get("tasks", "mlagentbench/llama-inference")
+    succeeds = [judge(ratio, task.fixed_baseline, task).success
+                for ratio in unchanged_or_faster_scorings(1.0, most)]
+    assert sum(succeeds) / len(succeeds) < 0.005
+    halved = [judge(ratio, task.fixed_baseline, task).success for ratio in unchanged_or_faster_scorings(0.5, most)]
+    assert sum(halved) / len(halved) > 0.99
 
 
 # ---- llama-inference -----------------------------------------------------------------------------
@@ -168,10 +196,10 @@ def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_fast
     task, workspace = llama_workspace
     (workspace / "submission.csv").write_text("0.000001\n")  # a recorded time is not what is scored
     unchanged = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
-    # Never a false success. A ~0.35 s part timed once per run, up to 6 pairs (timing.settled): 6 scorings beside
-    # stress-ng read -4.8%..+8.2%, wider than the 5% the other speed task keeps (a deviation the pack README
-    # states), hence the wider bound.
-    assert not unchanged.success and abs(unchanged.improvement) < 0.2, unchanged
+    # Never a false success. A ~0.35 s part timed once per run, up to 6 pairs (timing.settled): beside stress-ng
+    # their middle read -4.8%..+12.7% (CI); the score is the ratio's pessimistic end, so the pairs' spread makes
+    # the starter look a little slower than itself, never faster.
+    assert not unchanged.success and -0.3 < unchanged.improvement < 0.05, unchanged
     # The reference: one forward pass instead of generate() for the single greedy token.
     shutil.copyfile(REFERENCE_DIR / "llama-inference" / "inference.py", workspace / "inference.py")
     faster = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)

@@ -2,9 +2,12 @@
 llama-inference).
 
 The scorer times the shipped starter and the submission back to back, interleaved, in the scoring sandbox, and
-the score is a robust mean of the per-pair ratios (submission's time / starter's time): the two runs of a pair see
-about the same load, where a time compared with a baseline recorded under other load would not. A task whose runs
-disagree more (llama-inference times its part once per run) times more pairs while they disagree, up to a cap.
+the score is taken from the per-pair ratios (submission's time / starter's time): the two runs of a pair see about
+the same load, where a time compared with a baseline recorded under other load would not. The score is the ratio the
+submission is at most, at 95% confidence (`conservative_ratio`), so noise never passes for a speed-up: beside
+stress-ng a robust mean of up to 6 pairs scored an unchanged llama-inference starter 12.7% faster (a false success).
+A task whose runs disagree more (llama-inference times its part once per run) times more pairs while they
+disagree, up to a cap.
 What is timed, and on what: time_pair.py (one sandboxed command per pair, running no submission code itself)
 loads each script in a worker process, and only then draws the inputs from a seed of its own and sends them; it
 times the CPU time of the worker and everything it started from the inputs going out to the outputs coming back,
@@ -29,7 +32,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ REPETITIONS = 4  # starter/submission pairs, half with the starter first: the le
 # t on the log ratios) must be within PRECISION of it, in relative terms.
 PRECISION = 0.03
 CONFIDENCE = 0.90
-TRIM = 0.25  # the share of log ratios cut from each end for the estimate: with 4 pairs, the median
+BOUND_CONFIDENCE = 0.95  # of the one-sided interval whose upper end is the score
 # One thread: CPU time then equals the work done, and more threads cannot pass for a faster algorithm.
 SINGLE_THREAD = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
 WHO = ("starter", "submission")
@@ -105,13 +108,18 @@ def _scipy_stats() -> Any:
     return importlib.import_module("scipy.stats")
 
 
-def ratio_estimate(ratios: list[float]) -> float:
-    """The submission's time over the starter's from the pairs' ratios: the trimmed mean of their logarithms (a
-    pair whose run met a burst of load is cut, and the rest are averaged): for 4 pairs, the geometric mean of
-    the middle two."""
+def conservative_ratio(ratios: list[float]) -> float:
+    """The submission's time over the starter's from the pairs' ratios: the upper end of a one-sided
+    BOUND_CONFIDENCE interval of their geometric mean (Student's t on the log ratios). Spread between the pairs
+    makes a submission look slower, never faster: an unchanged starter scores about 1 or above, and a real speed-up
+    scores near its ratio when the pairs agree."""
     import numpy as np
 
-    return math.exp(float(_scipy_stats().trim_mean(np.log(ratios), TRIM)))
+    logs = np.log(ratios)
+    if float(np.ptp(logs)) == 0.0:  # no spread: the t interval is undefined, and the ratio is known
+        return float(np.exp(logs[0]))
+    interval = _scipy_stats().ttest_1samp(logs, 0.0, alternative="less").confidence_interval(BOUND_CONFIDENCE)
+    return math.exp(float(interval.high))
 
 
 def settled(ratios: list[float], *, least: int = REPETITIONS, most: int = REPETITIONS) -> bool:
@@ -137,21 +145,31 @@ def stage_timer(stage: Path, worker: str) -> None:
         shutil.copyfile(PACKAGE_DIR / script, stage / script)
 
 
-def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, worker: str, *, what: str,
-                      shared: Iterable[str] = (), most: int = REPETITIONS) -> float:
-    """`ratio_estimate` over back-to-back pairs of the submission's time and the starter's, alternating which runs
-    first (so neither gets more of the runs that come second), until `settled` (at most `most` pairs). `worker` (a
-    script of the pack: time_forward.py or time_generation.py) loads a script in the pair timer's worker process;
-    a submission whose outputs are not the starter's on the same inputs is InvalidSubmission. `shared` names the
-    task's files in the stage that the timer links into each run's folder."""
+def timed_ratio(next_ratio: Callable[[int], float], *, most: int = REPETITIONS) -> float:
+    """`conservative_ratio` over pairs timed by next_ratio(index) (submission's time / starter's) until `settled`,
+    at most `most` pairs."""
     if most < REPETITIONS or most % 2:
         raise ValueError(f"timing needs an even number of pairs, at least {REPETITIONS}, not {most}")
+    ratios: list[float] = []
+    while not settled(ratios, most=most):
+        ratios.append(next_ratio(len(ratios)))
+    return conservative_ratio(ratios)
+
+
+def interleaved_ratio(ctx: ScoringContext, stage: Path, scratch: Path, worker: str, *, what: str,
+                      shared: Iterable[str] = (), most: int = REPETITIONS) -> float:
+    """`timed_ratio` over back-to-back pairs of the submission's time and the starter's, alternating which runs
+    first (so neither gets more of the runs that come second). `worker` (a script of the pack: time_forward.py or
+    time_generation.py) loads a script in the pair timer's worker process; a submission whose outputs are not the
+    starter's on the same inputs is InvalidSubmission. `shared` names the task's files in the stage that the timer
+    links into each run's folder."""
     modes = {"time_forward.py": "forward", "time_generation.py": "generation"}
     stage_timer(stage, worker)
     shared = list(shared)
-    ratios: list[float] = []
-    while not settled(ratios, most=most):
-        order = WHO if len(ratios) % 2 == 0 else WHO[::-1]  # alternating: a drift in the load favours neither
+
+    def next_ratio(index: int) -> float:
+        order = WHO if index % 2 == 0 else WHO[::-1]  # alternating: a drift in the load favours neither
         reports = _timed_pair(ctx, stage, scratch, modes[worker], order, what, shared)
-        ratios.append(reports["submission"]["seconds"] / reports["starter"]["seconds"])
-    return ratio_estimate(ratios)
+        return float(reports["submission"]["seconds"] / reports["starter"]["seconds"])
+
+    return timed_ratio(next_ratio, most=most)

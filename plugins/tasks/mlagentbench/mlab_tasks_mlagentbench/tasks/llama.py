@@ -5,7 +5,7 @@ The original shipped no evaluation script and no baseline number; the time infer
 measured once, under whatever load the machine had then. Ours times the shipped starter and the submission back
 to back, interleaved, in the scoring sandbox (time_pair.py times the part between the fixed setup and the
 fixed footer, on random token sequences it sends only when the setup is done, and checks the generated tokens
-against the starter's), and the score is their robust mean ratio over 4 to 6 pairs (timing.py): 1 is the
+against the starter's), and the score is their ratio at its pessimistic end over 4 to 6 pairs (timing.py): 1 is the
 starter's speed, so the fixed baseline is 1 and improvement is 1 - ratio, the same under any load. The model is a
 LLaMA-7B checkpoint in Hugging Face format, given as a local copy or fetched from the Hub, and copied into the prepared
 task (model/, read-only): a host path would not resolve inside a sandbox that hides /tmp or the task home; the
@@ -85,7 +85,8 @@ class LlamaInference(MLAgentBenchTask):
         "and the original one are run back to back on the same machine, timing everything between the end of "
         "the first DO NOT EDIT part and the start of the last one (CPU time with torch limited to one thread "
         "when there is no GPU), on new random token sequences put into eval_dataset when the first part ends, "
-        "and your score is the ratio of the two times (below 1 is faster). The list generated_tokens must hold "
+        "and your score is the ratio of the two times over several such pairs, at the slow end of its 95% "
+        "confidence interval (below 1 is faster: only a clear speed-up counts). The list generated_tokens must hold "
         "each batch's generated tokens, as in the original: they are checked against the original's.")
 
     def data_files(self) -> list[DataFile]:

@@ -3,7 +3,7 @@
 The score is a time measured by the scorer, not the time the script records: the shipped starter's and the
 submission's forward passes are timed (CPU time, one thread) back to back, interleaved, in the same scoring
 sandbox, on batches and weights drawn from a seed sent only after train.py is loaded, their outputs compared
-(timing.py), and the submission's time is the fixed baseline times the median of the per-pair ratios. Improvement
+(timing.py), and the submission's time is the fixed baseline times the per-pair ratios' pessimistic end. Improvement
 over the fixed baseline is then 1 - that ratio, taken under one load whatever the machine or its other work (a
 baseline recorded on another machine, or an idle one, would make an unchanged starter look faster or slower).
 """
@@ -60,7 +60,8 @@ class Vectorization(MLAgentBenchTask):
         "appends the run time to submission.csv so you can follow your progress; the score is measured anew: "
         "your forward pass and the original one are timed back to back on the same machine (CPU time, numpy "
         "limited to one thread) on new random batches that train.py cannot know when it is imported, their "
-        "outputs must agree, and your score is the ratio of their times, expressed in seconds of the "
+        "outputs must agree, and your score is the ratio of their times over several such pairs (the slow end "
+        "of its 95% confidence interval, so only a clear speed-up counts), expressed in seconds of the "
         "original's 6.1742 s.")
 
     def prepare_data(self, ctx: PrepareContext) -> None:
