@@ -79,6 +79,8 @@ def _worker_group(item: pytest.Item) -> str | None:
     share the worker session's Docker engine, and the Ray cases a module's cluster."""
     if item.path.name == "test_bench_ray.py":
         return "ray"
+    if "docker_sandbox" in getattr(item, "fixturenames", ()):  # test_docker_exec.py's cases that start containers
+        return "docker"
     params = getattr(item, "callspec", None)
     if params and any(isinstance(value, str) and value == "docker" for value in params.params.values()):
         return "docker"

@@ -218,16 +218,13 @@ def test_the_viewer_shows_the_solution_graph_in_chromium(tmp_path):
 def check_report_shows_the_graph(run_dir: Path, out_dir: Path) -> None:
     """`mlab report` of the run prints the graph as a table and puts it in its JSON: parents, operator, status,
     fitness per node, the best marked."""
-    mlab = [sys.executable, "-m", "mlab.cli.main"]
-    shown = subprocess.run([*mlab, "report", str(run_dir), "--out", str(out_dir), "--no-plots"],
-                           capture_output=True, text=True, timeout=120)
+    shown = mlab("report", run_dir, "--out", out_dir, "--no-plots")
     assert shown.returncode == 0, shown.stderr
     assert "Solution graph of run" in shown.stdout
     assert any(line.split("│")[1:6] and [c.strip() for c in line.split("│")[1:7]] ==
                ["6", "3", "improve", "ok", "0.93", "*"] for line in shown.stdout.splitlines())
     assert "Solution graph of run" in (out_dir / "index.html").read_text()
-    as_json = subprocess.run([*mlab, "report", str(run_dir), "--out", str(out_dir), "--no-plots", "--no-html",
-                              "--json"], capture_output=True, text=True, timeout=120)
+    as_json = mlab("report", run_dir, "--out", out_dir, "--no-plots", "--no-html", "--json")
     assert as_json.returncode == 0, as_json.stderr
     (run,) = json.loads(as_json.stdout)["runs"]
     graph = run["solution_graph"]

@@ -48,8 +48,14 @@ def wait_removed(names: set[str], seconds: float) -> set[str]:
 
 
 @pytest.fixture
-def docker_env(tmp_path):
-    make_sandbox("docker")  # skips (fails under CI) where docker cannot run
+def docker_sandbox():
+    """The docker sandbox, or a skip (a failure under CI) where it cannot run. A case that asks for it starts
+    containers: tests/conftest.py puts it in the slow tier, on the worker that holds the session's engine."""
+    return make_sandbox("docker")
+
+
+@pytest.fixture
+def docker_env(tmp_path, docker_sandbox):
     before = containers()
     env = make_env(tmp_path, sandbox="docker")
     env.before = before
@@ -153,8 +159,7 @@ def test_tmp_shm_dev_and_ipc_are_fresh_for_each_command(docker_env):
 
 
 @pytest.mark.timeout(60)
-def test_a_timeout_kills_the_command_and_the_container_runs_the_next(tmp_path):
-    make_sandbox("docker")
+def test_a_timeout_kills_the_command_and_the_container_runs_the_next(tmp_path, docker_sandbox):
     env = make_env(tmp_path, timeout=2.0, sandbox="docker")
     try:
         before = containers()
@@ -186,8 +191,7 @@ def test_exit_codes_and_a_signal_in_a_kept_container(docker_env):
     assert len(new_containers(env)) == 1
 
 
-def test_close_removes_the_kept_container(tmp_path):
-    make_sandbox("docker")
+def test_close_removes_the_kept_container(tmp_path, docker_sandbox):
     before = containers()
     env = make_env(tmp_path, sandbox="docker")
     obs, err = run(env, "print('ran')\n")
@@ -233,8 +237,7 @@ time.sleep(60)
 
 
 @pytest.mark.timeout(90)
-def test_a_killed_harness_takes_its_kept_container_with_it(tmp_path):
-    make_sandbox("docker")
+def test_a_killed_harness_takes_its_kept_container_with_it(tmp_path, docker_sandbox):
     mark = uuid.uuid4().hex
     label_file = tmp_path / "label.txt"
     code = HARNESS.format(tests=str(Path(__file__).parent), tmp=str(tmp_path), mark=mark,

@@ -4,6 +4,7 @@ the task's scorer scores it as `mlab grade` does, and the run is an mlab run fol
 sample's model calls (issue 33: `mlab view` and `mlab report` show its calls, tokens and cost)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,8 +17,12 @@ import pytest
 from mlab.core.llm.client import read_call_log
 from tests.fixtures.cli import REPO, cli_env, mlab
 
-pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip install -e '.[inspect]')")
-pytest.importorskip("mlab_bridge_inspect", reason="the Inspect bridge is not installed (make setup)")
+# Looked up, not imported: importing Inspect costs each xdist worker over a second at collection, and both cases
+# are in the slow tier (their subprocesses import it).
+if importlib.util.find_spec("inspect_ai") is None:
+    pytest.skip("inspect-ai is not installed (pip install -e '.[inspect]')", allow_module_level=True)
+if importlib.util.find_spec("mlab_bridge_inspect") is None:
+    pytest.skip("the Inspect bridge is not installed (make setup)", allow_module_level=True)
 
 # Inspect's mockllm counts tokens with tiktoken (a download) unless a reply says its usage: each reply does.
 DRIVER = textwrap.dedent("""
