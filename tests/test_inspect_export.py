@@ -18,7 +18,7 @@ import pytest
 
 from tests.fixtures.agents_fixtures import fixture_registry, research_response, run_agent
 from tests.fixtures.bench_cli import REGISTRY
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 
 
 def inspect_log():
@@ -32,13 +32,14 @@ FINAL = ("Final Answer", {"final_answer": "done"})
 
 
 def exported(folder: Path, out: Path, home: Path) -> list[Path]:
-    result = mlab("export", "--format", "inspect", folder, "--out", out, "--json", home=home)
+    result = mlab_in_process("export", "--format", "inspect", folder, "--out", out, "--json", home=home)
     assert result.returncode == 0, result.stderr
     return [Path(p) for p in json.loads(result.stdout)["logs"]]
 
 
 def reported(folder: Path, home: Path) -> dict[str, dict]:
-    result = mlab("report", folder, "--json", "--no-plots", "--no-html", "--out", folder.parent / "report", home=home)
+    result = mlab_in_process("report", folder, "--json", "--no-plots", "--no-html", "--out", folder.parent / "report",
+                             home=home)
     assert result.returncode == 0, result.stderr
     return {row["run_dir"]: row for row in json.loads(result.stdout)["runs"]}
 
@@ -133,13 +134,13 @@ def test_one_run_folder_exports_its_messages_events_and_usage(tmp_path):
     (["export", "tests"], "Missing option '--format'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    result = mlab(*args, cwd=tmp_path if "no-such-folder" in args else None)
+    result = mlab_in_process(*args, cwd=tmp_path if "no-such-folder" in args else None)
     assert result.returncode == 2, result.stdout + result.stderr
     assert fragment in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_folder_without_runs_is_refused_before_anything_is_written(tmp_path):
-    result = mlab("export", "--format", "inspect", tmp_path, "--out", tmp_path / "logs")
+    result = mlab_in_process("export", "--format", "inspect", tmp_path, "--out", tmp_path / "logs")
     assert result.returncode == 2 and "holds no runs" in result.stderr, result.stderr
     assert not (tmp_path / "logs").exists()
 
