@@ -21,6 +21,9 @@ from tests.fixtures.venvs import EXAMPLE_PACK, REPO, fixture_plugin, make_venv
 HOSTILE = {case.__name__ for case in CONFINEMENT}
 
 
+# Slow: 7-8 s a sandbox, mostly the suite's own waits (time limits, settling). The fast tier keeps the suite's
+# failing cases below and test_sandbox.py's cases of the same rules for every sandbox.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REGISTERED)
 def test_every_registered_sandbox_passes_the_suite(name, tmp_path):
     sandbox = make_sandbox(name)  # or a skip saying why it cannot run here
