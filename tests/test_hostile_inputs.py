@@ -28,6 +28,7 @@ from mlab.core.plugins.registry import load_registry
 from mlab.core.run.harness import Harness
 from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
 from mlab.core.run.taskdata import TaskHome
+from tests.fixtures.cli import mlab_in_process
 from tests.fixtures.sandboxes import CONFINING
 
 MLAB = Path(sys.executable).with_name("mlab")
@@ -309,8 +310,7 @@ def test_check_task_runs_a_packs_prepare_confined(sandbox, outside_tmp, listener
     make_sandbox(sandbox)
     folder, env = greedy_pack(outside_tmp, listener.port)
     home = outside_tmp / "check-home"
-    result = subprocess.run([str(MLAB), "check-task", str(folder), "--sandbox", sandbox, "--home", str(home)],
-                            capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    result = mlab_in_process("check-task", folder, "--sandbox", sandbox, "--home", home, env=env)
     assert "Traceback" not in result.stderr, result.stderr
     assert_nothing_left(found_in(home), listener, env)
     assert not (folder / "planted.txt").exists()
@@ -393,8 +393,7 @@ def test_a_link_out_of_the_pack_is_refused_in_one_line(tmp_path, outside_tmp, wh
         target.unlink(missing_ok=True)
         os.symlink(secret, target)
     home = tmp_path / "home"
-    result = subprocess.run([str(MLAB), "check-task", str(folder), "--home", str(home)], capture_output=True,
-                            text=True, timeout=300)
+    result = mlab_in_process("check-task", folder, "--home", home)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     field = "files.public.data" if where.startswith("data") else "files.public.train.py"
