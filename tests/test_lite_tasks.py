@@ -17,7 +17,7 @@ from mlab.core.run.readonly import is_read_only
 from mlab.core.run.scoring import judge
 from mlab_tasks_lite import reference
 from mlab_tasks_lite.tasks import DiabetesTask, DigitsTask, WineTask
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"lite/digits": DigitsTask(), "lite/diabetes": DiabetesTask(), "lite/wine": WineTask()}
@@ -85,7 +85,7 @@ def in_process(tmp_path_factory):
 # ---- registration -----------------------------------------------------------------------------------------
 
 def test_lite_tasks_are_listed_with_their_metrics(home):
-    result = mlab("tasks", "--json", home=home, cwd=home)
+    result = mlab_in_process("tasks", "--json", home=home, cwd=home)
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert {"lite/digits", "lite/diabetes", "lite/wine"} <= set(rows)
@@ -152,7 +152,7 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
     assert "answers.csv" not in {p.name for p in run_dir.rglob("*")}
     assert (hidden / "answers.csv").read_bytes() not in {p.read_bytes() for p in workspace.rglob("*") if p.is_file()}
 
-    evaluated = mlab("eval", str(run_dir), "--json", home=home, cwd=home)
+    evaluated = mlab_in_process("eval", str(run_dir), "--json", home=home, cwd=home)
     assert evaluated.returncode == 0, evaluated.stderr
     [row] = json.loads(evaluated.stdout)
     assert row["task"] == name and row["error"] is None
@@ -397,7 +397,7 @@ def test_malformed_submission_is_invalid_with_a_reason(name, kind, in_process, t
 @pytest.mark.parametrize("name", NAMES)
 def test_check_task_passes_for_a_lite_task(name, tmp_path):
     """`mlab check-task` runs the starter and the pack's reference in the sandbox; the reference must win."""
-    result = mlab("check-task", name, "--json", home=tmp_path / "home")
+    result = mlab_in_process("check-task", name, "--json", home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     [report] = json.loads(result.stdout)
     assert report["status"] == "passed" and report["improvement"] > 0.10

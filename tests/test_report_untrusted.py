@@ -12,11 +12,11 @@ import pytest
 
 from mlab.core.bench.results import ResultsDB
 from mlab.core.models import RunConfig, Trace
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab_in_process
 
 
 def report(folder: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return mlab("report", folder, "--no-plots", "--out", out, *extra, home=folder.parent / "home")
+    return mlab_in_process("report", folder, "--no-plots", "--out", out, *extra, home=folder.parent / "home")
 
 
 def write_run(run_dir: Path, marker: str) -> None:

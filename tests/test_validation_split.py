@@ -19,7 +19,7 @@ from mlab.core.run.harness import Harness
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab_tasks_lite.tasks import DiabetesTask, DigitsTask, WineTask
-from tests.fixtures.cli import mlab
+from tests.fixtures.cli import mlab, mlab_in_process
 
 LITE = {"lite/wine": WineTask(), "lite/diabetes": DiabetesTask(), "lite/digits": DigitsTask()}
 
@@ -211,17 +211,17 @@ def test_the_flag_is_recorded_and_marked_by_eval_and_report(tmp_path):
     assert json.loads((flagged / "trace.json").read_text())["config"]["allow_validate"] is True
     assert json.loads((plain / "trace.json").read_text())["config"]["allow_validate"] is False
 
-    evaluated = mlab("eval", str(flagged), str(plain), home=home, cwd=home)
+    evaluated = mlab_in_process("eval", str(flagged), str(plain), home=home, cwd=home)
     assert evaluated.returncode == 0, evaluated.stderr
     assert "note: flagged could score predictions on a validation split (--allow-validate)" in evaluated.stdout
-    as_json = json.loads(mlab("eval", str(flagged), str(plain), "--json", home=home, cwd=home).stdout)
+    as_json = json.loads(mlab_in_process("eval", str(flagged), str(plain), "--json", home=home, cwd=home).stdout)
     assert [r["allow_validate"] for r in as_json] == [True, False]
 
-    reported = mlab("report", str(tmp_path / "runs"), "--no-plots", "--json", home=home, cwd=home)
+    reported = mlab_in_process("report", str(tmp_path / "runs"), "--no-plots", "--json", home=home, cwd=home)
     assert reported.returncode == 0, reported.stderr
     data = json.loads(reported.stdout)
     assert len(data["validated_runs"]) == 1 and "flagged" in data["validated_runs"][0]
-    shown = mlab("report", str(tmp_path / "runs"), "--no-plots", "--no-html", home=home, cwd=home)
+    shown = mlab_in_process("report", str(tmp_path / "runs"), "--no-plots", "--no-html", home=home, cwd=home)
     assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in shown.stdout
 
 
@@ -401,7 +401,7 @@ def test_bench_runs_carry_the_flag_into_their_config_and_the_report(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     [trace] = [json.loads(p.read_text()) for p in bench_dir.rglob("trace.json")]
     assert trace["config"]["allow_validate"] is True
-    reported = mlab("report", str(bench_dir), "--no-plots", "--no-html", home=tmp_path, cwd=tmp_path)
+    reported = mlab_in_process("report", str(bench_dir), "--no-plots", "--no-html", home=tmp_path, cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr
     assert "note: 1 run(s) could score predictions on a validation split (--allow-validate)" in reported.stdout
 
