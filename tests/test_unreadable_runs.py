@@ -9,8 +9,11 @@ import shutil
 import pytest
 
 from tests.fixtures import cli
+from tests.fixtures.verdict_tasks import verdict_registry
 
 mlab = functools.partial(cli.mlab, entry=cli.entry("tests.fixtures.verdict_tasks"))
+# eval and report read the folder: the process is not what these cases are about
+read_in_process = functools.partial(cli.mlab_in_process, registry=verdict_registry)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def folder(tmp_path_factory):
 @pytest.mark.parametrize("command", [("eval", "--json"), ("report", "--json", "--no-plots", "--no-html")])
 def test_a_folder_with_an_unreadable_run_is_scored_without_it(folder, command):
     home, runs = folder
-    result = mlab(*command, runs, home=home)
+    result = read_in_process(*command, runs, home=home)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "broken" in line]
     assert len(warnings) == 1 and "skipped" in warnings[0], result.stderr
@@ -43,6 +46,6 @@ def test_a_folder_of_only_unreadable_runs_is_one_line_and_exit_2(folder, tmp_pat
     home, runs = folder
     shutil.copytree(runs / "broken", tmp_path / "only" / "broken")
     for command in (("eval",), ("report", "--no-plots", "--no-html")):
-        result = mlab(*command, tmp_path / "only", home=home)
+        result = read_in_process(*command, tmp_path / "only", home=home)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
