@@ -62,7 +62,7 @@ test: setup browser sandbox-tools
 
 # The quick tier for the edit-test loop: under two minutes on two cores, on TEST_WORKERS pytest-xdist workers.
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not slow and not shared_data"
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not shared_data"
 
 # Only the tier that needs ../shared/data (the original competitions' files).
 test-shared: setup

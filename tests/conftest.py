@@ -74,11 +74,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# The modules whose cases import litellm in the worker's own process: the import costs 4-7 s the first time in
+# a process, so on one worker it is paid once.
+LITELLM_IN_PROCESS = ("test_cli.py", "test_generation_controls.py", "test_llm_backends.py", "test_llm_cli.py")
+
+
 def _worker_group(item: pytest.Item) -> str | None:
     """Cases that share one thing run on one xdist worker (with `--dist loadgroup`): the docker sandbox's cases
-    share the worker session's Docker engine, and the Ray cases a module's cluster."""
+    share the worker session's Docker engine, the Ray cases a module's cluster, and the litellm cases its import."""
     if item.path.name == "test_bench_ray.py":
         return "ray"
+    if item.path.name in LITELLM_IN_PROCESS:
+        return "litellm"
     if "docker_sandbox" in getattr(item, "fixturenames", ()):  # test_docker_exec.py's cases that start containers
         return "docker"
     params = getattr(item, "callspec", None)
