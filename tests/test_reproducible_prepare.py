@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 
 from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task
 from mlab.core.run.harness import Harness
 from mlab.core.run.taskdata import TaskHome, tree_digest
-from tests.fixtures.bench_cli import REPO, env
+from tests.fixtures.cli import mlab_in_process
 from tests.fixtures.harness import ReferenceTask, harness_registry
 from tests.fixtures.venvs import EXAMPLE_PACK
 
@@ -151,17 +149,12 @@ def test_a_second_prepare_that_crashes_is_reported(tmp_path):
 
 
 def test_check_task_cli_shows_the_step(tmp_path):
-    code = ("import sys; from tests.test_reproducible_prepare import registry; registry(); "
-            "from mlab.cli.main import main; main(sys.argv[1:])")
+    home = tmp_path / "unused"
     for name, status in (("fixture/seeded-prepare", 0), ("fixture/noisy-prepare", 1)):
-        shown = subprocess.run([sys.executable, "-c", code, "check-task", name, "--timeout", "60"], cwd=REPO,
-                               env=env(MLAB_HOME=str(tmp_path / "unused")), capture_output=True, text=True,
-                               timeout=300)
+        shown = mlab_in_process("check-task", name, "--timeout", "60", registry=registry, home=home)
         assert shown.returncode == status, shown.stdout + shown.stderr
         assert "reproducible prepare " + ("ok" if status == 0 else "FAILED") in shown.stdout
-    as_json = subprocess.run([sys.executable, "-c", code, "check-task", "fixture/noisy-prepare", "--json"],
-                             cwd=REPO, env=env(MLAB_HOME=str(tmp_path / "unused")), capture_output=True, text=True,
-                             timeout=300)
+    as_json = mlab_in_process("check-task", "fixture/noisy-prepare", "--json", registry=registry, home=home)
     [report] = json.loads(as_json.stdout)
     assert report["status"] == "failed" and "hidden/noise.txt (content)" in report["steps"][REPRODUCIBLE]
 
