@@ -3,6 +3,7 @@ is kept; one whose inputs changed is kept beside the new preparation, runs from 
 it, and prepare says which runs use which."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -15,27 +16,30 @@ from mlab.core.run.harness import Harness
 from mlab.core.run.runner import Runner
 from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.bench_plugins import bench_registry
-from tests.fixtures.cli import entry, mlab
+from tests.fixtures.cli import entry, mlab, mlab_in_process
+from tests.fixtures.gated_run import gated_registry
 from tests.fixtures.harness import CounterTask
 
 BENCH = entry("tests.fixtures.gated_run", "mlab")
+# prepare and eval with the same plugins, where the process is not what a case is about
+in_process = functools.partial(mlab_in_process, registry=gated_registry)
 
 
 def test_prepare_force_keeps_a_baseline_whose_inputs_did_not_change(tmp_path):
     home = tmp_path / "home"
-    assert mlab("prepare", "fixture/counter", entry=BENCH, home=home).returncode == 0
+    assert in_process("prepare", "fixture/counter", home=home).returncode == 0
     measured = mlab("baseline", "fixture/counter", "--sandbox", "local", entry=BENCH, home=home)
     assert measured.returncode == 0, measured.stderr
     run = mlab("run", "--task", "fixture/counter", "--agent", "fixture-appender", "--run-dir", tmp_path / "run",
                "--sandbox", "local", entry=BENCH, home=home)
     assert run.returncode == 0, run.stderr
-    before = json.loads(mlab("eval", tmp_path / "run", "--json", entry=BENCH, home=home).stdout)[0]
+    before = json.loads(in_process("eval", tmp_path / "run", "--json", home=home).stdout)[0]
     assert before["baseline"] is not None and before["improvement"] is not None
 
-    forced = mlab("prepare", "fixture/counter", "--force", entry=BENCH, home=home)
+    forced = in_process("prepare", "fixture/counter", "--force", home=home)
     assert forced.returncode == 0, forced.stderr
     assert "kept the recorded baseline" in forced.stdout + forced.stderr
-    after = json.loads(mlab("eval", tmp_path / "run", "--json", entry=BENCH, home=home).stdout)[0]
+    after = json.loads(in_process("eval", tmp_path / "run", "--json", home=home).stdout)[0]
     assert (after["baseline"], after["improvement"]) == (before["baseline"], before["improvement"])
 
 
