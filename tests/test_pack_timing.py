@@ -190,16 +190,16 @@ def llama_workspace(tmp_path, monkeypatch):
 @needs_transformers
 @pytest.mark.slow
 @pytest.mark.timing
-@pytest.mark.timeout(1200)  # two scorings of up to 6 timed pairs each beside stress-ng: 401 s seen at load 5
+@pytest.mark.timeout(1200)  # two scorings of up to 8 timed pairs each beside stress-ng: 401 s seen at load 5 with 6
 def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_faster_one_succeeds(
         llama_workspace, cpu_load):
     task, workspace = llama_workspace
     (workspace / "submission.csv").write_text("0.000001\n")  # a recorded time is not what is scored
     unchanged = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
-    # Never a false success. A ~0.35 s part timed once per run, up to 6 pairs (timing.settled): beside stress-ng
+    # Never a false success. A ~0.35 s part timed once per run, up to 8 pairs (timing.settled): beside stress-ng
     # their middle read -4.8%..+12.7% (CI); the score is the ratio's pessimistic end, so the pairs' spread makes
-    # the starter look a little slower than itself, never faster.
-    assert not unchanged.success and -0.3 < unchanged.improvement < 0.05, unchanged
+    # the starter look slower than itself (-2%..-31% at load 5 with 6 pairs), never faster.
+    assert not unchanged.success and -0.5 < unchanged.improvement < 0.05, unchanged
     # The reference: one forward pass instead of generate() for the single greedy token.
     shutil.copyfile(REFERENCE_DIR / "llama-inference" / "inference.py", workspace / "inference.py")
     faster = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
