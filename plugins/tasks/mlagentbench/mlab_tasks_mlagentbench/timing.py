@@ -41,11 +41,10 @@ from mlab.core import InvalidSubmission, ScoringContext
 from .base import PACKAGE_DIR
 
 REPETITIONS = 4  # starter/submission pairs, half with the starter first: the least a scoring times
-# More pairs while the pairs disagree, up to a cap the task sets: the estimate's 90% confidence interval (Student's
-# t on the log ratios) must be within PRECISION of it, in relative terms.
+# More pairs while the pairs disagree, up to a cap the task sets: the slow end of the one-sided BOUND_CONFIDENCE
+# interval of their mean log ratio (the score) must be within PRECISION of the mean, in relative terms.
 PRECISION = 0.03
-CONFIDENCE = 0.90
-BOUND_CONFIDENCE = 0.95  # of the one-sided interval whose upper end is the score
+BOUND_CONFIDENCE = 0.95
 # One thread: CPU time then equals the work done, and more threads cannot pass for a faster algorithm.
 SINGLE_THREAD = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
 WHO = ("starter", "submission")
@@ -108,35 +107,37 @@ def _scipy_stats() -> Any:
     return importlib.import_module("scipy.stats")
 
 
-def conservative_ratio(ratios: list[float]) -> float:
-    """The submission's time over the starter's from the pairs' ratios: the upper end of a one-sided
-    BOUND_CONFIDENCE interval of their geometric mean (Student's t on the log ratios). Spread between the pairs
-    makes a submission look slower, never faster: an unchanged starter scores about 1 or above, and a real speed-up
-    scores near its ratio when the pairs agree."""
+def _log_bounds(ratios: list[float]) -> tuple[float, float]:
+    """The mean of the log ratios and the upper end of its one-sided BOUND_CONFIDENCE Student t interval."""
     import numpy as np
 
     logs = np.log(ratios)
+    mean = float(np.mean(logs))
     if float(np.ptp(logs)) == 0.0:  # no spread: the t interval is undefined, and the ratio is known
-        return float(np.exp(logs[0]))
+        return mean, mean
     interval = _scipy_stats().ttest_1samp(logs, 0.0, alternative="less").confidence_interval(BOUND_CONFIDENCE)
-    return math.exp(float(interval.high))
+    return mean, float(interval.high)
+
+
+def conservative_ratio(ratios: list[float]) -> float:
+    """The submission's time over the starter's from the pairs' ratios: the upper end of a one-sided
+    BOUND_CONFIDENCE interval of their geometric mean. Spread between the pairs makes a submission look slower,
+    never faster: an unchanged starter scores about 1 or above, and a real speed-up scores near its ratio when the
+    pairs agree."""
+    return math.exp(_log_bounds(ratios)[1])
 
 
 def settled(ratios: list[float], *, least: int = REPETITIONS, most: int = REPETITIONS) -> bool:
     """Whether the pairs timed so far are enough: at least `least`, an even number (half with the starter first),
-    and either `most` or agreeing well enough (the half-width of the t confidence interval of their mean log ratio
-    at most PRECISION in relative terms)."""
+    and either `most` or agreeing well enough (the score's bound at most PRECISION above their mean, in relative
+    terms)."""
     count = len(ratios)
     if count < least or count % 2:
         return False
     if count >= most:
         return True
-    import numpy as np
-
-    logs = np.log(ratios)
-    spread = float(np.std(logs, ddof=1)) / math.sqrt(count)
-    critical = float(_scipy_stats().t.ppf((1 + CONFIDENCE) / 2, count - 1))
-    return critical * spread <= math.log1p(PRECISION)
+    mean, high = _log_bounds(ratios)
+    return high - mean <= math.log1p(PRECISION)
 
 
 def stage_timer(stage: Path, worker: str) -> None:
