@@ -74,6 +74,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Stops a run whose grouped cases lost their group: pytest 9.2 keeps a node's id where pytest-xdist 3.8
+    cannot suffix it, and `--dist loadgroup` then spread docker, Ray and litellm cases over every worker, silently."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [case for case in ids if "@" not in case and case.split("::")[0].rsplit("/", 1)[-1] in LITELLM_IN_PROCESS]
+    if lost:
+        pytest.exit(f"--dist loadgroup did not group {lost[0]} (and {len(lost) - 1} more): pytest "
+                    f"{pytest.__version__} and this pytest-xdist do not work together", returncode=3)
+
+
 # The modules whose cases import litellm in the worker's own process: the import costs 4-7 s the first time in
 # a process, so on one worker it is paid once.
 LITELLM_IN_PROCESS = ("test_cli.py", "test_generation_controls.py", "test_llm_backends.py", "test_llm_cli.py")
