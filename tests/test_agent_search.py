@@ -269,6 +269,7 @@ def test_mcts_follows_uct_and_debugs_a_failed_draft_on_a_lower_is_better_task(tm
     assert "(lower is better)" in llm_prompts(tmp_path / "run")[0]
 
 
+@pytest.mark.slow
 def test_evolutionary_drafts_a_population_then_crosses_over_and_improves(tmp_path):
     task = "lite/wine"
     replies = [reply("Draft A.", solution(task, 1, 0.80)), reply("Draft B.", solution(task, 3, 0.7, bug=BROKEN)),
@@ -316,6 +317,7 @@ def test_every_policy_on_every_lite_task(tmp_path, policy, task):
 
 
 # ---- resume -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_kill_9_mid_search_then_resume_continues_the_same_graph(tmp_path):
     task = "lite/wine"
     replies = [reply("Draft: 1-NN.", solution(task, 1, 0.80)),
@@ -392,6 +394,7 @@ def test_unusable_replies_are_asked_again_then_end_the_search_with_the_best_subm
     check_submitted_best(tmp_path / "run", trace, best_id=1)
 
 
+@pytest.mark.slow
 def test_a_script_past_the_time_limit_is_a_timeout_node_and_is_debugged(tmp_path):
     task = "lite/wine"
     replies = [reply("Slow draft.", "import time\ntime.sleep(60)\n"), reply("Faster.", solution(task, 5, 0.9))]
@@ -402,6 +405,7 @@ def test_a_script_past_the_time_limit_is_a_timeout_node_and_is_debugged(tmp_path
     check_submitted_best(tmp_path / "run", trace, best_id=2)
 
 
+@pytest.mark.slow
 def test_with_no_working_node_the_starter_is_run_and_submitted(tmp_path):
     task = "lite/wine"
     trace = run_search(tmp_path / "run", task, [reply("Broken.", solution(task, 5, 0.9, bug=BROKEN))],

@@ -10,6 +10,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from mlab.core.models import Action
 from mlab.core.run.environment import Environment, EnvSettings
 from mlab.core.run.snapshot import SnapshotStore
@@ -103,6 +105,7 @@ def test_a_write_through_another_hard_link_is_recorded(tmp_path):
         assert manifest == walked(env, tmp_path)
 
 
+@pytest.mark.slow
 def test_more_events_than_the_kernel_queues_fall_back_to_a_walk(tmp_path, entered, monkeypatch):
     from mlab.core.fs.change_watch import ChangeWatch
 

@@ -273,6 +273,7 @@ def test_sigkill_during_llm_call_script_or_snapshot_then_resume(tmp_path, seed):
     shutil.rmtree(run_dir, ignore_errors=True)  # 16 MB objects add up over ten runs
 
 
+@pytest.mark.slow
 def test_sigkill_after_the_final_answer_step_was_saved_resumes_straight_to_scoring(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(run_dir, "--steps", "3", "--pause-after-final")

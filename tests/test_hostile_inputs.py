@@ -109,6 +109,7 @@ def check_task_bounded(folder: Path, memory_bytes: int = 1 << 30) -> subprocess.
 
 
 @pytest.mark.parametrize("case", ["aliases", "nesting", "size"])
+@pytest.mark.slow
 def test_a_hostile_task_yaml_is_one_line_and_exit_2_within_memory(tmp_path, case):
     folder = tmp_path / "pack"
     folder.mkdir()

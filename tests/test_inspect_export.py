@@ -88,6 +88,7 @@ def small_bench(tmp_path_factory):
     return bench, home
 
 
+@pytest.mark.slow
 def test_a_bench_exports_one_log_per_task_and_agent_with_the_reports_numbers(small_bench, tmp_path):
     bench, home = small_bench
     logs = exported(bench, tmp_path / "logs", home)

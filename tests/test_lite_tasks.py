@@ -195,6 +195,7 @@ def test_prepare_is_deterministic(name, in_process, tmp_path):
 # ---- the data is generated: the test labels live only in the hidden folder ---------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_test_labels_are_in_no_public_file(name, in_process):
     task = TASKS[name]
     public, hidden = in_process(name)
@@ -224,6 +225,7 @@ def _sklearn_copy(name: str):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_sklearns_bundled_copy_matches_no_test_row(name, in_process):
     """The old attack: look each test row up in scikit-learn's copy of the dataset and read off its label."""
     import numpy as np

@@ -39,6 +39,7 @@ def no_gpu_check(monkeypatch):
     monkeypatch.setenv("MLAB_ALLOW_NO_GPU", "1")
 
 
+@pytest.mark.slow
 def test_gpu_tasks_refuse_without_a_gpu_and_name_their_cpu_variant(tmp_path, monkeypatch):
     monkeypatch.delenv("MLAB_ALLOW_NO_GPU", raising=False)
     from mlab_tasks_mlagentbench.base import gpu_available

@@ -132,6 +132,7 @@ class _Listener:
 @pytest.mark.parametrize("task, sandbox, expected", [
     ("network-probe", "local", 2.0), ("network-probe", "bwrap", 12.0),
     ("network-needing-probe", "local", 1.0), ("network-needing-probe", "bwrap", 11.0)])
+@pytest.mark.slow
 def test_baseline_runs_the_starter_in_the_sandbox_the_user_chose(tmp_path, task, sandbox, expected):
     """The starter's view tells which sandbox ran it (its PID 1), and that the host's loopback is out of reach
     unless the task declares it needs the network at run time."""
@@ -231,6 +232,7 @@ def test_check_task_cli_uses_the_chosen_sandbox_and_a_fresh_home(tmp_path):
     assert written == ["tasks/fixture__with-reference/reference.json"]
 
 
+@pytest.mark.slow
 def test_check_task_says_which_limit_stopped_a_script_that_left_no_submission(tmp_path):
     harness = Harness(harness_registry(), TaskHome(tmp_path / "home"))
     report = check_task(harness, SlowReferenceTask(), timeout_s=3)

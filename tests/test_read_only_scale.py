@@ -60,6 +60,7 @@ def images_env(request, tmp_path):
     env.close()
 
 
+@pytest.mark.slow
 def test_a_script_runs_beside_thousands_of_read_only_files_which_stay_read_only(images_env):
     """The failure measured before: 3,000 read-only files stopped every confining sandbox's starter (argv too
     long, one bwrap option per file). Now the script runs; in a confining sandbox it cannot change, add or
@@ -155,6 +156,7 @@ def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
         env.close()
 
 
+@pytest.mark.slow
 def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tmp_path, entered):
     """The walk after a confined script keeps a sealed folder's record without listing it, also when the
     workspace holds hard-linked files (the read-only ones are links of the task's copy, as in a run) and a file

@@ -25,6 +25,7 @@ def repl_env(tmp_path, sandbox: str):
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.slow
 def test_a_background_thread_and_child_do_not_run_between_commands(tmp_path, sandbox):
     env = repl_env(tmp_path, sandbox)
     try:

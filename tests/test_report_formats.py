@@ -92,6 +92,7 @@ def test_every_plot_is_written_as_pdf_svg_and_a_300_dpi_png_a_column_wide(tmp_pa
 
 
 @needs_matplotlib
+@pytest.mark.slow
 def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(tmp_path, monkeypatch):
     from mlab.core.bench import report_plots
     from mlab.core.bench.report_plots import write_plots
@@ -112,6 +113,7 @@ def test_score_axis_names_the_metric_and_its_direction_with_integer_step_ticks(t
     (tuple(f"pack/task-with-a-long-name-{i}" for i in range(5)), ("good", "zero")),
     (("lite/wine",), ("good", "zero", "an-agent-with-a-long-name", "another-long-agent-name")),  # a wide legend
 ])
+@pytest.mark.slow
 def test_titles_labels_and_legends_stay_inside_every_figure(tmp_path, tasks, agents):
     import matplotlib.pyplot as plt
 

@@ -186,6 +186,7 @@ def one_run(tmp_path_factory):
     return run_dir, home
 
 
+@pytest.mark.slow
 def test_report_of_one_run_writes_outside_it_and_shows_no_intervals_or_aup(one_run, tmp_path):
     run_dir, home = one_run
     before = sorted(p.name for p in run_dir.iterdir())
@@ -208,6 +209,7 @@ def test_report_of_one_run_writes_outside_it_and_shows_no_intervals_or_aup(one_r
     assert not any("_lo" in p.read_text().splitlines()[0] for p in (tmp_path / "csv" / "tables").glob("*.csv"))
 
 
+@pytest.mark.slow
 def test_report_never_writes_into_a_run_folder(one_run, tmp_path):
     run_dir, home = one_run
     refused = mlab("report", run_dir, "--no-plots", "--out", run_dir / "report", entry=GATED, home=home)

@@ -114,6 +114,7 @@ GHOST = "import time\nfor _ in range(150):\n    time.sleep(0.2)\n    open('log.t
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+@pytest.mark.slow
 def test_resume_ends_commands_the_killed_harness_left_running_before_it_restores(tmp_path, mlab_home):
     """A killed harness's commands die through parent-death signals, which a loaded machine may deliver late: a
     command that outlives it (here one made to, in a PID namespace of its own, working in the workspace) must not

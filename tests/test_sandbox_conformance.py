@@ -75,6 +75,7 @@ def strays(tmp_path):
             pass
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_misses_what_left_the_process_group_fails_the_kill_and_freeze_cases(strays):
     outcomes = check_sandbox(GroupOnly, strays, only={"kills_the_tree", "freezes_between_actions"}.__contains__)
     assert {o.case: o.status for o in outcomes} == {"kills_the_tree": "fail", "freezes_between_actions": "fail"}

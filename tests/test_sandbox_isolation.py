@@ -182,6 +182,7 @@ def test_a_gpu_device_gone_before_the_command_starts_is_left_out(tmp_path, sandb
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.slow
 def test_a_training_step_on_the_gpu_inside_each_sandbox(tmp_path, sandbox):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

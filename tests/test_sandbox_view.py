@@ -123,6 +123,7 @@ def plant(host_dir: Path, mark: str) -> tuple[list[str], list[str], list[socket.
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.slow
 def test_agent_code_sees_nothing_of_the_host_and_changes_nothing(host_dir, sandbox):
     mark = uuid.uuid4().hex
     planted, addresses, servers, extra = plant(host_dir, mark)

@@ -448,6 +448,7 @@ def test_the_zygote_confines_for_a_harness_that_is_not_root(tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_finished_run_ends_its_zygote(tmp_path, monkeypatch):
     """The runner lets go of its sandbox when the run ends: the zygote that ran its commands is gone at once, not
     after its idle time (the runner is still referenced, so no garbage collection ends it)."""

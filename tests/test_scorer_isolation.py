@@ -207,6 +207,7 @@ def hostile_setup(outside_tmp, listener):
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("where", ["folder", "snapshot"])
+@pytest.mark.slow
 def test_hostile_model_run_by_a_scorer_reaches_nothing(sandbox, where, outside_tmp, listener):
     home, task, secrets, workspace = hostile_setup(outside_tmp, listener)
     harness = harness_for(home, sandbox)
@@ -233,6 +234,7 @@ def needs(*modules):
 
 @needs("torch")
 @pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.slow
 def test_clrs_hostile_model_runs_in_the_runs_sandbox(sandbox, outside_tmp, listener):
     home = TaskHome(outside_tmp / "home")
     harness = harness_for(home, sandbox)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mlab.core import LLM, Completion, RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run.runner import Runner
@@ -45,6 +47,7 @@ def run(tmp_path: Path, max_steps: int = 10, **config):
     return Runner(tmp_path / "run", cfg, load_registry()).start()
 
 
+@pytest.mark.slow
 def test_in_ten_steps_aide_writes_at_least_five_nodes_and_improves_one(tmp_path):
     trace = run(tmp_path)
     nodes = graph_of(trace)
@@ -97,6 +100,7 @@ def test_the_task_text_asks_nothing_a_script_writer_cannot_do():
         assert "(shown in the data overview below)" in text, name
 
 
+@pytest.mark.slow
 def test_with_allow_validate_the_requirement_names_the_files_a_script_uses(tmp_path):
     trace = run(tmp_path, max_steps=12, allow_validate=True)
     nodes = graph_of(trace)
@@ -166,6 +170,7 @@ def budget_registry():
     return registry
 
 
+@pytest.mark.slow
 def test_a_bench_of_research_and_aide_at_one_token_budget_ends_each_run_at_it_scored(tmp_path):
     from tests.fixtures.bench_cli import db_rows
     from tests.fixtures.cli import mlab

@@ -633,6 +633,7 @@ def test_a_walk_after_agent_code_reads_exactly_the_entries_whose_stat_moved(ws, 
 
 
 @pytest.mark.parametrize("limit", [3, 50, 115])
+@pytest.mark.slow
 def test_the_entry_limit_cuts_a_walk_of_a_recorded_tree_as_it_cuts_a_first_one(ws, tmp_path, monkeypatch, limit):
     """Unchanged files are counted a folder at a time; the limit still falls where it did entry by entry."""
     import functools
@@ -653,6 +654,7 @@ def test_the_entry_limit_cuts_a_walk_of_a_recorded_tree_as_it_cuts_a_first_one(w
 
 
 @pytest.mark.parametrize("split", [False, True])
+@pytest.mark.slow
 def test_a_folder_agent_code_filled_with_names_is_listed_only_up_to_the_entry_limit(ws, tmp_path, monkeypatch,
                                                                                      split, request):
     """Names beyond the limit's worth are never read into the harness's memory, nor into the split walk's

@@ -241,6 +241,7 @@ HAND_WRITTEN_TEX = ("We use the method proposed in PromptTuning \\cite{x} to ada
                     "model to new tasks, and we compare it with fine-tuning BERT on the GLUE benchmark.")
 
 
+@pytest.mark.slow
 def test_hand_written_outputs_earn_nothing_beyond_the_placeholder(model, tmp_path):
     bib, review = get_task("bibtex-generation"), get_task("literature-review-tool")
     for task in (bib, review):
@@ -287,6 +288,7 @@ Path(sys.argv[2]).write_text("\\n\\n".join(parts))
 }
 
 
+@pytest.mark.slow
 def test_a_tool_citing_the_whole_corpus_earns_little(model, tmp_path):
     for short, tool in DUMPING_TOOLS.items():
         task = get_task(short)
@@ -295,6 +297,7 @@ def test_a_tool_citing_the_whole_corpus_earns_little(model, tmp_path):
         assert 0.1 < task.evaluate(workspace, taskdata.hidden_dir(task)) < 0.4, short  # the reference: ~1
 
 
+@pytest.mark.slow
 def test_reference_tools_score_high_through_the_proxy_and_the_key_stays_out(model, tmp_path):
     from mlab_tasks_mlagentbench.base import REFERENCE_DIR
 
@@ -353,6 +356,7 @@ while %s:
 '''
 
 
+@pytest.mark.slow
 def test_a_tool_that_loops_on_calls_is_cut_off_by_the_budget_and_scored_on_what_it_wrote(model, tmp_path,
                                                                                           monkeypatch):
     from mlab_tasks_mlagentbench.tasks import tools

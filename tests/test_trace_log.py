@@ -183,6 +183,7 @@ def test_torn_last_line_is_ignored_and_its_step_done_again(tmp_path, mlab_home):
     assert_effects_once(run_dir, trace)
 
 
+@pytest.mark.slow
 def test_a_step_committed_in_the_log_but_not_in_trace_json_counts(tmp_path, mlab_home):
     """Killed between the fsync of the step's line and the update of trace.json: the step is committed."""
     from mlab.core.run.trace import read_trace, write_trace
@@ -243,6 +244,7 @@ def test_damaged_state_object_makes_its_step_done_again(tmp_path, mlab_home):
     assert_effects_once(run_dir, trace)
 
 
+@pytest.mark.slow
 def test_old_run_with_only_trace_json_loads_and_resumes(tmp_path, mlab_home):
     from mlab.core.run.trace import read_trace, write_trace
     from mlab.core.run.trace_log import read_log

@@ -138,6 +138,7 @@ def test_the_held_out_file_is_read_only_and_a_change_is_restored_to_it_not_to_th
         env.close()
 
 
+@pytest.mark.slow
 def test_a_run_with_the_flag_records_the_held_out_files_and_one_without_is_unchanged(tmp_path, monkeypatch):
     monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
     registry = load_registry()

@@ -94,6 +94,7 @@ def test_the_split_is_training_rows_with_the_labels_hidden_and_no_test_row(tmp_p
     assert task.validation is not None and task.validation.inputs == "data/valid.csv"
 
 
+@pytest.mark.slow
 def test_reproducible_prepare_still_passes_check_task(tmp_path):
     harness = Harness(load_registry(), TaskHome(tmp_path / "home"), sandbox="local")
     task = harness.task("lite/wine")
