@@ -278,7 +278,8 @@ def _session_alive(sid: int) -> bool:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[3]) == sid:  # the session id
+            # the session id; a zombie (the unreaped `ray start` itself) has ended: waiting on it took the whole 60 s
+            if int(fields[3]) == sid and fields[0] != "Z":
                 return True
     return False
 
