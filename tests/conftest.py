@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -77,27 +77,27 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     """Stops a run whose grouped cases lost their group: pytest 9.2 keeps a node's id where pytest-xdist 3.8
-    cannot suffix it, and `--dist loadgroup` then spread docker, Ray and litellm cases over every worker, silently."""
+    cannot suffix it, and `--dist loadgroup` then spread docker, Ray and litellm cases over every worker, silently.
+    The modules grouped whole (FILE_GROUPS) show it from their ids alone."""
     if node.config.getvalue("dist") != "loadgroup":
         return
-    lost = [case for case in ids if "@" not in case and case.split("::")[0].rsplit("/", 1)[-1] in LITELLM_IN_PROCESS]
+    lost = [case for case in ids if "@" not in case and PurePosixPath(case.split("::")[0]).name in FILE_GROUPS]
     if lost:
         pytest.exit(f"--dist loadgroup did not group {lost[0]} (and {len(lost) - 1} more): pytest "
                     f"{pytest.__version__} and this pytest-xdist do not work together", returncode=3)
 
 
-# The modules whose cases import litellm in the worker's own process: the import costs 4-7 s the first time in
-# a process, so on one worker it is paid once.
-LITELLM_IN_PROCESS = ("test_cli.py", "test_generation_controls.py", "test_llm_backends.py", "test_llm_cli.py")
+# Modules whose every case shares one thing: test_bench_ray.py a module's Ray cluster; the others import litellm in
+# the worker's own process, which costs 4-7 s the first time in a process, so on one worker it is paid once.
+FILE_GROUPS = {"test_bench_ray.py": "ray", "test_cli.py": "litellm", "test_generation_controls.py": "litellm",
+               "test_llm_backends.py": "litellm", "test_llm_cli.py": "litellm"}
 
 
 def _worker_group(item: pytest.Item) -> str | None:
     """Cases that share one thing run on one xdist worker (with `--dist loadgroup`): the docker sandbox's cases
     share the worker session's Docker engine, the Ray cases a module's cluster, and the litellm cases its import."""
-    if item.path.name == "test_bench_ray.py":
-        return "ray"
-    if item.path.name in LITELLM_IN_PROCESS:
-        return "litellm"
+    if item.path.name in FILE_GROUPS:
+        return FILE_GROUPS[item.path.name]
     if "docker_sandbox" in getattr(item, "fixturenames", ()):  # test_docker_exec.py's cases that start containers
         return "docker"
     params = getattr(item, "callspec", None)
