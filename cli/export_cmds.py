@@ -24,15 +24,19 @@ def export(path: Path, fmt: str, out_dir: Path | None, as_json: bool) -> None:
     from mlab.core.bench.run_folders import runs_in
 
     runs_in(path)  # a clear error for a path that holds no runs, before anything is written
+
+    def warn(line: str) -> None:  # a run file not read (a symlink in an untrusted run folder): one line each
+        click.echo(f"warning: {line}", err=True)
+
     if fmt == "chat-jsonl":
         from mlab.core.bench.export_chat import export as export_chat
 
-        written_file = export_chat(path, out_dir or Path(path) / "chat")
+        written_file = export_chat(path, out_dir or Path(path) / "chat", warn)
         click.echo(json.dumps({"format": fmt, "out": str(written_file)}, indent=2) if as_json
                    else f"chat records: {written_file}")
         return
     out = out_dir or Path(path) / "inspect"
-    written = export_inspect(path, out)
+    written = export_inspect(path, out, warn=warn)
     if as_json:
         click.echo(json.dumps({"format": fmt, "out": str(out), "logs": [str(p) for p in written]}, indent=2))
         return

@@ -5,19 +5,34 @@ call keeps its error and has no assistant turn."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from mlab.core.bench.run_folders import runs_in
 from mlab.core.bench.verdict import trace_judge
-from mlab.core.llm.client import read_call_log
-from mlab.core.run.trace import LLM_LOG_FILE, read_trace
+from mlab.core.errors import MlabError
+from mlab.core.run.trace import read_call_entries, read_trace
 
 FILE_NAME = "chat.jsonl"
+Warn = Callable[[str], None]
 
 
-def chat_records(path: Path) -> Iterator[dict[str, Any]]:
+def quiet(_line: str) -> None:
+    pass
+
+
+def exported_calls(run_dir: Path, warn: Warn = quiet) -> list[dict[str, Any]]:
+    """The run's model calls as both exports take them: none, and one line to warn with, when its llm_calls.jsonl
+    is a symlink (it may be another run's, or any file of the host) or cannot be read; as `mlab view` shows it."""
+    try:
+        return read_call_entries(run_dir)
+    except MlabError as exc:
+        warn(f"{exc}; the run is exported without its model calls")
+        return []
+
+
+def chat_records(path: Path, warn: Warn = quiet) -> Iterator[dict[str, Any]]:
     """The records of every run PATH stands for (a run, a folder of runs, a bench)."""
     verdict_of = trace_judge()
     for run_dir in runs_in(path):
@@ -26,7 +41,7 @@ def chat_records(path: Path) -> Iterator[dict[str, Any]]:
         run = {"run": str(run_dir), "run_id": trace.run_id, "task": trace.config.task, "agent": trace.config.agent,
                "seed": trace.config.seed, "status": trace.status, "score": trace.final_score,
                "improvement": verdict.get("improvement"), "success": verdict.get("success")}
-        for n, entry in enumerate(read_call_log(run_dir / LLM_LOG_FILE), 1):
+        for n, entry in enumerate(exported_calls(run_dir, warn), 1):
             messages = list(entry.get("messages") or [])
             if entry.get("completion") is not None and entry.get("error") is None:
                 messages.append({"role": "assistant", "content": entry["completion"]})
@@ -36,13 +51,13 @@ def chat_records(path: Path) -> Iterator[dict[str, Any]]:
                    "cost_usd": entry.get("cost_usd"), "cached": entry.get("cached"), "error": entry.get("error")}
 
 
-def export(path: Path, out_dir: Path) -> Path:
-    """Write PATH's records to out_dir/chat.jsonl; returns the file."""
+def export(path: Path, out_dir: Path, warn: Warn = quiet) -> Path:
+    """Write PATH's records to out_dir/chat.jsonl; returns the file. warn gets a line per run file not read."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / FILE_NAME
     tmp = target.with_suffix(".jsonl.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for record in chat_records(path):
+        for record in chat_records(path, warn):
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
     tmp.replace(target)
     return target

@@ -9,6 +9,7 @@ reads its results.db as the report does), never worked out here; usage is the mo
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -16,15 +17,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlab.core.bench.export_chat import Warn, exported_calls, quiet
 from mlab.core.bench.results import ResultsDB, judge_runs
 from mlab.core.bench.run_folders import is_bench, runs_in
 from mlab.core.bench.verdict import Judged, RunJudge, spent, success_text
 from mlab.core.errors import MlabError
-from mlab.core.llm.client import read_call_log
 from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.task_params import labelled
 from mlab.core.run.taskdata import TaskHome
-from mlab.core.run.trace import LLM_LOG_FILE, read_trace
+from mlab.core.run.trace import read_trace
 
 if TYPE_CHECKING:
     from inspect_ai.log import EvalLog, EvalSample
@@ -64,8 +65,8 @@ def gather(path: Path, registry: Registry | None = None) -> list[ExportedRun]:
             rows, judged = db.runs(), judge_runs(db, home)
         for row in sorted(rows, key=lambda r: str(r["key"])):
             run_dir = path / str(row["run_dir"])
-            if not (run_dir / "trace.json").is_file():
-                continue  # never started: nothing to show
+            if not os.path.lexists(run_dir / "trace.json"):
+                continue  # never started: nothing to show (a link there is refused by read_trace)
             trace = read_trace(run_dir)
             runs.append(ExportedRun(run_dir, trace, row["final_score"], row["final_score_error"],
                                     judged[row["key"]], _problem(registry, trace, str(row["task"])), str(row["task"])))
@@ -92,8 +93,9 @@ def _problem(registry: Registry, trace: Trace, task_name: str) -> str:
         return f"mlab task {task_name}"
 
 
-def export(path: Path, out_dir: Path, registry: Registry | None = None) -> list[Path]:
-    """Write PATH's runs as Inspect logs in out_dir, one per (task, agent, model); returns the files written."""
+def export(path: Path, out_dir: Path, registry: Registry | None = None, warn: Warn = quiet) -> list[Path]:
+    """Write PATH's runs as Inspect logs in out_dir, one per (task, agent, model); returns the files written. warn
+    gets a line per run file not read."""
     try:
         from inspect_ai.log import write_eval_log
     except ImportError:
@@ -106,7 +108,7 @@ def export(path: Path, out_dir: Path, registry: Registry | None = None) -> list[
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for (task, agent, model), runs in sorted(groups.items()):
-        log = eval_log(task, agent, model, sorted(runs, key=lambda r: (r.trace.config.seed, str(r.run_dir))))
+        log = eval_log(task, agent, model, sorted(runs, key=lambda r: (r.trace.config.seed, str(r.run_dir))), warn)
         target = out_dir / log_name(log.eval.created, task, agent, model)
         write_eval_log(log, target)
         written.append(target)
@@ -133,7 +135,7 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun]) -> EvalLog:
+def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun], warn: Warn = quiet) -> EvalLog:
     """The Inspect log of one (task, agent, model): each run a sample, its seed the epoch."""
     from inspect_ai.log import (
         EvalConfig,
@@ -148,7 +150,7 @@ def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun]) -> Eval
         EvalStats,
     )
 
-    samples = [sample(run, epoch) for epoch, run in enumerate(runs, start=1)]
+    samples = [sample(run, epoch, warn) for epoch, run in enumerate(runs, start=1)]
     first = runs[0].trace
     started = min(r.trace.started_at for r in runs)
     ended = max(r.trace.started_at + r.trace.total_time_s for r in runs)
@@ -181,14 +183,14 @@ def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun]) -> Eval
     )
 
 
-def sample(run: ExportedRun, epoch: int) -> EvalSample:
+def sample(run: ExportedRun, epoch: int, warn: Warn = quiet) -> EvalSample:
     """One run as an Inspect sample: messages, model and tool events, scores, usage."""
     from inspect_ai.log import EvalError, EvalSample
     from inspect_ai.model import ModelOutput
     from inspect_ai.scorer import Score
 
     trace, verdict = run.trace, run.judged.verdict
-    calls = read_call_log(run.run_dir / LLM_LOG_FILE)
+    calls = exported_calls(run.run_dir, warn)
     messages = conversation(run, calls)
     events = [event for _key, event in sorted(model_events(trace, calls) + tool_events(trace, calls),
                                                key=lambda pair: pair[0])]

@@ -14,7 +14,6 @@ to measure a gap from.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from mlab.core.run.scoring import ScoreRule, Verdict, judge, recorded_reference,
 from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.task_params import labelled
 from mlab.core.run.taskdata import TaskHome
+from mlab.core.run.trace_log import read_trace_json
 from mlab.core.task import Task
 
 if TYPE_CHECKING:
@@ -145,8 +145,8 @@ def _started_at(run_dir: Path, task: Task, home: TaskHome) -> float | None:
     if not home.superseded_baselines(task):
         return None
     try:
-        return float(json.loads((Path(run_dir) / "trace.json").read_text())["started_at"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return float((read_trace_json(run_dir) or {})["started_at"])
+    except (MlabError, ValueError, KeyError, TypeError):
         return None
 
 

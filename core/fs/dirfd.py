@@ -245,6 +245,52 @@ def list_dir(fd: int, sort: bool = False) -> list[tuple[str, os.stat_result | No
     return found
 
 
+class NotRegular(OSError):
+    """A symlink, FIFO, device or folder where a regular file was expected, or a symlink among its folders."""
+
+
+def read_regular_at(folder: str | os.PathLike[str], rel: str, limit: int | None = None) -> bytes | None:
+    """The bytes of the regular file folder/rel (at most limit + 1 of them: one more than allowed tells the caller
+    it is too long), none of rel's components followed if a symlink; None when it is missing, NotRegular when it
+    or a folder on the way is a link or no regular file. The one way to read a file of an untrusted run folder."""
+    *folders, name = rel.split("/")
+    try:
+        root = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        try:
+            dir_fd = open_dirs(root, folders)
+        except NotAFolder as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise NotRegular(exc.errno, f"{rel!r} is behind a symlink or no folder", rel) from None
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotRegular(exc.errno, f"{rel!r} is a symlink", rel) from None
+            raise
+        finally:
+            os.close(dir_fd)
+    finally:
+        os.close(root)
+    with opened(fd):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(errno.EINVAL, f"{rel!r} is no regular file", rel)
+        chunks, left = [], (limit + 1 if limit is not None else None)
+        while left is None or left > 0:
+            chunk = os.read(fd, 1 << 20 if left is None else min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if left is not None:
+                left -= len(chunk)
+        return b"".join(chunks)
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write all of data to fd: os.write may take only part of it."""
     view = memoryview(data)

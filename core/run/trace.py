@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.dirfd import NotRegular, read_regular_at
 from mlab.core.models import RunConfig, Trace
 
 TRACE_FILE = "trace.json"
@@ -56,6 +58,37 @@ def read_trace(run_dir: Path) -> Trace:
     from mlab.core.run.trace_log import load_trace  # it builds on this module
 
     return load_trace(run_dir)
+
+
+class RefusedFile(MlabError):
+    """A run file that is a symlink or not a regular file: a run folder is untrusted, so it is never read."""
+
+
+def read_run_file(run_dir: Path, name: str, limit: int | None = None) -> bytes | None:
+    """A file of the run folder, never through a symlink (core.fs.dirfd.read_regular_at, as `mlab view` reads):
+    None when it is missing, RefusedFile when it is a link or no regular file, MlabError when it is unreadable."""
+    path = Path(run_dir) / name
+    try:
+        return read_regular_at(run_dir, name, limit)
+    except NotRegular:
+        raise RefusedFile(f"{path} is a symlink or not a regular file, so it was not read") from None
+    except OSError as exc:
+        raise MlabError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_call_entries(run_dir: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The entries of the run's llm_calls.jsonl, read by read_run_file (none when it has none); a line cut short
+    by a crash, or one that is no JSON object, is skipped."""
+    data = read_run_file(run_dir, LLM_LOG_FILE, limit) or b""
+    entries = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
 
 
 def write_config(run_dir: Path, config: RunConfig) -> None:

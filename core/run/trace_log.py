@@ -35,7 +35,7 @@ from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import pwrite_all
 from mlab.core.models import Step, Trace
-from mlab.core.run.trace import TRACE_FILE, json_safe
+from mlab.core.run.trace import TRACE_FILE, RefusedFile, json_safe, read_run_file
 
 STEPS_FILE = "steps.jsonl"
 STATE_REF = "$state"  # {"$state": digest} stands for a state stored as an object of the log
@@ -230,12 +230,9 @@ def read_log(run_dir: Path) -> LogContents | None:
     """The committed records of steps.jsonl (None when the run has none): a step record replaces any step at
     or after its index (a step done again), a run record sets the trace's fields and how many steps it keeps."""
     path = Path(run_dir) / STEPS_FILE
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = read_run_file(run_dir, STEPS_FILE)
+    if data is None:
         return None
-    except OSError as exc:
-        raise MlabError(f"cannot read {path}: {exc.strerror or exc}") from exc
     contents = LogContents()
     lines = data.split(b"\n")
     offset = 0
@@ -269,10 +266,13 @@ def _take_record(contents: LogContents, record: dict[str, Any]) -> None:
 
 
 def read_trace_json(run_dir: Path) -> dict[str, Any] | None:
-    """trace.json as parsed JSON, or None when it is missing or does not parse."""
+    """trace.json as parsed JSON, or None when it is missing, unreadable or does not parse; RefusedFile when it is a
+    symlink or not a regular file."""
     try:
-        data = json.loads((Path(run_dir) / TRACE_FILE).read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(read_run_file(run_dir, TRACE_FILE) or b"")
+    except RefusedFile:
+        raise
+    except (MlabError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -285,10 +285,11 @@ def load_raw(run_dir: Path, log: LogContents | None) -> tuple[dict[str, Any], li
     document = read_trace_json(run_dir)
     if document is None:
         if log is None or log.header is None:
-            if not path.is_file():
+            data = read_run_file(run_dir, TRACE_FILE)
+            if data is None:
                 raise MlabError(f"{str(run_dir)!r} is not a run directory (no {TRACE_FILE})")
             try:
-                json.loads(path.read_bytes())
+                json.loads(data)
             except ValueError as exc:
                 raise MlabError(f"{path} is not a valid trace: {str(exc).splitlines()[0]}") from exc
             raise MlabError(f"{path} is not a valid trace: not a JSON object")
@@ -330,6 +331,8 @@ def load_trace(run_dir: Path) -> Trace:
     """The run's whole trace, every state inline (see the module doc for where each part comes from)."""
     try:
         log = read_log(run_dir)
+    except RefusedFile:
+        raise  # a link is no damage to work around: it may hold another run's steps, and a resume would write there
     except MlabError:
         if read_trace_json(run_dir) is None:
             raise

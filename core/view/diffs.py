@@ -10,13 +10,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
 import re
-import stat
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from mlab.core.fs.dirfd import read_regular_at
 from mlab.core.run.object_pack import PackIndex, read_packed
 
 SNAPSHOTS_DIR = "snapshots"
@@ -45,24 +44,9 @@ def read_regular(path: Path, limit: int) -> bytes | None:
     """Up to limit + 1 bytes of a regular file (one more than allowed tells the caller it is too long); None when
     it is missing, unreadable, a symlink, a FIFO or a device."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular_at(path.parent, path.name, limit)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _packs(run_dir: Path) -> PackIndex:

@@ -8,7 +8,6 @@ from a run folder is executed or imported.
 """
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
@@ -22,7 +21,7 @@ from mlab.core.errors import MlabError
 from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Step, Trace
 from mlab.core.run.solution_graph import graph_payload
-from mlab.core.run.trace import ERRORS_FILE, LLM_LOG_FILE, TRACE_FILE, read_trace
+from mlab.core.run.trace import ERRORS_FILE, LLM_LOG_FILE, TRACE_FILE, read_call_entries, read_trace
 from mlab.core.run.trace_log import STEPS_FILE
 from mlab.core.view.diffs import Manifest, clip, file_changes, read_manifest, read_regular
 from mlab.core.view.live import read_live, run_in_progress
@@ -109,17 +108,11 @@ def _call_entry(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_calls(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's model calls from llm_calls.jsonl; a line cut short by a crash is skipped."""
-    data = read_regular(run_dir / LLM_LOG_FILE, MAX_CALL_LOG_BYTES)
-    calls = []
-    for line in (data or b"").decode("utf-8", errors="replace").splitlines():
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(raw, dict):
-            calls.append(_call_entry(raw))
-    return calls
+    """The run's model calls from llm_calls.jsonl; none when it is a symlink or unreadable."""
+    try:
+        return [_call_entry(raw) for raw in read_call_entries(run_dir, MAX_CALL_LOG_BYTES)]
+    except MlabError:
+        return []
 
 
 def cost_fields(calls: list[dict[str, Any]]) -> dict[str, Any]:
