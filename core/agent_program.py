@@ -10,9 +10,11 @@ What a program gets, in its environment:
   MLAB_TASK_FILE                  the research problem, as a file beside the workspace (also MLAB_RESEARCH_PROBLEM)
   MLAB_MAX_STEPS, MLAB_TIME_LIMIT_S  the model calls and seconds it has left
   MLAB_RESUMED                    "1" when the run was resumed: the workspace is as after the last recorded call
-  MLAB_AGENT_DIR                  the folder holding ProgramSpec.files
+  MLAB_AGENT_DIR                  the folder holding ProgramSpec.files: a new one each session (a run's start,
+                                  each resume), so keep state in the workspace, not there
 A call past the step limit or a budget is answered HTTP 429 (not to be retried) and the program is ended after a
-short grace; the run is scored on the workspace as it is.
+short grace; the run is scored on the workspace as it is. Under --token-limit a call's completion is capped at the
+tokens left after its prompt, and a prompt that could cost more than is left (a token a byte) is refused.
 """
 from __future__ import annotations
 

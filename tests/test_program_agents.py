@@ -123,7 +123,8 @@ def test_command_agent_runs_sandboxed_through_the_endpoint_and_is_scored(tmp_pat
 @pytest.mark.slow
 def test_a_token_budget_ends_the_program_cleanly_and_the_run_is_scored(tmp_path):
     with FakeLLMServer(lambda body: "go on " * 5) as server:
-        done, run_dir = _run(tmp_path, server, "local", "--token-limit", "20")
+        # the first prompt may cost 359 tokens (a token a byte): it fits in 450, the longer second one cannot
+        done, run_dir = _run(tmp_path, server, "local", "--token-limit", "450")
     assert done.returncode == 0, done.stderr + done.stdout
     trace = _trace(run_dir)
     assert trace["status"] == "finished" and trace["end_reason"].startswith("budget reached:")
@@ -366,7 +367,8 @@ def test_mini_swe_agent_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_pa
 def test_a_token_budget_stops_mini_swe_agent_cleanly(tmp_path):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
     with FakeLLMServer(_mini_script([])) as server:
-        done, run_dir = _program_run(tmp_path, server, "mini-swe-agent", "local", "--token-limit", "1000")
+        # mini's first prompt may cost 4,438 tokens (a token a byte): it fits in 5000, the longer second one cannot
+        done, run_dir = _program_run(tmp_path, server, "mini-swe-agent", "local", "--token-limit", "5000")
     assert done.returncode == 0, done.stderr + done.stdout
     trace = _trace(run_dir)
     assert trace["status"] == "finished" and trace["end_reason"].startswith("budget reached:"), trace["end_reason"]

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,16 @@ from mlab.core.llm.retry import RetryPolicy, call_with_retries
 from mlab.core.models import Completion, LLMCallFinished, Message, Usage
 
 log = logging.getLogger("mlab.llm")
+
+TOKENS_PER_MESSAGE = 8  # a chat template's wrapping of each message, reserved with its text
+# A completion cap every chat model takes: a held call that asks for none is capped at what is left only below it
+# (a larger cap could exceed the model's own output limit and fail the call).
+ANY_MODEL_OUTPUT = 4096
+
+
+def prompt_token_bound(texts: Iterable[str]) -> int:
+    """At most how many tokens a prompt can cost: a byte-level BPE token holds at least one byte."""
+    return sum(len(text.encode("utf-8", "surrogatepass")) + TOKENS_PER_MESSAGE for text in texts)
 
 __all__ = ["FORBIDDEN_PARAMS", "ROLES", "LLMClient", "read_call_log", "usage_of_log"]
 
@@ -116,25 +126,43 @@ class LLMClient:
             if usage.cost_usd >= self.max_cost:
                 raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--cost-limit)")
 
-    def _admit(self, messages: list[Message], params: dict[str, Any]) -> int:
+    def _admit(self, messages: list[Message], params: dict[str, Any], hold: bool = False) -> int:
         """Wait until the call fits beside the calls in flight, check the budgets and reserve its tokens (its
         prompt's bytes, an upper bound, and its completion cap, or what is left when it has none); with a cost
         limit a call waits for all others, as a call's price is known only after it. Sequential calls never wait,
         so concurrent ones overshoot a limit, as sequential ones do, by at most the call that crossed it. A call
         limit counts the calls in flight as made: a call past it waits for them (one that fails frees its place),
-        so concurrent calls never exceed it."""
+        so concurrent calls never exceed it.
+
+        `hold` (a caller that may be hostile) makes the token limit hard: a prompt that could cost more than is
+        left is refused before it is sent, and the completion is capped at what is left after the prompt."""
         limited = self.max_tokens is not None or self.max_cost is not None
         with self._settled:
-            while self._in_flight and (
-                    (limited and (self.max_cost is not None
-                                  or self.usage.total_tokens + self._reserved_tokens >= (self.max_tokens or 0)))
-                    or (self.max_calls is not None and self.usage.calls + self._in_flight >= self.max_calls)):
-                self._settled.wait()
-            self.check_budget()
+            while True:
+                while self._in_flight and (
+                        (limited and (self.max_cost is not None
+                                      or self.usage.total_tokens + self._reserved_tokens >= (self.max_tokens or 0)))
+                        or (self.max_calls is not None and self.usage.calls + self._in_flight >= self.max_calls)):
+                    self._settled.wait()
+                self.check_budget()
+                if not (hold and self.max_tokens is not None):
+                    break
+                bound = prompt_token_bound(m.content for m in messages)
+                left = self.max_tokens - self.usage.total_tokens - self._reserved_tokens
+                if bound < left:
+                    allowed = left - bound
+                    cap = params.get("max_completion_tokens")
+                    if cap or allowed <= ANY_MODEL_OUTPUT:
+                        params["max_completion_tokens"] = min(int(cap or allowed), allowed)
+                    break
+                if not self._in_flight:
+                    raise BudgetExceeded(f"this request's prompt may cost up to {bound} tokens (a token a byte) and "
+                                         f"{left} of {self.max_tokens} are left (--token-limit)")
+                self._settled.wait()  # the calls in flight may settle for less than they hold
             reserved = 0
             if self.max_tokens is not None:
                 cap = params.get("max_completion_tokens")
-                reserved = (sum(len(m.content.encode("utf-8", "surrogatepass")) for m in messages)
+                reserved = (prompt_token_bound(m.content for m in messages)
                             + (int(cap) if cap else max(0, self.max_tokens - self.usage.total_tokens)))
             self._in_flight += 1
             self._reserved_tokens += reserved
@@ -147,8 +175,10 @@ class LLMClient:
             self._settled.notify_all()
 
     # ---- calls ----------------------------------------------------------------------------------
-    def complete(self, messages: list[Message] | str, role: str = "main", **params: Any) -> Completion:
-        """Complete messages (a string is one user message) with the role's model, cache, retries and budgets."""
+    def complete(self, messages: list[Message] | str, role: str = "main", *, hold_budget: bool = False,
+                 **params: Any) -> Completion:
+        """Complete messages (a string is one user message) with the role's model, cache, retries and budgets;
+        `hold_budget` for a caller that may be hostile (see _admit)."""
         if isinstance(messages, str):
             messages = [Message(role="user", content=messages)]
         if role not in self.backends:
@@ -158,7 +188,7 @@ class LLMClient:
             raise ValueError(f"parameters {overriding} cannot be passed per call: the model of role {role!r} "
                              f"is {self.model_name(role)}")
         params = merge_params(self.params.get(role, {}), params)
-        reserved = self._admit(messages, params)
+        reserved = self._admit(messages, params, hold_budget)
         try:
             return self._complete(messages, role, params)
         finally:
@@ -248,7 +278,9 @@ class LLMClient:
                     "error": error_text,
                     "context_too_long": bool(getattr(error, "context_too_long", False)),
                 }
-                self._log_line((json.dumps(entry, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
+                # backslashreplace: a lone surrogate must not cost the call its line
+                self._log_line((json.dumps(entry, ensure_ascii=False, default=str) + "\n").encode(
+                    "utf-8", "backslashreplace"))
         if self.on_call is not None:
             self.on_call(LLMCallFinished(
                 run_dir=self.run_dir, role=role, model=model,

@@ -4,7 +4,9 @@ so a sandbox with no network reaches it when the folder holding it is shown; the
 run inside the sandbox) makes it an http://127.0.0.1 URL there, as agents expect one.
 
 Only text goes through: a message's content as a string or as text parts; the model is the run's, whatever the
-request names. A stream request gets the whole answer as one chunk, then [DONE].
+request names. A stream request gets the whole answer as one chunk, then [DONE]. The caller may be hostile: a
+malformed request (its length, its JSON, text that is not Unicode, a parameter out of range) is answered with
+one line and a 4xx before anything reaches the model.
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlab.core.llm.unix_http import JsonHandler, UnixSocketServer
+from mlab.core.errors import MlabError
+from mlab.core.llm.generation import check_param
+from mlab.core.llm.unix_http import BodyError, JsonHandler, UnixSocketServer
 from mlab.core.models import Message
 
-MAX_BODY_BYTES = 16 * 2**20  # a request larger than this is refused unread
+MAX_BODY_BYTES = 8 * 2**20  # a request larger than this is refused unread (each connection may send one)
 SOCKET_NAME = "llm.sock"
 # Roles an agent may send that the run's Message has no name for: said to the model as the nearest one.
 _ROLE_AS = {"developer": "system", "tool": "user", "function": "user"}
@@ -49,6 +53,15 @@ class ChatReply:
     model: str = ""
 
 
+def _checked(text: str, what: str) -> str:
+    """text, or EndpointError(400) when it is not valid Unicode (a lone surrogate cannot be sent on)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EndpointError(400, "invalid_request_error", f"{what} holds a lone surrogate (not Unicode text)") from None
+    return text
+
+
 def _text(content: Any) -> str:
     if content is None:
         return ""
@@ -64,7 +77,7 @@ def _text(content: Any) -> str:
             else:
                 parts.append(str(part))
         return "\n".join(parts)
-    return str(content)
+    raise EndpointError(400, "invalid_request_error", "a message's content must be a string or a list of parts")
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -75,19 +88,34 @@ def parse_request(body: Any) -> ChatRequest:
     for m in body["messages"]:
         if not isinstance(m, dict):
             raise EndpointError(400, "invalid_request_error", "each message must be an object")
-        role = str(m.get("role", "user"))
+        role = _checked(str(m.get("role", "user")), "a role")
         role = _ROLE_AS.get(role, role)
         if role not in ("system", "user", "assistant"):
-            raise EndpointError(400, "invalid_request_error", f"unknown role {role!r}")
+            raise EndpointError(400, "invalid_request_error", f"unknown role {role[:40]!r}")
         text = _text(m.get("content"))
         if m.get("tool_calls"):  # an assistant's earlier tool calls, kept as text
             text += "\n" + json.dumps(m["tool_calls"])
-        messages.append(Message(role=role, content=text))  # type: ignore[arg-type]
-    params = {k: body[k] for k in _PARAMS if body.get(k) is not None}
+        messages.append(Message(role=role, content=_checked(text, "a message")))  # type: ignore[arg-type]
+    params = {}
+    for key in _PARAMS:
+        if body.get(key) is not None:
+            params[key] = _param(key, body[key])
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
-    if cap:
-        params["max_completion_tokens"] = int(cap)
-    return ChatRequest(messages=messages, params=params, stream=bool(body.get("stream")))
+    if cap is not None:
+        params["max_completion_tokens"] = _param("max_completion_tokens", cap)
+    return ChatRequest(messages=messages, params=params, stream=body.get("stream") is True)
+
+
+def _param(key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        _checked(value, key)
+    elif isinstance(value, list):
+        for item in value:
+            _checked(str(item), key)
+    try:
+        return check_param(key, value, key)
+    except MlabError as exc:
+        raise EndpointError(400, "invalid_request_error", str(exc)) from None
 
 
 def reply_payload(reply: ChatReply) -> dict[str, Any]:
@@ -118,30 +146,30 @@ class _Handler(JsonHandler):
 
     def _error(self, exc: EndpointError) -> None:
         # x-should-retry: false stops the openai package's own retries of a 429 (a spent budget stays spent)
-        self._send(exc.status, {"error": {"type": exc.kind, "code": exc.kind, "message": str(exc)}},
+        self._send(exc.status, {"error": {"type": exc.kind, "code": exc.kind, "message": " ".join(str(exc).split())}},
                    {"x-should-retry": "true" if exc.retry else "false"})
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send(200, {"object": "list", "data": [{"id": "mlab", "object": "model", "owned_by": "mlab"}]})
         else:
-            self._send(404, {"error": {"message": f"no such endpoint {self.path}"}})
+            self._send(404, {"error": {"message": f"no such endpoint {self.path[:200]}"}})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-            if 0 < length <= MAX_BODY_BYTES:
-                self.rfile.read(length)
-            self._send(404, {"error": {"message": f"no such endpoint {self.path}; POST /v1/chat/completions"}})
-            return
         try:
-            if length <= 0 or length > MAX_BODY_BYTES:
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 self.close_connection = True
-                raise EndpointError(413 if length else 400, "invalid_request_error", f"request body of {length} bytes")
+                raise EndpointError(404, "not_found", f"no such endpoint {self.path[:200]}; POST /v1/chat/completions")
             try:
-                body = json.loads(self.rfile.read(length))
-            except ValueError as exc:
-                raise EndpointError(400, "invalid_request_error", f"the body is not JSON: {exc}") from None
+                raw = self.body(MAX_BODY_BYTES)
+            except BodyError as exc:
+                self.close_connection = True
+                raise EndpointError(exc.status, "invalid_request_error", str(exc)) from None
+            try:
+                body = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise EndpointError(400, "invalid_request_error",
+                                    f"the body is not JSON: {' '.join(str(exc).split())[:200]}") from None
             request = parse_request(body)
             reply = type(self).serve(request)
         except EndpointError as exc:
@@ -162,12 +190,12 @@ class _Handler(JsonHandler):
 class ModelEndpoint:
     """The endpoint's server in a thread while the block runs; `socket_path` is where it listens."""
 
-    def __init__(self, serve: Serve, folder: Path):
+    def __init__(self, serve: Serve, folder: Path, folder_fd: int | None = None):
         self.serve = serve
         self.folder = Path(folder)
         self.socket_path = self.folder / SOCKET_NAME
         handler = type("EndpointHandler", (_Handler,), {"serve": staticmethod(serve)})
-        self._server = UnixSocketServer(self.socket_path, handler, "mlab-model-endpoint")
+        self._server = UnixSocketServer(self.socket_path, handler, "mlab-model-endpoint", folder_fd)
 
     def __enter__(self) -> ModelEndpoint:
         self._server.start()

@@ -25,15 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlab.core.llm.client import prompt_token_bound
 from mlab.core.llm.connections import ConnectionSlots, slots_from_env
-from mlab.core.llm.unix_http import JsonHandler, UnixSocketServer
+from mlab.core.llm.unix_http import BodyError, JsonHandler, UnixSocketServer
 
 # The variable that tells a tool (llm_tool.py) where the proxy listens; set only for commands that may use it.
 LLM_PROXY_SOCKET_ENV = "MLAB_LLM_PROXY_SOCKET"
 SOCKET_NAME = "llm.sock"
 MAX_BODY_BYTES = 4 * 2**20  # a request larger than this is refused unread
 CHARS_PER_TOKEN = 4  # the estimate for an upstream that reports no usage
-TOKENS_PER_MESSAGE = 8  # a chat template's wrapping of each message, reserved with its text
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,6 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // CHARS_PER_TOKEN)
 
 
-def prompt_token_bound(messages: list[dict[str, str]]) -> int:
-    """At most how many tokens the prompt can cost: a byte-level BPE token holds at least one byte."""
-    return sum(len(m["content"].encode("utf-8", "surrogatepass")) + TOKENS_PER_MESSAGE for m in messages)
-
-
 class _Handler(JsonHandler):
     proxy: LLMProxy  # set on the per-proxy subclass
 
@@ -93,19 +88,21 @@ class _Handler(JsonHandler):
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._send(404, {"error": {"message": f"no such endpoint {self.path}; POST /v1/chat/completions"}})
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length <= 0 or length > MAX_BODY_BYTES:
-            self.proxy.record(failed=True, note=f"request body of {length} bytes")
-            self._send(413 if length > 0 else 400, {"error": {"message": f"request body of {length} bytes"}})
+        try:
+            raw = self.body(MAX_BODY_BYTES)
+        except BodyError as exc:
+            self.close_connection = True
+            self.proxy.record(failed=True, note=str(exc))
+            self._send(exc.status, {"error": {"message": str(exc)}})
             return
         try:
-            body = json.loads(self.rfile.read(length))
+            body = json.loads(raw)
             messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in body["messages"]]
             if not messages:
                 raise ValueError("no messages")
             max_tokens = int(body.get("max_tokens") or 1024)
             temperature = float(body.get("temperature") or 0.0)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             self.proxy.record(failed=True, note=f"malformed request: {exc}")
             self._send(400, {"error": {"message": f"malformed request: {exc}; send {{'messages': [...]}}"}})
             return
@@ -185,7 +182,7 @@ class LLMProxy:
 
     def complete(self, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[int, dict]:
         """(HTTP status, JSON payload) of one call: the upstream's answer, or why there is none."""
-        prompt_bound = prompt_token_bound(messages)
+        prompt_bound = prompt_token_bound(m["content"] for m in messages)
         allowed = self._reserve(prompt_bound, max_tokens)
         if allowed is None:
             spent = self.usage.summary()

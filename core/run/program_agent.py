@@ -10,6 +10,7 @@ program that made no call in a session gets one step for what it did (PROGRAM_EN
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlab.core.agent_program import ProgramAgent, ProgramLaunch
-from mlab.core.errors import BudgetExceeded, LLMError
+from mlab.core.errors import BudgetExceeded, LLMError, MlabError
+from mlab.core.fs.atomic import write_atomic
 from mlab.core.llm.endpoint import ChatReply, ChatRequest, EndpointError, ModelEndpoint, forwarder_source
 from mlab.core.models import Action, Completion, Step, StepFinished
+from mlab.core.run.agent_folder import AgentFolder
 from mlab.core.sandbox.wait import EndWatch
 
 if TYPE_CHECKING:
@@ -32,7 +35,7 @@ PROGRAM_ENDED = "Program Ended"  # the one step of a program that made no call
 GRACE_S = 10.0  # how long a program told to stop may take to exit by itself
 OUTPUT_KEPT = 20_000  # characters of a step's program output kept in the trace (head and tail)
 MESSAGE_KEPT = 8_000  # characters of each shown message
-AGENT_DIR = ".mlab-agent"  # in the sandbox home: the task file, the forwarder, the agent's files, the socket
+PROGRAM_FILES = "program_files.json"  # in the run folder: ProgramSpec.files of the first session
 POLL_S = 0.1
 
 
@@ -57,6 +60,20 @@ def _new_messages(request: ChatRequest) -> list[dict[str, str]]:
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     shown = messages[last + 1:] or messages[-1:]
     return [{"role": m.role, "content": _cut(m.content, MESSAGE_KEPT)} for m in shown]
+
+
+def _safe_name(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and all(part not in ("", ".", "..") for part in parts)
+
+
+def _kept_files(run_dir: Path) -> dict[str, str]:
+    """The program files the first session wrote (kept in the run folder, which the program never sees)."""
+    try:
+        kept = json.loads((run_dir / PROGRAM_FILES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str) and _safe_name(k)}
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -104,27 +121,36 @@ class ProgramLoop:
         if seconds_left <= 0:
             return f"time limit reached ({config.max_time_s:g} s)"
         home = Path(r.env.s.sandbox_home or r.run_dir / "home")
-        agent_dir = home / AGENT_DIR
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True)
+        with AgentFolder(home) as folder:
+            return self._session(folder, seconds_left, steps_left)
+
+    def _session(self, folder: AgentFolder, seconds_left: float, steps_left: int) -> str:
+        r = self.r
         resumed = bool(self.trace.steps)
-        task_file = agent_dir / "task.md"
         problem = r.task.research_problem
         if resumed:
             problem += (f"\n\n[This run was interrupted and resumed: the workspace holds the files as they were "
                         f"after model call {len(self.trace.steps)}. Earlier conversation is not kept.]")
-        task_file.write_text(problem, encoding="utf-8")
+        task_file = folder.write("task.md", problem)
+        earlier = _kept_files(r.run_dir)
+        for name, text in earlier.items():  # the program's files of the first session, for an agent resumed elsewhere
+            folder.write(name, text)
         python = r.env.s.python
+        agent_dir = folder.path
         spec = self.agent.program(ProgramLaunch(
             research_problem=problem, task_file=task_file, agent_dir=agent_dir, workspace=r.workspace,
             python=python, max_steps=steps_left, seconds_left=seconds_left, resumed=resumed))
+        for name in spec.files:
+            if not _safe_name(name):
+                raise MlabError(f"agent {self.agent.name!r} names a file {name!r} outside its folder")
         for name, text in spec.files.items():
-            target = agent_dir / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        forwarder = agent_dir / "endpoint_forwarder.py"
-        forwarder.write_text(forwarder_source(), encoding="utf-8")
+            folder.write(name, text)
+        if not earlier and spec.files:
+            write_atomic(r.run_dir / PROGRAM_FILES, json.dumps(spec.files).encode("utf-8"))
+        forwarder = folder.write("endpoint_forwarder.py", forwarder_source())
         scripts = r.env.scripts
-        with ModelEndpoint(self._serve, agent_dir) as endpoint:
+        with ModelEndpoint(self._serve, agent_dir, folder.fd) as endpoint:
             before = scripts.guard.survey()
             exec_spec = scripts.exec_spec(timeout_s=seconds_left, survey=before)
             exec_spec.env.update({
@@ -237,7 +263,7 @@ class ProgramLoop:
             self.r.live.begin(index)
             started = time.time()
             try:
-                completion = llm.complete(request.messages, **request.params)
+                completion = llm.complete(request.messages, hold_budget=True, **request.params)
             except BudgetExceeded as exc:
                 self._end(f"budget reached: {exc}")
                 raise EndpointError(429, "budget_exceeded", f"the run's budget is spent ({exc}): save your work "
