@@ -140,6 +140,7 @@ bench: setup
 	$(PY) benchmarks/agent_prompt_tokens.py
 	$(PY) benchmarks/bench_parallel.py
 	$(PY) benchmarks/bench_eval.py
+	$(PY) benchmarks/endpoint_connections.py
 
 # On a machine with one NVIDIA GPU, from a fresh clone: a CUDA training step as agent code in each sandbox (local,
 # bwrap, docker; those not available here are skipped), the cifar10 starter for one epoch and llama-inference's

@@ -323,3 +323,16 @@ def test_held_budget_is_never_crossed_by_concurrent_greedy_calls(tmp_path):
     assert llm.usage.total_tokens <= 3000, llm.usage.total_tokens
     assert "ok" in outcomes and "refused" in outcomes
     assert len(read_call_log(tmp_path / "llm_calls.jsonl")) == outcomes.count("ok")
+
+
+def test_a_call_holding_a_lone_surrogate_keeps_its_line_in_the_call_log(tmp_path):
+    """What the endpoint refuses may still come from an agent inside the harness: its call is logged, not lost."""
+    from mlab.core.llm.client import LLMClient
+    from mlab.core.models import Message
+    from tests.test_scores_not_bought import SlowBackend
+
+    backend = SlowBackend("m")
+    llm = LLMClient({"main": backend, "fast": backend, "edit": backend}, log_path=tmp_path / "llm_calls.jsonl")
+    llm.complete([Message(role="user", content="lone \ud800 surrogate")])
+    calls = read_call_log(tmp_path / "llm_calls.jsonl")
+    assert len(calls) == 1 and "surrogate" in calls[0]["messages"][0]["content"]
