@@ -24,6 +24,7 @@ class AgentContext:
     starter_script: str = "train.py"
     log: Callable[[str], None] = lambda _msg: None  # appends to the run's errors.log
     packages: dict[str, str] = field(default_factory=dict)  # versions agent code runs with: {"python": "3.12.3", ...}
+    action_timeout_s: float | None = None  # --action-timeout: how long one action (a script, a code step) may run
 
 
 @dataclass

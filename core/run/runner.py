@@ -164,7 +164,7 @@ class Runner:
             task_name=self.task.name, research_problem=self.task.research_problem,
             actions=self.env.available_actions(), llm=self.llm, options=dict(self.config.agent_options),
             seed=self.config.seed, starter_script=self.task.starter_script,
-            packages=package_versions(self.env.s.python),
+            packages=package_versions(self.env.s.python), action_timeout_s=self.config.action_timeout_s,
             log=lambda msg: self._append_error(f"[agent] {msg}")))
 
     def _notify(self, hook: str, event: object) -> None:

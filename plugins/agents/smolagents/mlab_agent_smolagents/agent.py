@@ -24,5 +24,7 @@ class SmolagentsAgent(ProgramAgent):
     options: SmolagentsOptions
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
-        return self.python_driver(launch, "smolagents_driver.py", {
-            "MLAB_SMOL_IMPORTS": self.options.imports, "MLAB_SMOL_PLANNING": str(self.options.planning_interval)})
+        env = {"MLAB_SMOL_IMPORTS": self.options.imports, "MLAB_SMOL_PLANNING": str(self.options.planning_interval)}
+        if self.ctx.action_timeout_s is not None:  # a code step is an action: --action-timeout, not smolagents' 30 s
+            env["MLAB_ACTION_TIMEOUT_S"] = f"{self.ctx.action_timeout_s:g}"
+        return self.python_driver(launch, "smolagents_driver.py", env)
