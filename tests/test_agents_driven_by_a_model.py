@@ -40,3 +40,55 @@ def test_smolagents_code_step_is_bounded_by_the_action_timeout(tmp_path):
         run_dir = _program_run(tmp_path, server, "smolagents", "--action-timeout", "1s")
     shown = "\n".join(s["observation"] for s in _trace(run_dir)["steps"])
     assert "maximum execution time of 1 seconds" in shown, shown
+
+
+# ---- (b) a program agent's task text asks for no research log: only the research agent has an action for one -----
+LOGGED_PROBLEM = ("Read data_description.txt to understand the data, and keep notes in your research log. Then fill "
+                  "in train.py; keep notes of what you learn and plan in your research log.")
+
+
+def _logged_registry():
+    from tests.fixtures.agents_fixtures import TASK_NAME, TinyClassifierTask, fixture_registry
+
+    class LoggedTask(TinyClassifierTask):
+        research_problem = LOGGED_PROBLEM  # the original benchmark's wording
+
+    registry = fixture_registry()
+    registry.items["tasks"][TASK_NAME + "-logged"] = LoggedTask()
+    registry.providers["tasks"][TASK_NAME + "-logged"] = "tests"
+    return registry, TASK_NAME + "-logged"
+
+
+def test_a_program_agent_is_not_asked_for_a_research_log(tmp_path):
+    from mlab.core import RunConfig
+    from mlab.core.run.runner import Runner
+
+    program = tmp_path / "show_task.py"
+    program.write_text("import os\nprint('FILE', open(os.environ['MLAB_TASK_FILE']).read())\n"
+                       "print('VAR', os.environ['MLAB_RESEARCH_PROBLEM'])\n")
+    registry, task = _logged_registry()
+    config = RunConfig(task=task, agent="command", llm="scripted:" + str(tmp_path / "none.jsonl"), max_steps=3,
+                       action_timeout_s=60, sandbox="local", agent_options={"command": f"python {program}"})
+    (tmp_path / "none.jsonl").write_text("")
+    trace = Runner(tmp_path / "run", config, registry).start()
+    shown = trace.steps[-1].observation
+    assert "FILE Read data_description.txt" in shown and "VAR Read data_description.txt" in shown, shown
+    assert "research log" not in shown.lower(), shown
+
+
+@pytest.mark.parametrize("agent", ["command", "smolagents", "mini-swe-agent"])
+def test_each_program_agent_gives_its_program_the_task_without_a_research_log(tmp_path, agent):
+    from mlab.core import AgentContext, ProgramLaunch
+    from mlab.core.plugins.registry import load_registry
+
+    registry = load_registry()
+    cls = registry.get("agents", agent)
+    options = {"command": "python my_agent.py"} if agent == "command" else {}
+    ctx = AgentContext(task_name="t", research_problem=LOGGED_PROBLEM, actions={}, llm=None, options=options,
+                       action_timeout_s=60)
+    launch = ProgramLaunch(research_problem=LOGGED_PROBLEM, task_file=tmp_path / "task.md", agent_dir=tmp_path,
+                           workspace=tmp_path / "workspace", python="python3", max_steps=3, seconds_left=60)
+    spec = cls(ctx).program(launch)
+    told = spec.files.get(Path(spec.env.get("MLAB_TASK_FILE", str(launch.task_file))).name)
+    assert told is not None and "train.py" in told and "research log" not in told.lower(), told
+    assert "research log" not in spec.env.get("MLAB_RESEARCH_PROBLEM", "research log"), spec.env
