@@ -92,3 +92,14 @@ def test_each_program_agent_gives_its_program_the_task_without_a_research_log(tm
     told = spec.files.get(Path(spec.env.get("MLAB_TASK_FILE", str(launch.task_file))).name)
     assert told is not None and "train.py" in told and "research log" not in told.lower(), told
     assert "research log" not in spec.env.get("MLAB_RESEARCH_PROBLEM", "research log"), spec.env
+
+
+# ---- (c) litellm's "Provider List" banner stays out of mini-swe-agent's observations ---------------------------
+def test_mini_swe_agent_observations_carry_no_litellm_banner(tmp_path):
+    pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
+    submit = "THOUGHT: done.\n\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
+    with FakeLLMServer(_replies("THOUGHT: look.\n\n```mswea_bash_command\nls\n```", submit)) as server:
+        run_dir = _program_run(tmp_path, server, "mini-swe-agent")
+    steps = _trace(run_dir)["steps"]
+    assert len(steps) == 2 and "EXIT STATUS: Submitted" in steps[-1]["observation"], steps[-1]["observation"]
+    assert not [s["index"] for s in steps if "Provider List" in s["observation"]], steps[0]["observation"]

@@ -4,11 +4,15 @@ import os
 import sys
 from pathlib import Path
 
+import litellm  # type: ignore[import-untyped]
 import yaml  # type: ignore[import-untyped]
 from minisweagent import package_dir
 from minisweagent.agents.default import DefaultAgent
 from minisweagent.environments.local import LocalEnvironment
 from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
+
+# litellm prints a "Provider List" banner to stdout on each failed price lookup: it would end every observation
+litellm.suppress_debug_info = True
 
 config = yaml.safe_load(Path(package_dir, "config", "mini_textbased.yaml").read_text())
 model_config = dict(config.get("model", {}))
