@@ -20,6 +20,8 @@ from mlab.core.view.live import run_in_progress
 
 from .console import make_console
 
+BUDGETS = ("max_calls", "max_tokens", "max_cost")  # the run's budgets (None: not set), as RunConfig names them
+
 
 def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the listing shows of one run: its verdict (the one rule's, through `judge`) and what it spent; an
@@ -30,8 +32,9 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
         trace = read_trace(run_dir)
     except MlabError as exc:
         return {"run": where, "run_dir": str(run_dir), "status": "unreadable", "error": str(exc), "task": None,
-                "agent": None, "llm": None, "seed": None, "max_steps": None, "end_reason": None,
-                "score": None, "score_error": None, "started_at": None, "task_params": {}, "tags": [], "meta": {},
+                "agent": None, "llm": None, "seed": None, "max_steps": None, **dict.fromkeys(BUDGETS),
+                "end_reason": None, "score": None, "score_error": None, "started_at": None, "task_params": {},
+                "tags": [], "meta": {},
                 **dict.fromkeys(("steps", "llm_calls", "tokens", "cost_usd", "time_s")),
                 **dict.fromkeys(VERDICT_FIELDS)}
     c = trace.config
@@ -40,6 +43,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
         status = "interrupted"  # its process is gone: `mlab run --resume` continues it
     return {"run": where, "run_dir": str(run_dir), "status": status, "error": None, "task": c.task,
             "agent": c.agent, "llm": c.llm, "seed": c.seed, "max_steps": c.max_steps,
+            "max_calls": c.max_calls, "max_tokens": c.max_tokens, "max_cost": c.max_cost,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
             "task_params": c.task_params, "tags": c.tags, "meta": c.meta,
             **spent(trace), "started_at": trace.started_at,
@@ -76,11 +80,27 @@ def runs(folder: Path, as_json: bool, tags: tuple[str, ...]) -> None:
         style = _STYLE.get(r["status"], "")
         agent = r["agent"] if not r["llm"] else f"{r['agent']} ({r['llm']})"
         score = f"{r['score']:.6g}" if r["score"] is not None else "-"
-        steps = f"{r['steps']}/{r['max_steps']}" if r["steps"] is not None else "-"
         table.add_row(r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"], r["task"] or "-",
-                      agent or "-", steps, score, improvement_cell(r),
+                      agent or "-", steps_cell(r), score, improvement_cell(r),
                       r["end_reason"] or r["error"] or r["score_error"] or "", *([tagging_cell(r)] if tagged else []))
     make_console().print(table)
+
+
+def steps_cell(r: dict[str, Any]) -> str:
+    """Steps of the step limit, then what each budget the run had has used: a run its call, token or cost limit
+    ended must not read as one that stopped early at "10/50" for no reason."""
+    if r["steps"] is None:
+        return "-"
+    steps = f"{r['steps']}/{r['max_steps']}"
+    used = []
+    if r["max_calls"] is not None:
+        used.append(f"{r['llm_calls']}/{r['max_calls']} calls")
+    if r["max_tokens"] is not None:
+        used.append(f"{r['tokens']:,}/{r['max_tokens']:,} tokens")
+    if r["max_cost"] is not None:
+        spent = "?" if r["cost_usd"] is None else f"${r['cost_usd']:.4g}"
+        used.append(f"{spent}/${r['max_cost']:g}")
+    return ", ".join([f"{steps} steps", *used]) if used else steps
 
 
 def tagging_cell(r: dict[str, Any]) -> str:

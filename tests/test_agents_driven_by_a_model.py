@@ -103,3 +103,19 @@ def test_mini_swe_agent_observations_carry_no_litellm_banner(tmp_path):
     steps = _trace(run_dir)["steps"]
     assert len(steps) == 2 and "EXIT STATUS: Submitted" in steps[-1]["observation"], steps[-1]["observation"]
     assert not [s["index"] for s in steps if "Provider List" in s["observation"]], steps[0]["observation"]
+
+
+# ---- (d) `mlab runs` shows the bound a run ran under, not only its step limit -----------------------------------
+def test_mlab_runs_shows_the_call_limit_that_ended_a_run(tmp_path):
+    listing = "Thought: look\nAction: List Files\nAction Input: {\"dir_path\": \".\"}"
+    script = tmp_path / "replies.jsonl"
+    script.write_text("\n".join(json.dumps(listing) for _ in range(5)) + "\n")
+    done = mlab("run", "--task", "lite/wine", "--agent", "simple", "--llm", f"scripted:{script}", "--max-calls", "3",
+                "--run-dir", tmp_path / "runs" / "a", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = mlab("runs", tmp_path / "runs", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if "lite/wine" in line)
+    assert "3/50 steps, 3/3 calls" in row, shown.stdout
+    rows = json.loads(mlab("runs", tmp_path / "runs", "--json", cwd=tmp_path).stdout)
+    assert rows[0]["max_calls"] == 3 and rows[0]["llm_calls"] == 3
