@@ -119,3 +119,25 @@ def test_mlab_runs_shows_the_call_limit_that_ended_a_run(tmp_path):
     assert "3/50 steps, 3/3 calls" in row, shown.stdout
     rows = json.loads(mlab("runs", tmp_path / "runs", "--json", cwd=tmp_path).stdout)
     assert rows[0]["max_calls"] == 3 and rows[0]["llm_calls"] == 3
+
+
+# ---- (e) the research agent is told the budget it has left, each step --------------------------------------------
+def test_the_research_agents_prompt_shows_the_budget_left(tmp_path):
+    from mlab.core import RunConfig
+    from mlab.core.llm.client import read_call_log
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.runner import Runner
+    from tests.fixtures.agents_fixtures import research_response
+
+    listing = research_response("List Files", {"dir_path": "."})
+    script = tmp_path / "replies.jsonl"
+    script.write_text("\n".join(json.dumps(listing) for _ in range(3)) + "\n")
+    config = RunConfig(task="lite/wine", agent="research", llm=f"scripted:{script}", max_steps=3,
+                       action_timeout_s=60, max_tokens=15_000, max_calls=20)
+    Runner(tmp_path / "run", config, load_registry()).start()
+    calls = read_call_log(tmp_path / "run" / "llm_calls.jsonl")
+    assert len(calls) == 3
+    used = calls[0]["prompt_tokens"] + calls[0]["completion_tokens"]
+    second = calls[1]["messages"][-1]["content"]
+    assert f"{15_000 - used:,} of 15,000 tokens" in second and "19 of 20 model calls" in second, second
+    assert "15,000 of 15,000 tokens" in calls[0]["messages"][-1]["content"]

@@ -5,6 +5,7 @@ Part of mlab's public API, like `mlab.core` itself: agent plugins import from `m
 its submodules), so the built-in agents share these helpers without depending on one another.
 """
 from mlab.core.agentkit.asking import MAX_ATTEMPTS, Attempts, ask_until_valid
+from mlab.core.agentkit.budget import budget_line
 from mlab.core.agentkit.history import (
     SUMMARY_CHUNK,
     SUMMARY_THRESHOLD,
@@ -24,7 +25,7 @@ from mlab.core.run.validation import read_validation
 __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
     "OBSERVATION_STOP", "RESEARCH_ACTIONS", "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text",
-    "ask_until_valid", "check_args", "loads_lenient", "match_name", "needs_summary", "packages_line",
+    "ask_until_valid", "budget_line", "check_args", "loads_lenient", "match_name", "needs_summary", "packages_line",
     "parse_named_entries", "pick_actions", "program_task", "research_problem", "summarize_observation",
     "truncate_middle", "read_validation", "without_research_log",
 ]

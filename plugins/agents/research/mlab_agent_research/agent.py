@@ -16,6 +16,7 @@ from mlab.core.agentkit import (
     AgentOptions,
     action_text,
     ask_until_valid,
+    budget_line,
     needs_summary,
     parse_named_entries,
     pick_actions,
@@ -149,8 +150,12 @@ class ResearchAgent(Agent):
         else:
             parts.append("Nothing has been done yet: this is your first step.")
         minutes = max(0, int(state.seconds_left // 60))
+        # without it a model overran --token-limit and ended with no Final Answer (issue 41)
+        budget = budget_line(self.ctx.llm)
         parts.append(f"This is step {state.step_index} of at most {state.max_steps} (about {minutes} minutes left). "
-                     f"Respond now with {', '.join(self.entry_names)}.")
+                     + (f"{budget} " if budget else "")
+                     + ("Give your Final Answer before then. " if budget and "Final Answer" in self.actions else "")
+                     + f"Respond now with {', '.join(self.entry_names)}.")
         return "\n\n".join(parts)
 
     # ---- state ----------------------------------------------------------------------------------
