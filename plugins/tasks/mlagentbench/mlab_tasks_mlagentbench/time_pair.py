@@ -6,15 +6,20 @@ submission code itself.
 Each script runs in a worker process (time_forward.py or time_generation.py), which loads it and says so over a
 pipe; only then does this process draw the inputs, from a seed of its own (os.urandom, in a process the workers
 cannot read: it is made non-dumpable), send them, and wait for the outputs. What is timed is the CPU time the
-worker and every process it started (orphans come back here: this process is their subreaper) spent between the
-inputs going out and the outputs coming back: a script cannot precompute outputs for inputs it cannot know, nor
-hide work in a helper process. Loading is bounded: the submission's may take at most LOAD_FACTOR times the
-starter's plus LOAD_SLACK_S. The outputs are checked against the starter's on the same inputs. Prints one JSON line
+worker and every process it started, alive or ended, spent between the inputs going out and the outputs coming
+back (`WorkerClock`): a script cannot precompute outputs for inputs it cannot know, nor hide work in a helper
+process. An ended process's time is in its reaper's: a process of the tree, or this one (orphans come back here:
+it is their subreaper); a worker cannot make the kernel reap its children (by ignoring SIGCHLD), which would
+count their time nowhere; and where a cgroup can be made for the worker, it counts them too. Loading is bounded:
+the submission's may take at most LOAD_FACTOR times the starter's plus LOAD_SLACK_S. The outputs are checked
+against the starter's on the same inputs. Prints one JSON line
 {"starter": {...}, "submission": {...}, "problem": null or why the submission's run does not count}."""
 import ctypes
+import errno
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import struct
@@ -29,30 +34,57 @@ LOAD_FACTOR, LOAD_SLACK_S = 2.0, 5.0
 SAME_SUM_RTOL = 1e-6  # a reordered float computation changes the last digits
 SAME_TOKENS = 0.9  # of the starter's generated tokens the submission must match (fp16 on a GPU flips a few)
 FDS_ENV = "MLAB_TIMER_FDS"
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 4, 36, 38, 22
+SECCOMP_MODE_FILTER = 2
+SECCOMP_ARCH = {"x86_64": (0xC000003E, 13), "aarch64": (0xC00000B7, 134)}  # AUDIT_ARCH_*, rt_sigaction's number
 CONTEXT_LENGTH = 128  # llama-inference's, fixed by its DO NOT EDIT setup
 
 
+class Untimeable(Exception):
+    """The worker's processes kept ending while the timer read their CPU time."""
+
+
+def _stat(pid):
+    """(parent pid, CPU ticks of the process with its threads and its waited-for children, start time), or None
+    once it has been reaped. OSError where it is not this user's to read (hidepid)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode()
+        fields = stat[stat.rindex(")") + 2:].split()
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return int(fields[1]), sum(int(v) for v in fields[11:15]), int(fields[19])
+
+
 def _stats():
-    """pid -> (parent pid, CPU ticks of the process with its threads and its waited-for children)."""
-    table = {}
+    """pid -> _stat(pid) for every process this user may read, and whether none was reaped while read."""
+    table, complete = {}, True
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read().decode()
-            except OSError:
+                stat = _stat(int(entry))
+            except OSError:  # another user's: not of the worker's tree
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            table[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-    return table
+            if stat is None:
+                complete = False
+            else:
+                table[int(entry)] = stat
+    return table, complete
+
+
+def _still(pid, start):
+    try:
+        stat = _stat(pid)
+    except OSError:
+        return False
+    return stat is not None and stat[2] == start
 
 
 def descendants(table):
     me, found, changed = os.getpid(), set(), True
     while changed:
         changed = False
-        for pid, (parent, _cpu) in table.items():
+        for pid, (parent, _cpu, _start) in table.items():
             if pid not in found and (parent == me or parent in found):
                 found.add(pid)
                 changed = True
@@ -60,14 +92,128 @@ def descendants(table):
 
 
 def tree_cpu_seconds():
-    table = _stats()
-    return sum(table[pid][1] for pid in descendants(table)) / os.sysconf("SC_CLK_TCK")
+    """The CPU seconds of this process's descendants, alive or zombies, with the children each has reaped. Only
+    a reading during which none of them was reaped counts (each still there, with its start time: not a reused
+    pid): a reap moves a process's time into its reaper's, so a reading across one could miss it at the end of a
+    pass or count it twice at the start, either way time taken off the pass."""
+    for _attempt in range(100):
+        table, complete = _stats()
+        tree = descendants(table)
+        if complete and all(_still(pid, table[pid][2]) for pid in tree):
+            return sum(table[pid][1] for pid in tree) / os.sysconf("SC_CLK_TCK")
+    raise Untimeable("its processes kept ending while the timer read their CPU time")
+
+
+def _reaped_seconds():
+    """CPU seconds of this process's children it has reaped (the worker, and orphans: it is their subreaper)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _new_cgroup(name):
+    """A cgroup of its own below this process's (v2, else v1's cpuacct), with its CPU time file and scale, where
+    one can be made; None elsewhere (a confined sandbox shows no cgroup file system)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            own = [line.rstrip("\n").split(":", 2) for line in f]
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    for version, usage in ((2, ("cpu.stat", 1e-6)), (1, ("cpuacct.usage", 1e-9))):
+        for fields in mounts:
+            fstype, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3].split(",")
+            if fstype != ("cgroup2" if version == 2 else "cgroup") or (version == 1 and "cpuacct" not in options):
+                continue
+            paths = [path for _id, names, path in own
+                     if (names == "" if version == 2 else "cpuacct" in names.split(","))]
+            relative = os.path.relpath(paths[0], fields[3]) if paths else ".."
+            if relative.startswith(".."):
+                continue
+            folder = os.path.normpath(os.path.join(fields[4], relative, name))
+            try:
+                os.mkdir(folder)
+            except OSError:
+                continue
+            return folder, *usage
+    return None
+
+
+def _sigchld_filter():
+    """A seccomp program for a worker: rt_sigaction may read how SIGCHLD is handled but not change it, and no
+    system call of another ABI (i386, x32) runs. A parent that ignores SIGCHLD or sets SA_NOCLDWAIT has its ended
+    children reaped by the kernel, which adds their CPU time to no process: /proc would lose it."""
+    machine = os.uname().machine
+    if machine not in SECCOMP_ARCH:
+        raise OSError(f"no seccomp filter for {machine}: the CPU time of a worker's processes cannot be trusted")
+    arch, rt_sigaction = SECCOMP_ARCH[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny),  # seccomp_data.arch
+               (ld, 0, 0, 0), (jge, 8, 0, 0x40000000), (jeq, 0, 6, rt_sigaction),  # .nr (x32 sets bit 30)
+               (ld, 0, 0, 16), (jeq, 0, 4, signal.SIGCHLD),  # .args[0]: the signal
+               (ld, 0, 0, 24), (jeq, 0, 3, 0), (ld, 0, 0, 28), (jeq, 0, 1, 0),  # .args[1]: a new action (64 bits)
+               (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class WorkerClock:
+    """The CPU seconds the worker and every process it started have spent since it started, ended ones too, by
+    each count that can be had: the processes in this process's tree (zombies too) with what they reaped, plus
+    what this process reaped; and a cgroup of the worker's own where one can be made. Each count can only miss
+    time, so a timing takes the largest difference. The worker cannot change how SIGCHLD is handled (seccomp),
+    which alone would take its children's time out of the first count."""
+
+    def __init__(self, name):
+        self.reaped = _reaped_seconds()
+        self.cgroup = _new_cgroup(name)
+        program = _sigchld_filter()
+        self._filter = ctypes.create_string_buffer(program, len(program))
+        self._fprog = SockFprog(len(program) // 8, ctypes.addressof(self._filter))
+
+    def enter(self):
+        """In the worker, before it runs anything: into the cgroup, and under the filter."""
+        if self.cgroup:
+            try:
+                with open(os.path.join(self.cgroup[0], "cgroup.procs"), "w", encoding="utf-8") as f:
+                    f.write(str(os.getpid()))
+            except OSError:  # not movable there: the cgroup counts nothing, the tree still counts
+                pass
+        libc = ctypes.CDLL(None, use_errno=True)
+        ulong = ctypes.c_ulong
+        if (libc.prctl(PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0))
+                or libc.prctl(PR_SET_SECCOMP, ulong(SECCOMP_MODE_FILTER), ctypes.byref(self._fprog), ulong(0),
+                              ulong(0))):
+            raise OSError(ctypes.get_errno(), "the worker's seccomp filter")
+
+    def read(self):
+        counts = [tree_cpu_seconds() + _reaped_seconds() - self.reaped]
+        if self.cgroup:
+            folder, name, scale = self.cgroup
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    text = f.read()
+                counts.append(scale * int(text.split("usage_usec")[1].split()[0] if "usage_usec" in text else text))
+            except (OSError, ValueError, IndexError):
+                counts.append(0.0)
+        return counts
+
+    def close(self):
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup[0])
+            except OSError:
+                pass
 
 
 def kill_leftovers():
     """Kill and reap every process a worker left behind (it must not slow down the next run)."""
     for _round in range(50):
-        left = descendants(_stats())
+        left = descendants(_stats()[0])
         if not left:
             return
         for pid in left:
@@ -132,8 +278,14 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
     to_worker_r, to_worker_w = os.pipe()
     from_worker_r, from_worker_w = os.pipe()
     env = {**os.environ, "HOME": home, "TMPDIR": home, FDS_ENV: f"{to_worker_r},{from_worker_w}"}
-    worker = subprocess.Popen([sys.executable, "-s", os.path.join(stage, WORKERS[mode]), run_dir,
-                               os.path.join(stage, "starter")], env=env, pass_fds=(to_worker_r, from_worker_w))
+    clock = WorkerClock(f"mlab-timer-{os.getpid()}-{who}")
+    try:
+        worker = subprocess.Popen([sys.executable, "-s", os.path.join(stage, WORKERS[mode]), run_dir,
+                                   os.path.join(stage, "starter")], env=env, pass_fds=(to_worker_r, from_worker_w),
+                                  preexec_fn=clock.enter)
+    except BaseException:
+        clock.close()
+        raise
     os.close(to_worker_r)
     os.close(from_worker_w)
     report: dict[str, Any] = {"seconds": float("inf"), "digests": []}
@@ -141,17 +293,17 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
         frame = receive(from_worker_r)
         if frame is None:
             return report, f"the {who}'s script ended before it was loaded (exit code {worker.wait()})"
-        report["load_seconds"] = tree_cpu_seconds()
+        report["load_seconds"] = max(clock.read())
         ready = json.loads(frame)
         report["clock"] = "wall" if ready.get("gpu") else "cpu"
         report["sequences"] = ready.get("sequences")
+        read = (lambda: [time.perf_counter()]) if report["clock"] == "wall" else clock.read
         for _pass in range(PASSES[mode]):
             inputs = inputs_for(ready, run_dir)
-            clock = time.perf_counter if report["clock"] == "wall" else tree_cpu_seconds
-            started = clock()
+            started = read()
             send(to_worker_w, inputs)
             output = receive(from_worker_r)
-            seconds = clock() - started
+            seconds = max(end - start for start, end in zip(started, read(), strict=True))
             if output is None:
                 return report, f"the {who}'s script ended without giving its outputs (exit code {worker.wait()})"
             report["seconds"] = min(report["seconds"], seconds)
@@ -163,6 +315,8 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
         if code != 0:
             return report, f"the {who}'s script failed after its timed part (exit code {code})"
         return report, None
+    except Untimeable as exc:
+        return report, f"the {who}'s CPU time could not be read: {exc}"
     finally:
         if to_worker_w >= 0:
             os.close(to_worker_w)
@@ -171,6 +325,7 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
             worker.kill()
             worker.wait()
         kill_leftovers()
+        clock.close()
 
 
 def difference(mode, starter, submission):
@@ -200,6 +355,8 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the workers cannot read this process's memory (the seed)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a worker's orphans stay countable and killable
+    # Inherited as ignored, SIGCHLD would have the kernel reap orphans ending here, and their time with them
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     import numpy as np
 
     seed = int.from_bytes(os.urandom(16), "little")
