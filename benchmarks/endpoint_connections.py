@@ -17,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from mlab.core.llm.endpoint import ChatReply, ModelEndpoint
+from mlab.core import Completion
+from mlab.core.llm.endpoint import ModelEndpoint
 
 ATTACKER = textwrap.dedent('''
     import resource, socket, sys, time
@@ -51,7 +52,7 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory() as folder, ModelEndpoint(
-            lambda request: ChatReply(text="ok", prompt_tokens=1, completion_tokens=1), Path(folder)) as endpoint:
+            lambda request: Completion(text="ok", prompt_tokens=1, completion_tokens=1), Path(folder)) as endpoint:
         base_threads, base_rss = threading.active_count(), rss_mb()
         attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(endpoint.socket_path), str(n), "5"],
                                     stdout=subprocess.PIPE, text=True)

@@ -22,11 +22,13 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.hookspecs import hookimpl
     from mlab.core.llm.backend import LLM
     from mlab.core.llm.client import LLMClient
+    from mlab.core.llm.openai_chat import to_openai
     from mlab.core.llm.proxy import LLM_PROXY_SOCKET_ENV, HttpUpstream, LLMProxy, ProxyBudget, ProxyUsage
     from mlab.core.models import (
         Action,
         BaselineMeasured,
         Completion,
+        ContentPart,
         LLMCallFinished,
         Message,
         RunConfig,
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # the public names
         SubmissionScored,
         TaskParam,
         TaskPrepared,
+        ToolCall,
         Trace,
         Usage,
     )

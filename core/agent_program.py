@@ -6,10 +6,15 @@ What a program gets, in its environment:
   OPENAI_BASE_URL, OPENAI_API_BASE, MLAB_LLM_BASE_URL  http://127.0.0.1:PORT/v1, mlab's OpenAI-compatible
                                   endpoint (POST /chat/completions), served by the run's model (`--llm`)
   OPENAI_API_KEY                  a placeholder: the user's key never enters the sandbox
+  ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY  the same endpoint for Anthropic's clients (POST /v1/messages), and a
+                                  placeholder key; POST /v1/responses speaks OpenAI's Responses API
   MLAB_MODEL                      a name to send as the model (any name gets the run's model)
   MLAB_TASK_FILE                  the research problem, as a file beside the workspace (also MLAB_RESEARCH_PROBLEM)
   MLAB_MAX_STEPS, MLAB_TIME_LIMIT_S  the model calls and seconds it has left
   MLAB_RESUMED                    "1" when the run was resumed: the workspace is as after the last recorded call
+  MLAB_ACTION_TIMEOUT_S           how long one action (a command, a code step) may run (--action-timeout)
+  MLAB_TOKEN_LIMIT, MLAB_TOKENS_LEFT, MLAB_MAX_CALLS, MLAB_CALLS_LEFT, MLAB_COST_LIMIT_USD, MLAB_COST_LEFT_USD
+                                  the run's model budgets and what is left of them, those the run has
   MLAB_AGENT_DIR                  the folder holding ProgramSpec.files: a new one each session (a run's start,
                                   each resume), so keep state in the workspace, not there
 A call past the step limit or a budget is answered HTTP 429 (not to be retried) and the program is ended after a

@@ -22,9 +22,49 @@ class StopRun(BaseModel):
     reason: str
 
 
+class ToolCall(BaseModel):
+    """A tool call a model asked for: its id (which the tool's result names), the tool and its arguments as the
+    JSON text the model wrote (kept as written: it may not parse)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content: text, or an image given by URL (a data: URL holds the bytes)."""
+
+    type: Literal["text", "image"]
+    text: str = ""
+    image_url: str = ""
+
+
 class Message(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
+    """One chat message. `content` is its text (all its text parts joined); `parts`, when set, is the whole
+    content in order, images included. An assistant's `tool_calls`; a tool result (role "tool") names the call it
+    answers by `tool_call_id`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    parts: list[ContentPart] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """As logged: role and content, then only the fields in use (a text message stays {role, content})."""
+        found: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.parts:
+            found["parts"] = [p.model_dump(exclude_defaults=True) for p in self.parts]
+        if self.tool_calls:
+            found["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            found["tool_call_id"] = self.tool_call_id
+        return found
+
+    @property
+    def is_text(self) -> bool:
+        return not (self.parts and any(p.type != "text" for p in self.parts)) and not self.tool_calls \
+            and self.role != "tool"
 
 
 class Completion(BaseModel):
@@ -33,6 +73,8 @@ class Completion(BaseModel):
     completion_tokens: int = 0
     cost_usd: float | None = None
     model: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None  # OpenAI's names: stop, length, tool_calls, content_filter
 
 
 class Usage(BaseModel):

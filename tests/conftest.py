@@ -90,7 +90,7 @@ def pytest_xdist_node_collection_finished(node, ids):
 # Modules whose every case shares one thing: test_bench_ray.py a module's Ray cluster; the others import litellm in
 # the worker's own process, which costs 4-7 s the first time in a process, so on one worker it is paid once.
 FILE_GROUPS = {"test_bench_ray.py": "ray", "test_cli.py": "litellm", "test_generation_controls.py": "litellm",
-               "test_llm_backends.py": "litellm", "test_llm_cli.py": "litellm"}
+               "test_llm_backends.py": "litellm", "test_llm_cli.py": "litellm", "test_tool_calls.py": "litellm"}
 
 
 def _worker_group(item: pytest.Item) -> str | None:

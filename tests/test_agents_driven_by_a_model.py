@@ -76,24 +76,6 @@ def test_a_program_agent_is_not_asked_for_a_research_log(tmp_path):
     assert "research log" not in shown.lower(), shown
 
 
-@pytest.mark.parametrize("agent", ["command", "smolagents", "mini-swe-agent"])
-def test_each_program_agent_gives_its_program_the_task_without_a_research_log(tmp_path, agent):
-    from mlab.core import AgentContext, ProgramLaunch
-    from mlab.core.plugins.registry import load_registry
-
-    registry = load_registry()
-    cls = registry.get("agents", agent)
-    options = {"command": "python my_agent.py"} if agent == "command" else {}
-    ctx = AgentContext(task_name="t", research_problem=LOGGED_PROBLEM, actions={}, llm=None, options=options,
-                       action_timeout_s=60)
-    launch = ProgramLaunch(research_problem=LOGGED_PROBLEM, task_file=tmp_path / "task.md", agent_dir=tmp_path,
-                           workspace=tmp_path / "workspace", python="python3", max_steps=3, seconds_left=60)
-    spec = cls(ctx).program(launch)
-    told = spec.files.get(Path(spec.env.get("MLAB_TASK_FILE", str(launch.task_file))).name)
-    assert told is not None and "train.py" in told and "research log" not in told.lower(), told
-    assert "research log" not in spec.env.get("MLAB_RESEARCH_PROBLEM", "research log"), spec.env
-
-
 # ---- (c) litellm's "Provider List" banner stays out of mini-swe-agent's observations ---------------------------
 def test_mini_swe_agent_observations_carry_no_litellm_banner(tmp_path):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from mlab.core import Completion
 from mlab.core.llm.client import read_call_log
-from mlab.core.llm.endpoint import ChatReply, ChatRequest, ModelEndpoint
+from mlab.core.llm.endpoint import ModelEndpoint
+from mlab.core.llm.protocols import ChatRequest
 from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
 from tests.fixtures.sandboxes import CONFINING, make_sandbox
@@ -244,8 +246,8 @@ def test_hostile_requests_get_one_line_each_and_the_token_budget_holds(tmp_path,
 
 
 # ---- case 3: connections -------------------------------------------------------------------------------------
-def _serve(request: ChatRequest) -> ChatReply:
-    return ChatReply(text="hi", prompt_tokens=1, completion_tokens=1, model="m")
+def _serve(request: ChatRequest) -> Completion:
+    return Completion(text="hi", prompt_tokens=1, completion_tokens=1, model="m")
 
 
 def _post(socket_path: Path) -> bytes:

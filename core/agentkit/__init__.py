@@ -18,7 +18,7 @@ from mlab.core.agentkit.history import (
 from mlab.core.agentkit.lenient_json import loads_lenient
 from mlab.core.agentkit.named_entries import ACTION, ACTION_INPUT, OBSERVATION_STOP, parse_named_entries
 from mlab.core.agentkit.options import RESEARCH_ACTIONS, ActionNames, AgentOptions, pick_actions
-from mlab.core.agentkit.problem import packages_line, program_task, research_problem, without_research_log
+from mlab.core.agentkit.problem import packages_line, research_problem
 from mlab.core.agentkit.responses import InvalidResponse, check_args, match_name
 from mlab.core.run.validation import read_validation
 
@@ -26,6 +26,6 @@ __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",
     "OBSERVATION_STOP", "RESEARCH_ACTIONS", "SUMMARY_CHUNK", "SUMMARY_THRESHOLD", "VERBATIM_ACTIONS", "action_text",
     "ask_until_valid", "budget_line", "check_args", "loads_lenient", "match_name", "needs_summary", "packages_line",
-    "parse_named_entries", "pick_actions", "program_task", "research_problem", "summarize_observation",
-    "truncate_middle", "read_validation", "without_research_log",
+    "parse_named_entries", "pick_actions", "research_problem", "summarize_observation",
+    "truncate_middle", "read_validation",
 ]

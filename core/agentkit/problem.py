@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterable
 
 from mlab.core.agent_context import AgentContext
-from mlab.core.agent_program import ProgramLaunch, ProgramSpec
 
 LOG_ACTION = "Append Summary to Research Log"
 # Task texts ask for notes in a research log (the original benchmark's wording); without the action that writes
@@ -31,15 +30,6 @@ def research_problem(ctx: AgentContext, actions: Iterable[str]) -> str:
 def without_research_log(text: str) -> str:
     """The text with its research-log requests taken out (a lone mention becomes "your notes")."""
     return _LOG_WORDS.sub("your notes", _LOG_CLAUSE.sub("", text))
-
-
-def program_task(launch: ProgramLaunch, spec: ProgramSpec) -> ProgramSpec:
-    """`spec`, its program given the research problem without research-log requests (a program has no action that
-    writes the log): the task file rewritten among its files, MLAB_TASK_FILE and MLAB_RESEARCH_PROBLEM set to it."""
-    text = without_research_log(launch.research_problem)
-    name = launch.task_file.name
-    return ProgramSpec(argv=spec.argv, files={name: text, **spec.files},
-                       env={**spec.env, "MLAB_TASK_FILE": str(launch.agent_dir / name), "MLAB_RESEARCH_PROBLEM": text})
 
 
 def packages_line(packages: dict[str, str]) -> str:

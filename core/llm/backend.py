@@ -17,6 +17,7 @@ class LLM(ABC):
     handles_unprefixed: ClassVar[bool] = False  # also take `--llm` strings without a registered prefix
     cacheable: ClassVar[bool] = True  # False: answers depend on more than the prompt; never cache them
     uses_terminal: ClassVar[bool] = False  # talks to the user on the terminal: the CLI turns its live display off
+    supports_tools: ClassVar[bool] = False  # takes tools, tool calls and results, images; else gets text only
 
     model: str  # MODEL (`gpt-4o` of `litellm:gpt-4o`); may be empty
     options: dict[str, Any]  # the core passes only those the user gave: `api_base`, `timeout`
@@ -37,9 +38,9 @@ class LLM(ABC):
     @abstractmethod
     def complete(self, messages: list[Message], **params: Any) -> Completion:
         """The reply to messages (oldest first), with honest token counts and `cost_usd` when known (None: shown as
-        unknown). params are OpenAI-named (`temperature`, `top_p`, `seed`, `max_completion_tokens`, `stop` as a
-        list) plus the user's `-M KEY=VALUE`: send them all on, drop none silently. Retries, budgets, the response
-        cache and the call log are the core's; import heavy client libraries here, never at module level. Raises
+        unknown). params are OpenAI-named (`temperature`, `top_p`, `seed`, `max_completion_tokens`, `stop` list;
+        `tools`, `tool_choice` if supports_tools) and the user's `-M KEY=VALUE`: send all on, drop none silently.
+        Retries, budgets, cache and call log are the core's; import heavy client libraries here, not at import. Raises
         LLMError: `transient=True` for what a retry may mend (rate limits, timeouts), `context_too_long=True` when
         the prompt does not fit; non-transient for a parameter the model cannot take."""
 

@@ -16,7 +16,9 @@ from mlab.core.models import Completion, Message
 
 
 def request_key(identity: dict[str, Any], messages: list[Message], params: dict[str, Any]) -> str:
-    payload = {"backend": identity, "messages": [[m.role, m.content] for m in messages], "params": params}
+    # a text message keys as [role, content], as before tools: caches made then still answer
+    payload = {"backend": identity, "params": params,
+               "messages": [[m.role, m.content] if m.is_text and not m.parts else m.record() for m in messages]}
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 

@@ -33,6 +33,38 @@ def prompt_token_bound(texts: Iterable[str]) -> int:
     """At most how many tokens a prompt can cost: a byte-level BPE token holds at least one byte."""
     return sum(len(text.encode("utf-8", "surrogatepass")) + TOKENS_PER_MESSAGE for text in texts)
 
+
+def prompt_texts(messages: list[Message], params: dict[str, Any]) -> list[str]:
+    """Everything of a call that the model reads as its prompt: texts, tool calls and results, tool definitions
+    (an image's URL stands for it: an image's own token cost is the provider's)."""
+    texts = []
+    for m in messages:
+        texts.append(m.content + "".join(c.name + c.arguments for c in m.tool_calls)
+                     + "".join(p.image_url for p in m.parts))
+    if params.get("tools"):
+        texts.append(json.dumps(params["tools"], ensure_ascii=False))
+    return texts
+
+
+def as_text(messages: list[Message]) -> list[Message]:
+    """Messages for a text-only backend: tool calls written out as JSON after the text, tool results as user
+    messages naming their call, images named."""
+    out = []
+    for m in messages:
+        if m.is_text:
+            out.append(m if not m.parts else Message(role=m.role, content=m.content))
+            continue
+        text = m.content
+        if m.parts:
+            text = "\n".join(p.text if p.type == "text" else "[an image]" for p in m.parts)
+        if m.tool_calls:
+            text += ("\n" if text else "") + json.dumps([c.model_dump() for c in m.tool_calls])
+        if m.role == "tool":
+            out.append(Message(role="user", content=f"[result of tool call {m.tool_call_id}]\n{text}"))
+        else:
+            out.append(Message(role=m.role, content=text))
+    return out
+
 __all__ = ["FORBIDDEN_PARAMS", "ROLES", "LLMClient", "read_call_log", "usage_of_log"]
 
 
@@ -147,7 +179,7 @@ class LLMClient:
                 self.check_budget()
                 if not (hold and self.max_tokens is not None):
                     break
-                bound = prompt_token_bound(m.content for m in messages)
+                bound = prompt_token_bound(prompt_texts(messages, params))
                 left = self.max_tokens - self.usage.total_tokens - self._reserved_tokens
                 if bound < left:
                     allowed = left - bound
@@ -162,7 +194,7 @@ class LLMClient:
             reserved = 0
             if self.max_tokens is not None:
                 cap = params.get("max_completion_tokens")
-                reserved = (prompt_token_bound(m.content for m in messages)
+                reserved = (prompt_token_bound(prompt_texts(messages, params))
                             + (int(cap) if cap else max(0, self.max_tokens - self.usage.total_tokens)))
             self._in_flight += 1
             self._reserved_tokens += reserved
@@ -176,9 +208,10 @@ class LLMClient:
 
     # ---- calls ----------------------------------------------------------------------------------
     def complete(self, messages: list[Message] | str, role: str = "main", *, hold_budget: bool = False,
-                 **params: Any) -> Completion:
+                 step: int | None = None, **params: Any) -> Completion:
         """Complete messages (a string is one user message) with the role's model, cache, retries and budgets;
-        `hold_budget` for a caller that may be hostile (see _admit)."""
+        `hold_budget` for a caller that may be hostile (see _admit); `step`, the step the call belongs to when
+        calls of several steps run at once (else step_index)."""
         if isinstance(messages, str):
             messages = [Message(role="user", content=messages)]
         if role not in self.backends:
@@ -188,13 +221,19 @@ class LLMClient:
             raise ValueError(f"parameters {overriding} cannot be passed per call: the model of role {role!r} "
                              f"is {self.model_name(role)}")
         params = merge_params(self.params.get(role, {}), params)
+        if not self.backends[role].supports_tools:
+            if params.get("tools"):
+                raise ValueError(f"the model of role {role!r} ({self.model_name(role)}) takes no tools: its backend "
+                                 "is text-only (litellm models take them)")
+            params.pop("tool_choice", None)
+            messages = as_text(messages)
         reserved = self._admit(messages, params, hold_budget)
         try:
-            return self._complete(messages, role, params)
+            return self._complete(messages, role, params, self.step_index if step is None else step)
         finally:
             self._release(reserved)
 
-    def _complete(self, messages: list[Message], role: str, params: dict[str, Any]) -> Completion:
+    def _complete(self, messages: list[Message], role: str, params: dict[str, Any], step: int | None) -> Completion:
         backend = self.backends[role]
         model = self.model_name(role)
         started = time.monotonic()
@@ -236,7 +275,7 @@ class LLMClient:
             retries = getattr(exc, "retries", retries)
             raise
         finally:
-            self._record(role, model, messages, params, completion, error, retries, cached,
+            self._record(step, role, model, messages, params, completion, error, retries, cached,
                          time.monotonic() - started, backend.options.get("api_base"))
 
     def _send(self, backend: LLM, messages: list[Message], params: dict[str, Any]) -> Completion:
@@ -246,7 +285,7 @@ class LLMClient:
         with self.connections.held():
             return backend.complete(messages, **params)
 
-    def _record(self, role: str, model: str, messages: list[Message], params: dict[str, Any],
+    def _record(self, step: int | None, role: str, model: str, messages: list[Message], params: dict[str, Any],
                 completion: Completion | None, error: BaseException | None, retries: list[dict[str, Any]],
                 cached: bool, latency: float, api_base: str | None = None) -> None:
         error_text = None if error is None else (str(error) if isinstance(error, LLMError)
@@ -259,13 +298,13 @@ class LLMClient:
             if self.log_path is not None:
                 entry = {
                     "time": time.time(),
-                    "step": self.step_index,
+                    "step": step,
                     "session": self.session,
                     "role": role,
                     "model": model,
                     "api_base": api_base,
                     "response_model": completion.model if completion else None,
-                    "messages": [m.model_dump() for m in messages],
+                    "messages": [m.record() for m in messages],
                     "params": params,
                     "completion": completion.text if completion else None,
                     "prompt_tokens": completion.prompt_tokens if completion else 0,
@@ -278,6 +317,10 @@ class LLMClient:
                     "error": error_text,
                     "context_too_long": bool(getattr(error, "context_too_long", False)),
                 }
+                if completion is not None and completion.tool_calls:
+                    entry["tool_calls"] = [c.model_dump() for c in completion.tool_calls]
+                if completion is not None and completion.finish_reason:
+                    entry["finish_reason"] = completion.finish_reason
                 # backslashreplace: a lone surrogate must not cost the call its line
                 self._log_line((json.dumps(entry, ensure_ascii=False, default=str) + "\n").encode(
                     "utf-8", "backslashreplace"))
@@ -287,7 +330,7 @@ class LLMClient:
                 prompt_tokens=completion.prompt_tokens if completion else 0,
                 completion_tokens=completion.completion_tokens if completion else 0,
                 cost_usd=completion.cost_usd if completion else None, latency_s=latency,
-                retries=len(retries), cached=cached, step=self.step_index, error=error_text))
+                retries=len(retries), cached=cached, step=step, error=error_text))
 
     def _log_line(self, line: bytes) -> None:
         """Append a line to the call log through a descriptor kept open (a call costs one write, not an open and

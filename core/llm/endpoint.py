@@ -1,165 +1,53 @@
-"""The model endpoint a program agent calls: OpenAI's chat-completions shape on a unix socket, each request
-answered by a callback of the harness (the run's LLM client). A unix socket is reached through the file system,
-so a sandbox with no network reaches it when the folder holding it is shown; the forwarder (endpoint_forwarder.py,
-run inside the sandbox) makes it an http://127.0.0.1 URL there, as agents expect one.
+"""The model endpoint a program agent calls, on a unix socket: OpenAI Chat Completions, OpenAI Responses and
+Anthropic Messages (mlab.core.llm.protocols), each request answered by a callback of the harness (the run's LLM
+client) whatever model it names. A unix socket is reached through the file system, so a sandbox with no network
+reaches it when the folder holding it is shown; the forwarder (endpoint_forwarder.py, run inside the sandbox)
+makes it an http://127.0.0.1 URL there, as agents expect one.
 
-Only text goes through: a message's content as a string or as text parts; the model is the run's, whatever the
-request names. A stream request gets the whole answer as one chunk, then [DONE]. The caller may be hostile: a
-malformed request (its length, its JSON, text that is not Unicode, a parameter out of range) is answered with
-one line and a 4xx before anything reaches the model.
+Tools, tool calls, tool results and images go through; a stream request gets the whole answer as the protocol's
+events, sent at once. The caller may be hostile: a malformed request (its length, its JSON, text that is not
+Unicode, a parameter out of range) is answered with one line and a 4xx before anything reaches the model.
 """
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mlab.core.errors import MlabError
-from mlab.core.llm.generation import check_param
+from mlab.core.llm.protocols import CHAT, ChatRequest, EndpointError, Protocol, count_tokens, protocol_for
 from mlab.core.llm.unix_http import BodyError, JsonHandler, UnixSocketServer
-from mlab.core.models import Message
+from mlab.core.models import Completion
 
 MAX_BODY_BYTES = 8 * 2**20  # a request larger than this is refused unread (each connection may send one)
 SOCKET_NAME = "llm.sock"
-# Roles an agent may send that the run's Message has no name for: said to the model as the nearest one.
-_ROLE_AS = {"developer": "system", "tool": "user", "function": "user"}
-# What the program may set per call; anything else (the model, tools) stays the run's.
-_PARAMS = ("temperature", "top_p", "stop", "seed")
+MODEL_NAME = "mlab"  # what the endpoint lists; any name a request gives gets the run's model
 
-
-class EndpointError(Exception):
-    """A request the endpoint answers with an error: HTTP status, error type and message."""
-
-    def __init__(self, status: int, kind: str, message: str, retry: bool = False):
-        super().__init__(message)
-        self.status, self.kind, self.retry = status, kind, retry
-
-
-@dataclass
-class ChatRequest:
-    messages: list[Message]
-    params: dict[str, Any] = field(default_factory=dict)
-    stream: bool = False
-
-
-@dataclass
-class ChatReply:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    model: str = ""
-
-
-def _checked(text: str, what: str) -> str:
-    """text, or EndpointError(400) when it is not valid Unicode (a lone surrogate cannot be sent on)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise EndpointError(400, "invalid_request_error", f"{what} holds a lone surrogate (not Unicode text)") from None
-    return text
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # text parts; an image part is named, not sent
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type', 'part')} not supported by this endpoint]")
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    raise EndpointError(400, "invalid_request_error", "a message's content must be a string or a list of parts")
-
-
-def parse_request(body: Any) -> ChatRequest:
-    """A chat-completions body as the run's messages and parameters; EndpointError(400) when malformed."""
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
-        raise EndpointError(400, "invalid_request_error", "send {'messages': [{'role': ..., 'content': ...}]}")
-    messages = []
-    for m in body["messages"]:
-        if not isinstance(m, dict):
-            raise EndpointError(400, "invalid_request_error", "each message must be an object")
-        role = _checked(str(m.get("role", "user")), "a role")
-        role = _ROLE_AS.get(role, role)
-        if role not in ("system", "user", "assistant"):
-            raise EndpointError(400, "invalid_request_error", f"unknown role {role[:40]!r}")
-        text = _text(m.get("content"))
-        if m.get("tool_calls"):  # an assistant's earlier tool calls, kept as text
-            text += "\n" + json.dumps(m["tool_calls"])
-        messages.append(Message(role=role, content=_checked(text, "a message")))  # type: ignore[arg-type]
-    params = {}
-    for key in _PARAMS:
-        if body.get(key) is not None:
-            params[key] = _param(key, body[key])
-    cap = body.get("max_completion_tokens") or body.get("max_tokens")
-    if cap is not None:
-        params["max_completion_tokens"] = _param("max_completion_tokens", cap)
-    return ChatRequest(messages=messages, params=params, stream=body.get("stream") is True)
-
-
-def _param(key: str, value: Any) -> Any:
-    if isinstance(value, str):
-        _checked(value, key)
-    elif isinstance(value, list):
-        for item in value:
-            _checked(str(item), key)
-    try:
-        return check_param(key, value, key)
-    except MlabError as exc:
-        raise EndpointError(400, "invalid_request_error", str(exc)) from None
-
-
-def reply_payload(reply: ChatReply) -> dict[str, Any]:
-    return {"id": f"chatcmpl-mlab-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
-            "model": reply.model,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": reply.text}}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                      "total_tokens": reply.prompt_tokens + reply.completion_tokens}}
-
-
-def stream_chunks(reply: ChatReply) -> list[dict[str, Any]]:
-    base = {"id": f"chatcmpl-mlab-{time.time_ns()}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": reply.model}
-    return [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply.text},
-                                  "finish_reason": None}]},
-            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-             "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                       "total_tokens": reply.prompt_tokens + reply.completion_tokens}}]
-
-
-Serve = Callable[[ChatRequest], ChatReply]
+Serve = Callable[[ChatRequest], Completion]
 
 
 class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     serve: Serve  # set on the per-endpoint subclass
 
-    def _error(self, exc: EndpointError) -> None:
-        # x-should-retry: false stops the openai package's own retries of a 429 (a spent budget stays spent)
-        self._send(exc.status, {"error": {"type": exc.kind, "code": exc.kind, "message": " ".join(str(exc).split())}},
-                   {"x-should-retry": "true" if exc.retry else "false"})
+    def _error(self, exc: EndpointError, protocol: Protocol) -> None:
+        # x-should-retry: false stops the OpenAI and Anthropic clients' own retries (a spent budget stays spent)
+        self._send(exc.status, protocol.error(exc), {"x-should-retry": "true" if exc.retry else "false"})
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._send(200, {"object": "list", "data": [{"id": "mlab", "object": "model", "owned_by": "mlab"}]})
+        if self.path.split("?", 1)[0].rstrip("/") in ("/v1/models", "/models"):
+            self._send(200, {"object": "list", "has_more": False, "data": [
+                {"id": MODEL_NAME, "object": "model", "type": "model", "owned_by": "mlab", "display_name": "mlab"}]})
         else:
             self._send(404, {"error": {"message": f"no such endpoint {self.path[:200]}"}})
 
     def do_POST(self) -> None:
+        bare = self.path.split("?", 1)[0].rstrip("/")
+        protocol = protocol_for(self.path) or CHAT
         try:
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            if protocol_for(self.path) is None and not bare.endswith("/messages/count_tokens"):
                 self.close_connection = True
-                raise EndpointError(404, "not_found", f"no such endpoint {self.path[:200]}; POST /v1/chat/completions")
+                raise EndpointError(404, "not_found", f"no such endpoint {self.path[:200]}; POST /v1/chat/completions, "
+                                                      "/v1/responses or /v1/messages")
             try:
                 raw = self.body(MAX_BODY_BYTES)
             except BodyError as exc:
@@ -170,18 +58,22 @@ class _Handler(JsonHandler):
             except (ValueError, RecursionError) as exc:
                 raise EndpointError(400, "invalid_request_error",
                                     f"the body is not JSON: {' '.join(str(exc).split())[:200]}") from None
-            request = parse_request(body)
-            reply = type(self).serve(request)
+            if bare.endswith("/messages/count_tokens"):
+                self._send(200, count_tokens(body))
+                return
+            request = protocol.parse(body)
+            completion = type(self).serve(request)
         except EndpointError as exc:
-            self._error(exc)
+            self._error(exc, protocol)
             return
+        model = completion.model or MODEL_NAME
         if not request.stream:
-            self._send(200, reply_payload(reply))
+            self._send(200, protocol.reply(completion, model, request))
             return
-        data = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in stream_chunks(reply))
-        data += b"data: [DONE]\n\n"
+        data = protocol.stream(completion, model, request)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

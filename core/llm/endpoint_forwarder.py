@@ -4,7 +4,8 @@ environment; it exits with the program's exit status.
 
     python endpoint_forwarder.py SOCKET -- PROGRAM ARGS...
 
-`{base_url}` in an argument or in the value of a variable is replaced by http://127.0.0.1:PORT/v1.
+`{base_url}` in an argument or in the value of a variable is replaced by http://127.0.0.1:PORT/v1, and `{origin}`
+by http://127.0.0.1:PORT (Anthropic's clients add /v1 themselves).
 """
 import os
 import signal
@@ -65,8 +66,13 @@ def main() -> None:
     listener.listen(64)
     base_url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
     threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
-    env = {key: value.replace("{base_url}", base_url) for key, value in os.environ.items()}
-    child = subprocess.Popen([arg.replace("{base_url}", base_url) for arg in program], env=env)
+    origin = base_url[:-len("/v1")]
+
+    def fill(text: str) -> str:
+        return text.replace("{base_url}", base_url).replace("{origin}", origin)
+
+    env = {key: fill(value) for key, value in os.environ.items()}
+    child = subprocess.Popen([fill(arg) for arg in program], env=env)
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     code = child.wait()
     sys.exit(code if code >= 0 else 128 - code)

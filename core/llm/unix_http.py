@@ -3,9 +3,9 @@ listen on. A unix socket is reached through the file system, so sandboxed code w
 when the folder holding it is shown.
 
 Whoever connects may be hostile: at most MAX_CONNECTIONS are served at once (more wait in the kernel's queue,
-costing no thread), each waits at most IDLE_TIMEOUT_S for its next bytes, and anything malformed gets one line of JSON and
-an HTTP error, never a traceback on the harness's output. The socket is made, opened up and removed through
-its folder's descriptor, so a folder swapped for a link never sends any of it elsewhere."""
+costing no thread), each waits at most IDLE_TIMEOUT_S for its next bytes, and anything malformed gets one line
+of JSON and an HTTP error, never a traceback on the harness's output. The socket is made, opened up and removed
+through its folder's descriptor, so a folder swapped for a link never sends any of it elsewhere."""
 from __future__ import annotations
 
 import contextlib

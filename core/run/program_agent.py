@@ -1,12 +1,13 @@
 """Running a program agent (mlab.core.agent_program): the program runs once in the run's sandbox, and each model
 call it makes through the endpoint becomes a step of the trace.
 
-Step N is model call N and what followed it: the request's newest messages, the completion, then the workspace
-changes and the program's output up to call N+1 (or the program's end); its snapshot is the workspace when call
-N+1 arrives, taken with the program frozen. Calls are answered one at a time, in order. The step limit, the time
-limit and the budgets end the program: the call that crosses one is refused (HTTP 429, not to be retried), the
-program has GRACE_S to finish, then its tree is killed; the run is scored as any other. A
-program that made no call in a session gets one step for what it did (PROGRAM_ENDED).
+Step N is model call N and what followed it: the request's newest messages, the completion (its tool calls
+included), then the workspace changes and the program's output up to call N+1 (or the program's end); its snapshot
+is the workspace when call N+1 arrives, taken with the program frozen. Several calls may be answered at once; their
+steps follow the order the calls arrived in. The step limit, the time limit and the budgets end the program: the
+call that crosses one is refused (HTTP 429, not to be retried), the program has GRACE_S to finish, then its tree is
+killed; the run is scored as any other. What the program did after its last answered call is one more step
+(PROGRAM_ENDED).
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlab.core.agent_program import ProgramAgent, ProgramLaunch
+from mlab.core.agentkit.problem import without_research_log
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import write_atomic
-from mlab.core.llm.endpoint import ChatReply, ChatRequest, EndpointError, ModelEndpoint, forwarder_source
+from mlab.core.llm.endpoint import ModelEndpoint, forwarder_source
+from mlab.core.llm.protocols import ChatRequest, EndpointError
 from mlab.core.models import Action, Completion, Step, StepFinished
 from mlab.core.run.agent_folder import AgentFolder
 from mlab.core.sandbox.wait import EndWatch
@@ -41,8 +44,8 @@ POLL_S = 0.1
 
 @dataclass
 class _Pending:
-    index: int
-    messages: list[dict[str, str]]
+    index: int  # the call's arrival number
+    messages: list[dict[str, Any]]
     completion: Completion
     started: float
 
@@ -54,12 +57,12 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - limit} characters not shown ...]\n{text[-half:]}"
 
 
-def _new_messages(request: ChatRequest) -> list[dict[str, str]]:
+def _new_messages(request: ChatRequest) -> list[dict[str, Any]]:
     """The messages after the last assistant message (what the program added since its last answer)."""
     messages = request.messages
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     shown = messages[last + 1:] or messages[-1:]
-    return [{"role": m.role, "content": _cut(m.content, MESSAGE_KEPT)} for m in shown]
+    return [{**m.record(), "content": _cut(m.content, MESSAGE_KEPT)} for m in shown]
 
 
 def _safe_name(name: str) -> bool:
@@ -74,6 +77,22 @@ def _kept_files(run_dir: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {k: v for k, v in kept.items() if isinstance(k, str) and isinstance(v, str) and _safe_name(k)}
+
+
+def _budget_env(config: Any, llm: Any) -> dict[str, str]:
+    """The model budgets the program runs under and what is left of them, for the program to plan by."""
+    used = llm.usage if llm is not None else None
+    env = {}
+    if config.max_tokens is not None:
+        env["MLAB_TOKEN_LIMIT"] = str(config.max_tokens)
+        env["MLAB_TOKENS_LEFT"] = str(max(0, config.max_tokens - (used.total_tokens if used else 0)))
+    if config.max_calls is not None:
+        env["MLAB_MAX_CALLS"] = str(config.max_calls)
+        env["MLAB_CALLS_LEFT"] = str(max(0, config.max_calls - (used.calls if used else 0)))
+    if config.max_cost is not None:
+        env["MLAB_COST_LIMIT_USD"] = f"{config.max_cost:g}"
+        env["MLAB_COST_LEFT_USD"] = f"{max(0.0, config.max_cost - (used.cost_usd if used else 0.0)):.6f}"
+    return env
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -93,7 +112,10 @@ class ProgramLoop:
         self.clock_start = clock_start
         self.agent: ProgramAgent = runner.agent
         self._lock = threading.Lock()
-        self._pending: _Pending | None = None
+        self._pending: list[_Pending] = []  # answered calls not yet steps
+        self._in_flight: set[int] = set()  # the arrival numbers of the calls being answered
+        self._settled = threading.Condition(self._lock)  # notified when a call being answered ends
+        self._arrivals = 0
         self._output = bytearray()
         self._output_lock = threading.Lock()
         self._stop: str | None = None  # why the program is told to end (a limit)
@@ -128,7 +150,7 @@ class ProgramLoop:
     def _session(self, folder: AgentFolder, seconds_left: float, steps_left: int) -> str:
         r = self.r
         resumed = bool(self.trace.steps)
-        problem = r.task.research_problem
+        problem = without_research_log(r.task.research_problem)  # a program has no action that writes the log
         if resumed:
             problem += (f"\n\n[This run was interrupted and resumed: the workspace holds the files as they were "
                         f"after model call {len(self.trace.steps)}. Earlier conversation is not kept.]")
@@ -156,9 +178,11 @@ class ProgramLoop:
             exec_spec.env.update({
                 "OPENAI_BASE_URL": "{base_url}", "OPENAI_API_BASE": "{base_url}", "MLAB_LLM_BASE_URL": "{base_url}",
                 "OPENAI_API_KEY": "mlab-endpoint-no-key", "MLAB_MODEL": "mlab",
+                "ANTHROPIC_BASE_URL": "{origin}", "ANTHROPIC_API_KEY": "mlab-endpoint-no-key",
                 "MLAB_TASK_FILE": str(task_file), "MLAB_RESEARCH_PROBLEM": problem,
                 "MLAB_MAX_STEPS": str(steps_left), "MLAB_TIME_LIMIT_S": f"{seconds_left:.0f}",
-                "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir), **spec.env})
+                "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir),
+                "MLAB_ACTION_TIMEOUT_S": f"{r.config.action_timeout_s:g}", **_budget_env(r.config, r.llm), **spec.env})
             argv = [python, "-u", str(forwarder), str(endpoint.socket_path), "--", *spec.argv]
             changes = r._store.changes
             changes.ran_agent_code()
@@ -168,6 +192,7 @@ class ProgramLoop:
                 r.workspace.mkdir(exist_ok=True)
                 outcome = scripts.guard.restore(before)
                 changes.code_ended(outcome.intact)
+        self._wait_for_calls()
         with self._lock:
             if self._failure is not None:
                 raise self._failure
@@ -201,7 +226,7 @@ class ProgramLoop:
                     if now >= grace_until:
                         break
         finally:
-            with self._lock:  # a call being answered finishes first; later ones are refused
+            with self._lock:  # later calls are refused; those being answered finish before the last steps
                 self._stopped.set()
                 sandbox.kill(proc)
             if proc.poll() is None:
@@ -237,7 +262,10 @@ class ProgramLoop:
         return self.r.env.scripts.relative_paths(_cut(data.decode("utf-8", "replace"), OUTPUT_KEPT))
 
     # ---- model calls ------------------------------------------------------------------------------
-    def _serve(self, request: ChatRequest) -> ChatReply:
+    def _serve(self, request: ChatRequest) -> Completion:
+        """Answer one call; several may be answered at once (the budgets are held by the client before each call
+        goes upstream). Each answered call becomes a step, in the order the calls arrived."""
+        config = self.r.config
         with self._lock:
             if self._failure is not None or self._stopped.is_set():
                 raise EndpointError(429, "run_ended", f"the run is ending ({self._stop or 'stopped'}): no more "
@@ -248,44 +276,64 @@ class ProgramLoop:
                 self._failure = exc
                 self._stopped.set()
                 raise EndpointError(500, "harness_error", "the harness failed; the run ends") from None
-            index = len(self.trace.steps) + 1
-            config = self.r.config
-            if index > config.max_steps:
+            step = len(self.trace.steps) + len(self._pending) + len(self._in_flight) + 1  # as the calls stand now
+            if step > config.max_steps:
                 self._end(f"max steps reached ({config.max_steps})")
                 raise EndpointError(429, "max_steps", f"the run's step limit ({config.max_steps} model calls) "
                                                       "is reached: save your work and exit")
             if self._elapsed() >= config.max_time_s:
                 self._end(f"time limit reached ({config.max_time_s:g} s)")
                 raise EndpointError(429, "time_limit", "the run's time limit is reached: save your work and exit")
-            llm = self.r.llm
-            assert llm is not None  # a program agent needs a model
-            llm.step_index = index
-            self.r.live.begin(index)
-            started = time.time()
-            try:
-                completion = llm.complete(request.messages, hold_budget=True, **request.params)
-            except BudgetExceeded as exc:
-                self._end(f"budget reached: {exc}")
-                raise EndpointError(429, "budget_exceeded", f"the run's budget is spent ({exc}): save your work "
-                                                            "and exit") from None
-            except LLMError as exc:
-                self._failure = exc
+            self._arrivals += 1
+            index = self._arrivals
+            self._in_flight.add(index)
+            self.r.live.begin(step)
+        llm = self.r.llm
+        assert llm is not None  # a program agent needs a model
+        started = time.time()
+        try:
+            completion = llm.complete(request.messages, hold_budget=True, step=step, **request.params)
+        except BudgetExceeded as exc:
+            self._end(f"budget reached: {exc}")
+            raise EndpointError(429, "budget_exceeded", f"the run's budget is spent ({exc}): save your work "
+                                                        "and exit") from None
+        except LLMError as exc:
+            with self._lock:
+                self._failure = self._failure or exc
                 self._stopped.set()
-                raise EndpointError(502, "upstream_error", f"the model failed: {exc}") from None
-            except ValueError as exc:  # a parameter the run's client refuses
-                raise EndpointError(400, "invalid_request_error", str(exc)) from None
-            self._pending = _Pending(index, _new_messages(request), completion, started)
-            return ChatReply(text=completion.text, prompt_tokens=completion.prompt_tokens,
-                             completion_tokens=completion.completion_tokens, model=llm.model_name())
+            raise EndpointError(502, "upstream_error", f"the model failed: {exc}") from None
+        except ValueError as exc:  # a parameter the run's client refuses
+            raise EndpointError(400, "invalid_request_error", str(exc)) from None
+        finally:
+            with self._lock:
+                self._in_flight.discard(index)
+                self._settled.notify_all()
+        with self._lock:
+            self._pending.append(_Pending(index, _new_messages(request), completion, started))
+        return completion.model_copy(update={"model": llm.model_name()})
+
+    def _wait_for_calls(self) -> None:
+        """Let the calls being answered finish (they are paid for and logged) before the last steps are taken."""
+        with self._settled:
+            while self._in_flight:
+                self._settled.wait()
 
     def _flush(self, final: bool, exit_code: int | None = None) -> None:
-        """Record the pending call as a step, its snapshot the workspace now (the program frozen unless it has
-        ended). At the end, a program that made no call at all gets one step for what it did."""
-        pending = self._pending  # None at the end only when this session made no call
-        if pending is None and not final:
-            return
+        """Record the answered calls as steps, in the order they arrived (those before every call still being
+        answered; all at the end), each with a snapshot of the workspace now (the program frozen unless it has
+        ended). At the end with no call left to record, what the program did last is a step of its own."""
+        waiting = min(self._in_flight, default=None)
+        ready = sorted((p for p in self._pending if final or waiting is None or p.index < waiting),
+                       key=lambda p: p.index)
+        for pending in ready:
+            self._pending.remove(pending)
+            self._record(pending, final and pending is ready[-1], exit_code)
+        if final and not ready:  # what the program did after its last answered call is a step of its own
+            self._record(None, True, exit_code)
+
+    def _record(self, pending: _Pending | None, final: bool, exit_code: int | None) -> None:
         r, trace = self.r, self.trace
-        index = pending.index if pending else len(trace.steps) + 1
+        index = len(trace.steps) + 1
         name = f"step_{index:04d}"
         previous = trace.steps[-1].snapshot if trace.steps else "step_0000"
         proc = self._proc
@@ -305,7 +353,10 @@ class ProgramLoop:
         if final:
             observation += f"\n\n[The program ended (exit code {exit_code}).]"
         if pending is not None:
-            action = Action(name=MODEL_CALL, args={"messages": pending.messages}, raw_response=pending.completion.text)
+            args: dict[str, Any] = {"messages": pending.messages}
+            if pending.completion.tool_calls:
+                args["tool_calls"] = [c.model_dump() for c in pending.completion.tool_calls]
+            action = Action(name=MODEL_CALL, args=args, raw_response=pending.completion.text)
             started = pending.started
         else:
             action = Action(name=PROGRAM_ENDED, args={"exit_code": str(exit_code)})
@@ -316,7 +367,6 @@ class ProgramLoop:
                     agent_state={"calls": sum(s.action.name == MODEL_CALL for s in trace.steps) + bool(pending)},
                     env_state=r.env.state_dict(), llm_state=llm.state_dict() if llm else {},
                     usage=llm.usage.model_copy() if llm else trace.usage)
-        self._pending = None
         trace.steps.append(step)
         trace.usage = step.usage
         trace.total_time_s = self._elapsed()

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from mlab.core import MlabError, ProgramAgent, ProgramLaunch, ProgramSpec
-from mlab.core.agentkit import AgentOptions, program_task
+from mlab.core.agentkit import AgentOptions
 
 
 class CommandOptions(AgentOptions):
@@ -57,4 +57,4 @@ class CommandAgent(ProgramAgent):
                 argv.append(str(launch.agent_dir / path.name))  # resumed elsewhere: the copy made at the start
             else:
                 argv.append(word)
-        return program_task(launch, ProgramSpec(argv=argv, files=files))
+        return ProgramSpec(argv=argv, files=files)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec
-from mlab.core.agentkit import AgentOptions, program_task
+from mlab.core.agentkit import AgentOptions
 
 PINNED = "mini-swe-agent==2.4.6"
 
@@ -24,8 +24,9 @@ class MiniSweAgent(ProgramAgent):
     options: MiniSweOptions
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
-        return program_task(launch, self.python_driver(launch, "miniswe_driver.py", {
+        return self.python_driver(launch, "miniswe_driver.py", {
             "MLAB_MINISWE_TIMEOUT": str(self.options.command_timeout_s),
             # no first-run set-up questions, no update check, no price lookups: mlab prices
             "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
-            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}))
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "MSWEA_SILENT_STARTUP": "1"})

@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-import litellm  # type: ignore[import-untyped]
+import litellm
 import yaml  # type: ignore[import-untyped]
 from minisweagent import package_dir
 from minisweagent.agents.default import DefaultAgent

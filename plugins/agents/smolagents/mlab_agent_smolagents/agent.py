@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec
-from mlab.core.agentkit import AgentOptions, program_task
+from mlab.core.agentkit import AgentOptions
 
 PINNED = "smolagents==1.26.0"
 
@@ -25,6 +25,4 @@ class SmolagentsAgent(ProgramAgent):
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
         env = {"MLAB_SMOL_IMPORTS": self.options.imports, "MLAB_SMOL_PLANNING": str(self.options.planning_interval)}
-        if self.ctx.action_timeout_s is not None:  # a code step is an action: --action-timeout, not smolagents' 30 s
-            env["MLAB_ACTION_TIMEOUT_S"] = f"{self.ctx.action_timeout_s:g}"
-        return program_task(launch, self.python_driver(launch, "smolagents_driver.py", env))
+        return self.python_driver(launch, "smolagents_driver.py", env)

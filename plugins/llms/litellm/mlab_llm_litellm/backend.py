@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any
 
-from mlab.core import LLM, Completion, LLMError, Message
+from mlab.core import LLM, Completion, LLMError, Message, ToolCall, to_openai
 
 DEFAULT_TIMEOUT_S = 600.0
 # litellm lists both names for Gemini; either one is enough.
@@ -149,6 +149,7 @@ class LiteLLMBackend(LLM):
     description = ("Any litellm model: openai/…, anthropic/…, gemini/…, ollama/…; an OpenAI-compatible server "
                    "with --llm-api-base. Keys from the provider's usual environment variables.")
     handles_unprefixed = True
+    supports_tools = True  # litellm translates OpenAI's tools and tool calls for every provider
 
     def __init__(self, model: str = "", api_base: str | None = None, timeout: float | None = None,
                  **options: Any):
@@ -175,7 +176,7 @@ class LiteLLMBackend(LLM):
     def complete(self, messages: list[Message], **params: Any) -> Completion:
         litellm = _import_litellm()
         request: dict[str, Any] = {
-            "model": self.model, "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "model": self.model, "messages": to_openai(messages),
             "timeout": self.timeout, "max_retries": 0, "num_retries": 0, **params}
         if self.api_base:
             request["api_base"] = self.api_base
@@ -186,11 +187,16 @@ class LiteLLMBackend(LLM):
         except Exception as exc:
             raise classify(exc, self.model) from exc
         try:
-            text = response.choices[0].message.content or ""
+            choice = response.choices[0]
+            text = choice.message.content or ""
+            calls = [ToolCall(id=str(c.id or f"call_{i}"), name=str(c.function.name or ""),
+                              arguments=str(c.function.arguments or "{}"))
+                     for i, c in enumerate(getattr(choice.message, "tool_calls", None) or [])]
         except (AttributeError, IndexError, TypeError) as exc:
             raise LLMError(f"{self.model}: malformed response without a message ({exc})", transient=True) from exc
         usage = getattr(response, "usage", None)
-        return Completion(text=text, model=str(getattr(response, "model", "") or self.model),
+        return Completion(text=text, tool_calls=calls, finish_reason=getattr(choice, "finish_reason", None),
+                          model=str(getattr(response, "model", "") or self.model),
                           prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                           completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                           cost_usd=self._cost(litellm, response))

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlab.core import LLM, Completion, LLMError, Message
+from mlab.core import LLM, Completion, LLMError, Message, ToolCall
 
 LOG_NAME = "llm_calls.jsonl"
 
@@ -85,6 +85,7 @@ class ReplayLLM(LLM):
     name = "replay"
     description = "Replays the completions of a recorded run (RUN_DIR or llm_calls.jsonl) or a JSONL script, in order."
     cacheable = False  # answers depend on position in the recording, not only on the prompt
+    supports_tools = True  # a recording's tool calls are replayed as they were
 
     def __init__(self, model: str = "", **options: Any):
         super().__init__(model, **options)
@@ -123,7 +124,9 @@ class ReplayLLM(LLM):
             raise LLMError(str(call["error"]), context_too_long=bool(call.get("context_too_long")))
         text = str(call["completion"])
         prompt = "\n".join(m.content for m in messages)
-        return Completion(text=text, model=f"replay:{call.get('model') or self.path}",
+        tool_calls = [ToolCall(**c) for c in call.get("tool_calls") or [] if isinstance(c, dict)]
+        return Completion(text=text, model=f"replay:{call.get('model') or self.path}", tool_calls=tool_calls,
+                          finish_reason=call.get("finish_reason"),
                           prompt_tokens=int(call.get("prompt_tokens", _estimate_tokens(prompt)) or 0),
                           completion_tokens=int(call.get("completion_tokens", _estimate_tokens(text)) or 0),
                           cost_usd=call.get("cost_usd"))

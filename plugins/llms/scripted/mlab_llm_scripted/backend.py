@@ -1,7 +1,9 @@
 """A backend that answers with given completions, in order: `--llm scripted:FILE`.
 
-FILE is JSON lines, each either a string or an object with "completion" (and optionally "prompt_tokens",
-"completion_tokens", "cost_usd"); or a JSON list of those. Token counts default to a words-based estimate.
+FILE is JSON lines, each either a string or an object with "completion" (and optionally "tool_calls",
+"finish_reason", "prompt_tokens", "completion_tokens", "cost_usd"); or a JSON list of those. A tool call is
+{"name": ..., "arguments": {...} or its JSON text, "id": optional}. Token counts default to a words-based
+estimate.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlab.core import LLM, Completion, LLMError, Message
+from mlab.core import LLM, Completion, LLMError, Message, ToolCall
 
 
 def load_script(path: Path) -> list[dict]:
@@ -22,6 +24,18 @@ def load_script(path: Path) -> list[dict]:
     return [{"completion": item} if isinstance(item, str) else dict(item) for item in items]
 
 
+def script_tool_calls(calls: Any, position: int) -> list[ToolCall]:
+    """A script entry's tool calls; arguments may be given as an object. Ids default to call_<entry>_<n>."""
+    if not calls:
+        return []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        raise LLMError(f"scripted entry {position}: tool_calls must be a list of {{'name': ..., 'arguments': ...}}")
+    return [ToolCall(id=str(c.get("id") or f"call_{position}_{i}"), name=c["name"],
+                     arguments=c["arguments"] if isinstance(c.get("arguments"), str)
+                     else json.dumps(c.get("arguments") or {}))
+            for i, c in enumerate(calls)]
+
+
 def estimate_tokens(text: str) -> int:
     return max(1, round(len(text.split()) * 4 / 3)) if text else 0
 
@@ -29,6 +43,7 @@ def estimate_tokens(text: str) -> int:
 class ScriptedLLM(LLM):
     name = "scripted"
     description = "Returns completions from a JSONL/JSON script in order; fails when they run out."
+    supports_tools = True  # a script's entries may hold tool calls
 
     def __init__(self, model: str = "", completions: list[Any] | None = None, **options: Any):
         super().__init__(model, **options)
@@ -50,9 +65,11 @@ class ScriptedLLM(LLM):
             raise LLMError(f"scripted backend ran out of completions after {len(self.script)}")
         item = self.script[self.position]
         self.position += 1
-        text = str(item.get("completion", ""))
+        text = str(item.get("completion") or "")
+        calls = script_tool_calls(item.get("tool_calls"), self.position - 1)
         prompt = "\n".join(m.content for m in messages)
-        return Completion(text=text, model=f"scripted:{self.model}",
+        return Completion(text=text, model=f"scripted:{self.model}", tool_calls=calls,
+                          finish_reason=item.get("finish_reason") or ("tool_calls" if calls else "stop"),
                           prompt_tokens=int(item.get("prompt_tokens", estimate_tokens(prompt))),
                           completion_tokens=int(item.get("completion_tokens", estimate_tokens(text))),
                           cost_usd=item.get("cost_usd"))
