@@ -20,6 +20,14 @@ from mlab.core.agentkit.named_entries import ACTION, ACTION_INPUT, OBSERVATION_S
 from mlab.core.agentkit.options import RESEARCH_ACTIONS, ActionNames, AgentOptions, pick_actions
 from mlab.core.agentkit.problem import packages_line, research_problem
 from mlab.core.agentkit.responses import InvalidResponse, check_args, match_name
+from mlab.core.agentkit.tools import (
+    TOOL_CALL_ID,
+    action_tools,
+    ask_until_called,
+    parse_tool_call,
+    require_tools,
+    tool_name,
+)
 from mlab.core.run.validation import read_validation
 
 __all__ = [
@@ -28,4 +36,5 @@ __all__ = [
     "ask_until_valid", "budget_line", "check_args", "loads_lenient", "match_name", "needs_summary", "packages_line",
     "parse_named_entries", "pick_actions", "research_problem", "summarize_observation",
     "truncate_middle", "read_validation",
+    "TOOL_CALL_ID", "action_tools", "ask_until_called", "parse_tool_call", "require_tools", "tool_name",
 ]

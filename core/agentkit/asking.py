@@ -7,7 +7,7 @@ from typing import Any
 
 from mlab.core.agentkit.responses import InvalidResponse
 from mlab.core.llm.client import LLMClient
-from mlab.core.models import Message
+from mlab.core.models import Message, ToolCall
 
 MAX_ATTEMPTS = 5
 
@@ -19,6 +19,7 @@ class Attempts:
     value: Any = None
     text: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)  # {"response": ..., "problem": ...} each
+    tool_call: ToolCall | None = None  # the call the value came from (ask_until_called)
 
     @property
     def ok(self) -> bool:

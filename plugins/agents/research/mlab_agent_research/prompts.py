@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from mlab.core import ActionSpec
+from mlab.core.agentkit import tool_name
 
 ENTRY_GUIDE = {
     "Reflection": "What the last observation means. If it shows an error, what caused it and how you will "
@@ -17,6 +18,14 @@ ENTRY_GUIDE = {
     "Action": "The name of one action from the list above, exactly as written there.",
     "Action Input": "One JSON object with exactly that action's arguments. Inside strings write line breaks "
                     "as \\n.",
+}
+
+# Native tools: the entries are arguments of every tool; the schema says this much, the system prompt the rest.
+FIELD_HINTS = {
+    "Reflection": "What the last observation means (see the system prompt).",
+    "Research Plan and Status": "The whole plan with each step's status, in full (see the system prompt).",
+    "Fact Check": "Each statement added to the plan: confirmed by observation, or guessed (see the system prompt).",
+    "Thought": "What you will do now and why.",
 }
 
 GUIDANCE = """How to work:
@@ -54,6 +63,28 @@ def system_prompt(research_problem: str, actions: dict[str, ActionSpec], entries
         f"Response format. Every response has exactly these entries, in this order, each starting its own line "
         f"with its name and a colon, and nothing after Action Input:\n{format_lines}"
     )
+
+
+def native_system_prompt(research_problem: str, fields: list[str]) -> str:
+    """The system prompt of native mode: the actions are the tools, so only the entries' guide is left."""
+    guide = "\n".join(f"{tool_name(name)}: {ENTRY_GUIDE[name]}" for name in fields).replace(
+        "Research Plan and Status", "research_plan_and_status")
+    calls = (f"Every tool call carries these fields, filled in, before the tool's own arguments:\n{guide}" if fields
+             else "Call exactly one tool in each response.")
+    return (
+        "You are a careful machine-learning researcher working alone on the research problem below. You act only "
+        "through the tools you are given, one call per response; each works inside a workspace folder holding the "
+        "task's files.\n\n"
+        f"Research problem:\n{research_problem.strip()}\n\n"
+        f"{GUIDANCE}\n\n"
+        f"{calls}"
+    )
+
+
+def tool_correction(problem: str, fields: list[str]) -> str:
+    names = ", ".join(tool_name(n) for n in fields)
+    return (f"That call could not be used: {problem}.\nCall exactly one of the tools"
+            + (f", with {names} filled in and" if names else " with") + " exactly that tool's own arguments.")
 
 
 def correction(problem: str, entries: list[str], actions: dict[str, ActionSpec]) -> str:
