@@ -1,7 +1,9 @@
 """`mlab export --format chat-jsonl`: each model call of each run as one chat record (the request's messages and
 the completion as the assistant's turn), with the run's score, improvement and success, the shape fine-tuning and
 RL tooling reads. One line per entry of the run's llm_calls.jsonl, in its order, for every agent kind; a failed
-call keeps its error and has no assistant turn."""
+call keeps its error and has no assistant turn. Tool calls and results are in OpenAI's chat fine-tuning shape
+(assistant tool_calls, tool messages with their tool_call_id, the tools offered beside the messages); a text-only
+call's record is {role, content} messages, as it always was."""
 from __future__ import annotations
 
 import json
@@ -42,13 +44,34 @@ def chat_records(path: Path, warn: Warn = quiet) -> Iterator[dict[str, Any]]:
                "seed": trace.config.seed, "status": trace.status, "score": trace.final_score,
                "improvement": verdict.get("improvement"), "success": verdict.get("success")}
         for n, entry in enumerate(exported_calls(run_dir, warn), 1):
-            messages = list(entry.get("messages") or [])
+            messages = [openai_message(m) for m in entry.get("messages") or [] if isinstance(m, dict)]
             if entry.get("completion") is not None and entry.get("error") is None:
-                messages.append({"role": "assistant", "content": entry["completion"]})
-            yield {"messages": messages, **run, "call": n, "step": entry.get("step"), "role": entry.get("role"),
-                   "model": entry.get("model"), "params": entry.get("params") or {},
+                messages.append(openai_message({"role": "assistant", "content": entry["completion"],
+                                                "tool_calls": entry.get("tool_calls") or []}))
+            params = entry.get("params") or {}
+            offered = {key: params[key] for key in ("tools", "parallel_tool_calls") if params.get(key) is not None}
+            yield {"messages": messages, **offered, **run, "call": n, "step": entry.get("step"),
+                   "role": entry.get("role"), "model": entry.get("model"), "params": params,
                    "prompt_tokens": entry.get("prompt_tokens"), "completion_tokens": entry.get("completion_tokens"),
                    "cost_usd": entry.get("cost_usd"), "cached": entry.get("cached"), "error": entry.get("error")}
+
+
+def openai_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A logged message (Message.record()) as an OpenAI chat message; a text one unchanged."""
+    out = dict(message)
+    parts = out.pop("parts", None)
+    if isinstance(parts, list) and parts:
+        out["content"] = [{"type": "image_url", "image_url": {"url": p.get("image_url", "")}}
+                          if p.get("type") == "image" else {"type": "text", "text": p.get("text", "")}
+                          for p in parts if isinstance(p, dict)]
+    calls = out.pop("tool_calls", None)
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [{"id": c.get("id"), "type": "function",
+                              "function": {"name": c.get("name"), "arguments": c.get("arguments", "{}")}}
+                             for c in calls if isinstance(c, dict)]
+        if out.get("content") == "":
+            out["content"] = None  # OpenAI's "no text" beside tool calls
+    return out
 
 
 def export(path: Path, out_dir: Path, warn: Warn = quiet) -> Path:

@@ -2,20 +2,23 @@
 
 One log per (task, agent, model); each run is a sample of it, its seed an epoch. The sample's messages are the
 first prompt and then, per step, the agent's reply (with the step's action as a tool call) and the observation
-(as the tool's answer); every model call is a model event with its whole prompt, every action a tool event. The
+(as the tool's answer); every model call is a model event with its whole prompt, every action a tool event. A
+model's own tool calls, the results sent back and the tools offered are Inspect's tool calls, tool messages and
+tool infos. The
 scores are the run's verdict as `mlab report` judges it (verdict.RunJudge, or judge_runs for a bench, which
 reads its results.db as the report does), never worked out here; usage is the model call log's, per model.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mlab.core.bench.export_chat import Warn, exported_calls, quiet
 from mlab.core.bench.results import ResultsDB, judge_runs
@@ -30,6 +33,7 @@ from mlab.core.run.trace import read_trace
 if TYPE_CHECKING:
     from inspect_ai.log import EvalLog, EvalSample
     from inspect_ai.model import ChatMessage, ModelUsage
+    from inspect_ai.tool import ToolCall, ToolInfo
 
     from mlab.core.models import Trace
     from mlab.core.plugins.registry import Registry
@@ -216,15 +220,98 @@ def sample(run: ExportedRun, epoch: int, warn: Warn = quiet) -> EvalSample:
     )
 
 
-def chat(raw: dict[str, Any]) -> ChatMessage:
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
+def chat(raw: dict[str, Any], names: dict[str, str] | None = None) -> ChatMessage:
+    """A logged message (Message.record()) as Inspect's; names: the tool of each call id seen so far, which a tool
+    result is named by (and which an assistant's calls add to)."""
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
 
-    role, content = str(raw.get("role", "user")), str(raw.get("content", ""))
+    names = {} if names is None else names
+    role, content = str(raw.get("role", "user")), _content(raw)
     if role == "system":
         return ChatMessageSystem(content=content)
     if role == "assistant":
-        return ChatMessageAssistant(content=content)
+        calls = tool_calls(raw.get("tool_calls"))
+        names.update({c.id: c.function for c in calls})
+        return ChatMessageAssistant(content=content, tool_calls=calls or None)
+    if role == "tool":
+        call_id = str(raw.get("tool_call_id") or "")
+        return ChatMessageTool(content=content, tool_call_id=call_id, function=names.get(call_id))
     return ChatMessageUser(content=content)
+
+
+def chats(raws: Any) -> list[ChatMessage]:
+    names: dict[str, str] = {}
+    return [chat(m, names) for m in raws or [] if isinstance(m, dict)]
+
+
+def _content(raw: dict[str, Any]) -> Any:
+    """The text, or with image parts the parts in order as Inspect's content."""
+    from inspect_ai.model import ContentImage, ContentText
+
+    parts = raw.get("parts")
+    if isinstance(parts, list) and any(isinstance(p, dict) and p.get("type") == "image" for p in parts):
+        return [ContentImage(image=str(p.get("image_url", ""))) if p.get("type") == "image"
+                else ContentText(text=str(p.get("text", ""))) for p in parts if isinstance(p, dict)]
+    return str(raw.get("content", ""))
+
+
+def tool_calls(raws: Any) -> list[ToolCall]:
+    """Logged tool calls ({id, name, arguments as JSON text}) as Inspect's, whose arguments are a dict: text that is
+    no JSON object gives {} and a parse_error quoting it."""
+    from inspect_ai.tool import ToolCall
+
+    calls = []
+    for raw in raws or []:
+        if not isinstance(raw, dict):
+            continue
+        text = str(raw.get("arguments") or "{}")
+        try:
+            arguments = json.loads(text)
+            error = None if isinstance(arguments, dict) else "the arguments are no JSON object"
+        except ValueError as exc:
+            arguments, error = None, str(exc)
+        calls.append(ToolCall(id=str(raw.get("id", "")), function=str(raw.get("name", "")),
+                              arguments=arguments if error is None else {},
+                              parse_error=f"{error}: {text}" if error else None))
+    return calls
+
+
+def tool_infos(params: dict[str, Any]) -> list[ToolInfo]:
+    """The tools a call offered (OpenAI's function shape); parameters Inspect's model cannot hold are left out
+    (the call's params keep them)."""
+    from inspect_ai.tool import ToolInfo, ToolParams
+    from pydantic import ValidationError
+
+    infos = []
+    for tool in params.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not function.get("name"):
+            continue
+        try:
+            parameters = ToolParams.model_validate(function.get("parameters") or {})
+        except ValidationError:
+            parameters = ToolParams()
+        infos.append(ToolInfo(name=str(function["name"]), description=str(function.get("description") or ""),
+                              parameters=parameters))
+    return infos
+
+
+def _tool_choice(params: dict[str, Any]) -> Any:
+    """OpenAI's tool_choice as Inspect's: none without tools (a text call), auto when unsaid."""
+    from inspect_ai.tool import ToolFunction
+
+    if not params.get("tools"):
+        return "none"
+    choice = params.get("tool_choice") or "auto"
+    if isinstance(choice, dict):
+        return ToolFunction(name=str((choice.get("function") or {}).get("name", "")))
+    if choice == "required":
+        return "any"
+    return choice if choice in ("auto", "none") else "auto"
+
+
+STOP_REASONS: dict[str, Literal["tool_calls", "max_tokens", "content_filter"]] = {
+    "tool_calls": "tool_calls", "length": "max_tokens", "content_filter": "content_filter"}
 
 
 def conversation(run: ExportedRun, calls: list[dict[str, Any]]) -> list[ChatMessage]:
@@ -234,15 +321,21 @@ def conversation(run: ExportedRun, calls: list[dict[str, Any]]) -> list[ChatMess
     from inspect_ai.tool import ToolCall, ToolCallError
 
     first = next((c for c in calls if c.get("role") == "main" and c.get("messages")), None)
-    messages: list[ChatMessage] = ([chat(m) for m in first["messages"] if isinstance(m, dict)] if first
-                                   else [ChatMessageUser(content=run.problem)])
+    messages: list[ChatMessage] = chats(first["messages"]) if first else [ChatMessageUser(content=run.problem)]
     model = run.trace.config.llm
+    names: dict[str, str] = {}
     for step in run.trace.steps:
         call_id = f"step-{step.index}"
         action = step.action
+        # a model call's step (program agents): the tool results sent back, then the model's own tool calls
+        sent = action.args.get("messages")
+        sent = sent if isinstance(sent, list) else []
+        messages += [chat(m, names) for m in sent if isinstance(m, dict) and m.get("role") == "tool"]
+        asked = tool_calls(action.args.get("tool_calls"))
+        names.update({c.id: c.function for c in asked})
         messages.append(ChatMessageAssistant(
             content=action.raw_response or "", model=model,
-            tool_calls=[ToolCall(id=call_id, function=action.name, arguments=dict(action.args))],
+            tool_calls=[*asked, ToolCall(id=call_id, function=action.name, arguments=dict(action.args))],
             metadata={"step": step.index, "entries": action.entries} if action.entries else {"step": step.index}))
         messages.append(ChatMessageTool(
             content=step.observation, tool_call_id=call_id, function=action.name,
@@ -270,12 +363,15 @@ def model_events(trace: Trace, calls: list[dict[str, Any]]) -> list[tuple[tuple[
         latency = float(call.get("latency_s") or 0.0)
         ended = float(call.get("time") or 0.0)
         error = str(call["error"]) if call.get("error") else None
-        output = ModelOutput.from_content(model, str(call.get("completion") or ""), error=error)
+        params: dict[str, Any] = call["params"] if isinstance(call.get("params"), dict) else {}
+        output = ModelOutput.from_content(model, str(call.get("completion") or ""), error=error,
+                                          stop_reason=STOP_REASONS.get(str(call.get("finish_reason")), "stop"))
+        output.choices[0].message.tool_calls = tool_calls(call.get("tool_calls")) or None
         output.usage = _usage(call) if _answered(call) else ModelUsage()
         event = ModelEvent(
-            model=model, role=str(call.get("role") or "main"),
-            input=[chat(m) for m in call.get("messages") or [] if isinstance(m, dict)],
-            tools=[], tool_choice="none", config=GenerateConfig(), output=output, error=error,
+            model=model, role=str(call.get("role") or "main"), input=chats(call.get("messages")),
+            tools=tool_infos(params), tool_choice=_tool_choice(params), config=GenerateConfig(), output=output,
+            error=error,
             cache="read" if call.get("cached") else None, retries=len(call.get("retries") or []) or None,
             timestamp=_at(ended - latency), completed=_at(ended), working_time=latency,
             metadata={"step": call.get("step"), "params": call.get("params") or {}})
