@@ -15,7 +15,7 @@ STRESS_RUNS ?= 1
 TEST_WORKERS ?= 2
 
 .PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools \
-	gpu-check
+	gpu-check cli-agents
 
 setup: $(VENV)/.installed
 
@@ -56,7 +56,7 @@ run:
 # (which skips with a reason when ../shared/data is absent). Most cases wait on subprocesses, sandboxes and sockets,
 # so they run on TEST_WORKERS pytest-xdist workers (docker and Ray cases grouped on one: tests/conftest.py); the
 # `timing` cases then run alone, since they time code beside a CPU load of their own.
-test: setup browser sandbox-tools
+test: setup browser sandbox-tools cli-agents
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not timing"
 	$(PY) -m pytest -q -p no:cacheprovider -m timing
 
@@ -93,7 +93,7 @@ mypy: setup
 
 # `make test` while stress-ng loads every core (STRESS_CPUS workers), STRESS_RUNS times in a row; stops at the
 # first failure and prints each run's wall time.
-stress-test: setup browser sandbox-tools stress-tools
+stress-test: setup browser sandbox-tools stress-tools cli-agents
 	@stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & stress=$$!; \
 	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for run in $$(seq $(STRESS_RUNS)); do \
@@ -129,6 +129,24 @@ sandbox-tools:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null; } || \
 		echo "docker.io not installed: the docker sandbox tests will be skipped (under CI=true, fail)"
+
+# Real CLI agents from npm (Codex CLI, Claude Code) at the versions their plugins pin (NPM = "..." in each
+# agent.py), into CLI_AGENTS_DIR, which their plugins look in (MLAB_CLI_AGENTS moves it); each is reinstalled only
+# when its pin changes. Their programs run only inside a run's sandbox, with no network and their opt-outs set.
+CLI_AGENTS_DIR ?= build/cli-agents
+CLI_AGENTS := codex claude_code
+
+cli-agents:
+	@command -v npm >/dev/null 2>&1 || { echo "npm is missing: the CLI agents (Codex, Claude Code) need Node's npm"; exit 1; }
+	@for name in $(CLI_AGENTS); do \
+		pin=$$(sed -n 's/^NPM = "\(.*\)"$$/\1/p' plugins/agents/$$name/mlab_agent_$$name/agent.py); \
+		[ -n "$$pin" ] || { echo "plugins/agents/$$name: no NPM pin"; exit 1; }; \
+		[ "$$(cat $(CLI_AGENTS_DIR)/$$name/.installed 2>/dev/null)" = "$$pin" ] && continue; \
+		echo "installing $$pin into $(CLI_AGENTS_DIR)/$$name"; \
+		npm install --prefix $(CLI_AGENTS_DIR)/$$name --no-audit --no-fund --no-update-notifier --loglevel=error \
+			"$$pin" >/dev/null || exit 1; \
+		echo "$$pin" > $(CLI_AGENTS_DIR)/$$name/.installed; \
+	done
 
 bench: setup
 	$(PY) benchmarks/list_plugins_time.py

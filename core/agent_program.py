@@ -24,6 +24,7 @@ tokens left after its prompt, and a prompt that could cost more than is left (a 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from abc import abstractmethod
 from dataclasses import dataclass, field
@@ -53,12 +54,14 @@ class ProgramLaunch:
 
 @dataclass
 class ProgramSpec:
-    """How to start the program: argv (`{base_url}` in an argument is the endpoint's URL), variables to add,
-    and files (name: text) written into ProgramLaunch.agent_dir first."""
+    """How to start the program: argv (`{base_url}` in an argument is the endpoint's URL, `{origin}` the same
+    without /v1), variables to add, files (name: text) written into ProgramLaunch.agent_dir first, and host folders
+    the program needs (its own installation) shown read-only at the same paths in the sandbox."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    shown: list[Path] = field(default_factory=list)
 
 
 class ProgramAgent(Agent):
@@ -96,6 +99,12 @@ class ProgramAgent(Agent):
 
     def step(self, state: RunState) -> Action | StopRun:
         raise MlabError(f"agent {self.name!r} runs its own program: the runner does not ask it for steps")
+
+
+def cli_agents_dir() -> Path:
+    """Where `make cli-agents` installs the npm CLI agents (MLAB_CLI_AGENTS, else build/cli-agents of the checkout)."""
+    given = os.environ.get("MLAB_CLI_AGENTS")
+    return Path(given) if given else Path(__file__).resolve().parents[1] / "build" / "cli-agents"
 
 
 def check_program(agent_cls: type) -> None:

@@ -175,6 +175,7 @@ class ProgramLoop:
         with ModelEndpoint(self._serve, agent_dir, folder.fd) as endpoint:
             before = scripts.guard.survey()
             exec_spec = scripts.exec_spec(timeout_s=seconds_left, survey=before)
+            exec_spec.shown_paths += spec.shown
             exec_spec.env.update({
                 "OPENAI_BASE_URL": "{base_url}", "OPENAI_API_BASE": "{base_url}", "MLAB_LLM_BASE_URL": "{base_url}",
                 "OPENAI_API_KEY": "mlab-endpoint-no-key", "MLAB_MODEL": "mlab",

@@ -51,8 +51,8 @@ class Sandbox(ABC):
         (mlab.core.sandbox.command), which every other method's `command` is. It runs in spec.cwd with exactly
         spec.env; stdout and stderr merged into one pipe; stdin a pipe when spec.stdin_pipe, else empty;
         spec.limits bound its whole tree (rlimits; processes and memory where the sandbox can). A confined sandbox
-        hides spec.hidden_paths, mounts each spec.read_only_paths entry read-only (a folder as one mount), leaves
-        writable only cwd, spec.writable_paths and a private /tmp, and gives no network unless spec.network.
+        hides spec.hidden_paths, mounts each spec.read_only_paths and shown_paths entry read-only (a folder as one
+        mount), leaves writable only cwd, spec.writable_paths and a private /tmp; no network unless spec.network.
         Nothing it starts may outlive the harness. Raises FileNotFoundError or PermissionError, as Popen does, when
         argv[0] cannot be executed."""
 

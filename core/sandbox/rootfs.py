@@ -162,7 +162,7 @@ def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootV
         # CPU counts and caches, read by numpy and torch
         view.read_only.append((os.path.realpath("/sys/devices/system/cpu"), "/sys/devices/system/cpu"))
     view.devices = gpu_devices()
-    for path in [*(python_dirs(argv[0], named_too) if argv else []), *extra_read_only()]:
+    for path in [*(python_dirs(argv[0], named_too) if argv else []), *extra_read_only(), *map(str, spec.shown_paths)]:
         real = os.path.realpath(path)
         shown_at = os.path.abspath(path) if named_too else real
         if os.path.exists(real) and not any(inside(s, shown_at) for s in view.shown()):

@@ -17,6 +17,7 @@ class ExecSpec(BaseModel):
     hidden_paths: list[Path] = Field(default_factory=list)  # must not be visible to the command
     read_only_paths: list[Path] = Field(default_factory=list)  # visible but not writable
     writable_paths: list[Path] = Field(default_factory=list)  # besides cwd, e.g. the sandbox home
+    shown_paths: list[Path] = Field(default_factory=list)  # host folders shown read-only at the same path
     stdin_pipe: bool = False
     network: bool = False  # share the host's network (the task declares it needs one); else loopback of its own
 
