@@ -19,9 +19,9 @@ from tests.fixtures.harness import TASK_NAME, fixture_registry
 REPO = Path(__file__).resolve().parents[1]
 BUILT_IN = {
     "baseline": [],
-    "research": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts"],
-    "react": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts"],
-    "simple": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts"],
+    "research": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts", "tools"],
+    "react": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts", "tools"],
+    "simple": ["actions", "retrieval", "history_steps", "summarize_over", "max_attempts", "tools"],
     "autogpt": ["commands", "recent_chars", "result_chars", "max_attempts"],
     "langchain": ["tools", "observation_chars", "scratchpad_chars", "max_attempts"],
 }
@@ -65,7 +65,7 @@ def test_good_values_are_converted_and_defaults_filled():
     options = check_agent_options(research, {"actions": "List Files, Execute Script", "retrieval": "true",
                                              "history_steps": "5"})
     assert options.model_dump() == {"actions": ["List Files", "Execute Script"], "retrieval": True,
-                                    "history_steps": 5, "summarize_over": 5000, "max_attempts": 5}
+                                    "history_steps": 5, "summarize_over": 5000, "max_attempts": 5, "tools": "text"}
 
 
 def test_a_run_with_a_bad_option_writes_nothing(tmp_path):

@@ -207,3 +207,53 @@ def test_forty_concurrent_tool_calls_are_served_together_and_hold_the_budget(tmp
     calls = read_call_log(tmp_path / "run" / "llm_calls.jsonl")
     assert len(calls) == statuses.count(200) == len(server.requests)
     assert len([s for s in trace["steps"] if s["action"]["name"] == "Model Call"]) == statuses.count(200)
+
+
+ONE_TOOL_CALL = textwrap.dedent(r'''
+    import os, openai
+    oa = openai.OpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"], max_retries=0)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    history = [{"role": "user", "content": "Weather in Paris?"}]
+    m = oa.chat.completions.create(model="any", messages=history, tools=tools).choices[0].message
+    history += [m.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "clear <b>sky</b>"}]
+    print(oa.chat.completions.create(model="any", messages=history, tools=tools).choices[0].message.content)
+''')
+
+
+@pytest.mark.slow  # a browser
+def test_the_viewer_shows_a_steps_tool_calls_in_chromium(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.fixtures.webdriver import CHROMEDRIVER, CHROMIUM, MISSING, Browser
+
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip(MISSING)
+    make_sandbox("local")
+    (tmp_path / "one.py").write_text(ONE_TOOL_CALL)
+    runs = tmp_path / "runs"
+    with FakeLLMServer(model) as server:
+        done = mlab("run", "--task", "lite/wine", "--agent", "command", "--agent-option", "command=python one.py",
+                    "--llm", "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--sandbox", "local",
+                    "--run-dir", runs / "tools", cwd=tmp_path, env={"OPENAI_API_KEY": "sk-x"})
+    assert done.returncode == 0, done.stderr
+    view = subprocess.Popen([sys.executable, "-m", "mlab.cli.main", "view", str(runs)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert view.stdout is not None
+        url = next(line.split()[1] for line in view.stdout if line.startswith("open http://"))
+        with Browser(tmp_path / "profile") as browser:
+            browser.open(url + "#run=tools&step=1")
+            shown = browser.wait_for("var e = document.getElementById('step-tool-calls'); return e && e.textContent;")
+            assert "get_weather" in shown and '{"city": "Paris"}' in shown
+            browser.open(url + "#run=tools&step=2")
+            args = browser.wait_for("var e = document.getElementById('step-action'), a = document.getElementById("
+                                    "'step-args'); return e && e.textContent === 'Model Call' && a.textContent"
+                                    ".indexOf('tool_call_id') >= 0 && a.textContent;")
+            assert "clear <b>sky</b>" in args  # the tool's result, as text
+            assert browser.run("return document.getElementById('step-tool-calls');") is None
+            assert browser.run("return document.images.length;") == 0
+    finally:
+        view.kill()
+        view.wait()

@@ -323,6 +323,14 @@
           el('td', null, text(x.plan)));
       })))];
   }
+  function toolCalls(calls) {
+    // the tools the model called in this step (a program agent's model call), each with its arguments
+    if (!Array.isArray(calls) || !calls.length) return null;
+    return [el('h4', null, 'Tool calls'), el('table', {id: 'step-tool-calls'}, calls.map(function (c) {
+      return el('tr', null, el('th', null, text(c && c.name)), el('td', null, el('pre', null, text(c && c.arguments))),
+        el('td', {class: 'muted'}, text(c && c.id)));
+    }))];
+  }
   function stepView(st, n) {
     // the agent's own copy of the action and its input (a ReAct response's "Action" and "Action Input") is shown
     // once, under Action input
@@ -341,6 +349,7 @@
         return el('tr', null, el('th', null, k), el('td', null, el('pre', null, json(st.entries[k]))));
       }))] : null,
       el('h4', null, 'Action input'), el('pre', {id: 'step-args'}, json(st.args)),
+      toolCalls(st.args && st.args.tool_calls),
       el('h4', null, 'Observation'), el('pre', {id: 'step-observation', class: st.is_error ? 'err' : null}, text(st.observation)),
       el('h4', null, 'Files changed'), changes.length ? el('div', {id: 'step-diff'}, changes.map(function (c) {
         return [el('p', null, el('b', null, text(c.file)), ' ', text(c.change)), diff(c.diff)];
