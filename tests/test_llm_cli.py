@@ -198,3 +198,46 @@ def test_replay_skips_the_calls_of_a_step_cut_short_by_a_crash(tmp_path):
     script = tmp_path / "script.jsonl"
     script.write_text('"plain"\n{"completion": "object", "prompt_tokens": 3}\n')
     assert [c["completion"] for c in load_recording(script)] == ["plain", "object"]
+
+
+@pytest.mark.slow  # a whole run in a terminal
+def test_a_person_calls_the_research_agents_tools_from_a_terminal(tmp_path):
+    """The human backend takes tools (issue 41): the offered tools are listed, `@tool NAME {json}` calls one, a
+    malformed call is asked again, and the research agent's native-tools mode reaches a scored run."""
+    from tests.fixtures.cli import MLAB
+
+    master, slave = os.openpty()
+    proc = subprocess.Popen([*MLAB, "run", "--task", "lite/wine", "--agent", "research", "--agent-option",
+                             "tools=native", "--llm", "human", "--max-steps", "3", "--sandbox", "local",
+                             "--run-dir", str(tmp_path / "run")],
+                            cwd=tmp_path, env={**clean_env(), "COLUMNS": "120", "TERM": "dumb",
+                                               "MLAB_HOME": os.environ["MLAB_HOME"]},
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    seen = bytearray()
+    deadline = time.monotonic() + 240
+    fields = {"reflection": "r", "research_plan_and_status": "p", "fact_check": "f", "thought": "t"}
+    try:
+        end_hint = b'End it with a line holding only "." (or Ctrl-D).'
+        _read_until(master, end_hint, seen, deadline)
+        assert b"Call one with a line: @tool NAME {JSON arguments}" in seen and b"execute_script:" in seen
+        os.write(master, b"@tool no_such_tool {}\n.\n")
+        _read_until(master, b"type the whole answer again", seen, deadline)
+        call = {**fields, "script_name": "train.py"}
+        os.write(master, b"Running the starter.\n@tool execute_script " + json.dumps(call).encode() + b"\n.\n")
+        del seen[:]
+        _read_until(master, end_hint, seen, deadline)
+        assert b"----- tool (result of call call_h1_0) -----" in seen, seen.decode(errors="replace")
+        done = {**fields, "final_answer": "the starter's submission"}
+        os.write(master, b"@tool final_answer " + json.dumps(done).encode() + b"\n.\n")
+        _read_until(master, b"trace:", seen, deadline)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert [s["action"]["name"] for s in trace["steps"]] == ["Execute Script", "Final Answer"]
+    assert trace["end_reason"] == "final answer" and trace["final_score"] is not None
+    calls = [json.loads(line) for line in (tmp_path / "run" / "llm_calls.jsonl").read_text().splitlines()]
+    assert [c["tool_calls"][0]["name"] for c in calls] == ["execute_script", "final_answer"]
