@@ -56,7 +56,8 @@ def terminal_problem(stream: IO[str] | None) -> str | None:
 
 def split_tool_calls(answer: str, names: set[str], call_number: int) -> tuple[str, list[ToolCall]]:
     """The answer's text and its `@tool NAME {json}` lines as tool calls; ValueError saying what is wrong."""
-    text, calls = [], []
+    text: list[str] = []
+    calls: list[ToolCall] = []
     for line in answer.splitlines():
         if not line.startswith(TOOL_PREFIX):
             text.append(line)
