@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.actions import ACTION_SPECS, VALIDATE_SUBMISSION, ActionSpec
     from mlab.core.agent import Agent
     from mlab.core.agent_context import AgentContext, RunState
-    from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir
+    from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir, npm_program_found
     from mlab.core.errors import BudgetExceeded, EnvError, InvalidSubmission, LLMError, MlabError
     from mlab.core.hookspecs import hookimpl
     from mlab.core.llm.backend import LLM

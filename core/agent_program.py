@@ -107,6 +107,20 @@ def cli_agents_dir() -> Path:
     return Path(given) if given else Path(__file__).resolve().parents[1] / "build" / "cli-agents"
 
 
+def npm_program_found(label: str, folder: Path, binary: Path | None, pin: str, install: str) -> tuple[bool, str]:
+    """`available()` of a CLI agent that `make cli-agents` installs from npm into `folder` at `pin`
+    (package@version): its `binary` must be there, installed at that pin."""
+    if binary is None:
+        return False, f"{label} has no build for this machine"
+    if not binary.is_file():
+        return False, f"{label} is not installed; run: {install}"
+    marker = folder / ".installed"
+    installed = marker.read_text().strip() if marker.is_file() else "?"
+    if installed != pin:
+        return False, f"{label} {installed} is installed, this plugin pins {pin}; run: {install}"
+    return True, ""
+
+
 def check_program(agent_cls: type) -> None:
     """Refuse, in one line, a program agent whose program is missing here (before a run writes anything)."""
     if isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent):

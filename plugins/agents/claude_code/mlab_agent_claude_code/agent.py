@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir
+from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir, npm_program_found
 from mlab.core.agentkit import AgentOptions
 
 NPM = "@anthropic-ai/claude-code@2.1.332"
@@ -45,16 +45,7 @@ class ClaudeCodeAgent(ProgramAgent):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        found = binary()
-        if found is None:
-            return False, f"Claude Code has no build for {platform.machine()}"
-        if not found.is_file():
-            return False, f"Claude Code is not installed; run: {cls.install}"
-        marker = install_folder() / ".installed"
-        installed = marker.read_text().strip() if marker.is_file() else "?"
-        if installed != NPM:
-            return False, f"Claude Code {installed} is installed, this plugin pins {NPM}; run: {cls.install}"
-        return True, ""
+        return npm_program_found("Claude Code", install_folder(), binary(), NPM, cls.install)
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
         prompt = (f"{launch.research_problem}\n\nRun Python as `{launch.python}` (it has the task's packages). Work "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir
+from mlab.core import ProgramAgent, ProgramLaunch, ProgramSpec, cli_agents_dir, npm_program_found
 from mlab.core.agentkit import AgentOptions
 
 NPM = "@openai/codex@0.171.0"
@@ -62,16 +62,7 @@ class CodexAgent(ProgramAgent):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        found = binary()
-        if found is None:
-            return False, f"Codex CLI has no build for {platform.machine()}"
-        if not found.is_file():
-            return False, f"Codex CLI is not installed; run: {cls.install}"
-        marker = install_folder() / ".installed"
-        installed = marker.read_text().strip() if marker.is_file() else "?"
-        if installed != NPM:
-            return False, f"Codex CLI {installed} is installed, this plugin pins {NPM}; run: {cls.install}"
-        return True, ""
+        return npm_program_found("Codex CLI", install_folder(), binary(), NPM, cls.install)
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
         provider = ('{name="mlab",base_url="{base_url}",env_key="MLAB_CODEX_KEY",wire_api="responses",'
