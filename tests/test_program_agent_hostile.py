@@ -338,3 +338,21 @@ def test_a_call_holding_a_lone_surrogate_keeps_its_line_in_the_call_log(tmp_path
     llm.complete([Message(role="user", content="lone \ud800 surrogate")])
     calls = read_call_log(tmp_path / "llm_calls.jsonl")
     assert len(calls) == 1 and "surrogate" in calls[0]["messages"][0]["content"]
+
+
+def test_held_cost_budget_caps_a_greedy_call_where_the_price_is_given(tmp_path):
+    """Under --cost-limit with --price, a held call's completion is capped at what the money left buys, and a
+    prompt that could cost more than is left is refused before it is sent."""
+    from mlab.core.errors import BudgetExceeded
+    from mlab.core.llm.client import LLMClient
+    from tests.test_scores_not_bought import SlowBackend
+
+    backend = SlowBackend("m")
+    price = [1.0, 10.0]  # USD per million prompt and completion tokens
+    llm = LLMClient({"main": backend, "fast": backend, "edit": backend}, log_path=tmp_path / "llm_calls.jsonl",
+                    max_cost=0.01, prices={"main": price})
+    llm.complete("hello " * 20, hold_budget=True, max_completion_tokens=10**9)
+    assert llm.usage.cost_usd <= 0.01, llm.usage
+    with pytest.raises(BudgetExceeded):
+        llm.complete("x" * 20_000, hold_budget=True)  # $0.02 of prompt at most: more than is left
+    assert len(read_call_log(tmp_path / "llm_calls.jsonl")) == 1

@@ -17,7 +17,14 @@ from mlab.core.fs.dirfd import write_all
 from mlab.core.llm.backend import LLM
 from mlab.core.llm.cache import ResponseCache, request_key
 from mlab.core.llm.connections import ConnectionSlots, slots_from_env
-from mlab.core.llm.generation import FORBIDDEN_PARAMS, ROLES, call_cost, cut_at_stop, merge_params
+from mlab.core.llm.generation import (
+    FORBIDDEN_PARAMS,
+    ROLES,
+    TOKENS_PER_PRICE_UNIT,
+    call_cost,
+    cut_at_stop,
+    merge_params,
+)
 from mlab.core.llm.retry import RetryPolicy, call_with_retries
 from mlab.core.models import Completion, LLMCallFinished, Message, Usage
 
@@ -158,7 +165,7 @@ class LLMClient:
             if usage.cost_usd >= self.max_cost:
                 raise BudgetExceeded(f"${usage.cost_usd:.4f} spent, limit ${self.max_cost:g} (--cost-limit)")
 
-    def _admit(self, messages: list[Message], params: dict[str, Any], hold: bool = False) -> int:
+    def _admit(self, messages: list[Message], params: dict[str, Any], hold: bool = False, role: str = "main") -> int:
         """Wait until the call fits beside the calls in flight, check the budgets and reserve its tokens (its
         prompt's bytes, an upper bound, and its completion cap, or what is left when it has none); with a cost
         limit a call waits for all others, as a call's price is known only after it. Sequential calls never wait,
@@ -167,7 +174,8 @@ class LLMClient:
         so concurrent calls never exceed it.
 
         `hold` (a caller that may be hostile) makes the token limit hard: a prompt that could cost more than is
-        left is refused before it is sent, and the completion is capped at what is left after the prompt."""
+        left is refused before it is sent, and the completion is capped at what is left after the prompt; so does
+        the cost limit where the role's price is given (--price; a price known only after the call cannot)."""
         limited = self.max_tokens is not None or self.max_cost is not None
         with self._settled:
             while True:
@@ -191,6 +199,9 @@ class LLMClient:
                     raise BudgetExceeded(f"this request's prompt may cost up to {bound} tokens (a token a byte) and "
                                          f"{left} of {self.max_tokens} are left (--token-limit)")
                 self._settled.wait()  # the calls in flight may settle for less than they hold
+            price = self.prices.get(role)
+            if hold and self.max_cost is not None and price:  # no call is in flight: a cost limit waited for them
+                self._hold_cost(messages, params, price)
             reserved = 0
             if self.max_tokens is not None:
                 cap = params.get("max_completion_tokens")
@@ -199,6 +210,20 @@ class LLMClient:
             self._in_flight += 1
             self._reserved_tokens += reserved
             return reserved
+
+    def _hold_cost(self, messages: list[Message], params: dict[str, Any], price: list[float]) -> None:
+        assert self.max_cost is not None
+        bound = prompt_token_bound(prompt_texts(messages, params))
+        left = self.max_cost - self.usage.cost_usd
+        prompt_cost = call_cost(price, bound, 0)
+        if prompt_cost >= left:
+            raise BudgetExceeded(f"this request's prompt may cost up to ${prompt_cost:.4f} (a token a byte) and "
+                                 f"${left:.4f} of ${self.max_cost:g} is left (--cost-limit)")
+        if price[1] > 0:
+            allowed = max(1, int((left - prompt_cost) * TOKENS_PER_PRICE_UNIT / price[1]))
+            cap = params.get("max_completion_tokens")
+            if cap or allowed <= ANY_MODEL_OUTPUT:
+                params["max_completion_tokens"] = min(int(cap or allowed), allowed)
 
     def _release(self, reserved: int) -> None:
         with self._settled:
@@ -227,7 +252,7 @@ class LLMClient:
                                  "is text-only (litellm models take them)")
             params.pop("tool_choice", None)
             messages = as_text(messages)
-        reserved = self._admit(messages, params, hold_budget)
+        reserved = self._admit(messages, params, hold_budget, role)
         try:
             return self._complete(messages, role, params, self.step_index if step is None else step)
         finally:
