@@ -1,7 +1,9 @@
 """The original's metrics: direction-aware improvement, success thresholds, intervals, paired comparisons."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ from mlab.core.bench.metrics import (
     run_metrics,
     wilson,
 )
+from mlab.core.bench.report import ReportData, report_tables
+from mlab.core.bench.report_formats import to_json
 from mlab.core.bench.results import classify
 from mlab.core.models import Action, RunConfig, Step, Trace
 from mlab.core.run.scoring import improvement
@@ -161,3 +165,30 @@ def test_budget_and_reference_ratio_per_group():
     assert g.success_rate.mean == 1.0  # the original's rule is kept: any valid submission succeeds
     summary = overall([g])["a"]
     assert summary["llm_calls"]["mean"] == 7 and summary["steps"]["mean"] == 8
+
+
+def test_improvement_original_averages_the_runs_success_original_counts():
+    """plot.py drops the runs with an error.txt before it averages final_improve too: a run that timed out or
+    erred after leaving a valid submission is in mlab's mean improvement and out of the original's."""
+    kept = [RunRecord(key=f"k{i}", task="t", agent="a", llm=None, seed=i, status="finished", final_score=s,
+                      end_reason="agent stopped") for i, s in enumerate((1.2, 1.0))]
+    dropped = [RunRecord(key="d0", task="t", agent="a", llm=None, seed=5, status="finished", final_score=2.0,
+                         failure="limits_reached", end_reason="time limit reached (3600 s)"),
+               RunRecord(key="d1", task="t", agent="a", llm=None, seed=6, status="failed", final_score=1.6,
+                         failure="agent_error", end_reason="agent error: ValueError")]
+    g = group_metrics("t", "a", kept + dropped, baseline=1.0)
+    assert g.improvement.mean == pytest.approx((0.2 + 0.0 + 1.0 + 0.6) / 4)
+    assert g.improvement_original.n == 2 and g.improvement_original.mean == pytest.approx(0.1)
+    summary = overall([g])["a"]
+    assert summary["improvement_original"]["mean"] == pytest.approx(0.1)
+    assert summary["improvement"]["mean"] == pytest.approx(0.45)
+    # and the report shows it beside mlab's
+    other = [RunRecord(key=f"o{i}", task="u", agent="a", llm=None, seed=i, status="finished", final_score=1.5)
+             for i in range(2)]
+    groups = all_groups(kept + dropped + other, {"t": 1.0, "u": 1.0})
+    data = ReportData(bench_dir=Path("."), rows=[], records=kept + dropped + other, baselines={"t": 1.0, "u": 1.0},
+                      baseline_sources={}, groups=groups, overall=overall(groups), step_scores={},
+                      plugin_versions={})
+    tables = json.loads(to_json(report_tables(data)))
+    assert tables["overall"]["rows"][0]["improvement_original"] == pytest.approx((0.1 + 0.5) / 2)
+    assert [r["improvement_original"] for r in tables["per_task"]["rows"]] == pytest.approx([0.1, 0.5])

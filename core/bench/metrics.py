@@ -25,6 +25,8 @@ Two denominators of success, both reported
   Runs that scored badly, ran out of steps, answered in a broken format or submitted nothing stay in. One
   difference is kept: the original never filters its GPT-4 runs, mlab filters every model's (README, deviations).
   This column is the one comparable to the paper's numbers.
+- improvement (original): the mean improvement over the same runs as success (original), as plot.py averages its
+  final_improve after the same filter; `improvement` keeps every run with a valid final submission.
 
 Across tasks, per agent (tasks weigh equally, as in the paper)
 - success: the macro average, the mean over tasks of each task's success rate. Its interval is a percentile
@@ -388,6 +390,7 @@ class GroupMetrics:
     baseline_note: str | None = None  # what success means against a placeholder baseline
     # success (original): without the runs the original drops (ORIGINAL_EXCLUDES); its n is that denominator
     success_original: Estimate = field(default_factory=lambda: Estimate(0, None))
+    improvement_original: Estimate = field(default_factory=lambda: Estimate(0, None))  # over the same runs
     higher_is_better: bool = True
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
     agent: str = ""  # the agent(s) and model(s) behind the label, comma-joined
@@ -398,6 +401,7 @@ class GroupMetrics:
                 "failed": self.failed,
                 "valid_final": self.valid_final, "baseline": self.baseline, "higher_is_better": self.higher_is_better,
                 "success_rate": self.success_rate.as_dict(), "success_original": self.success_original.as_dict(),
+                "improvement_original": self.improvement_original.as_dict(),
                 "success": {f"{int(round(t * 100))}": e.as_dict() for t, e in self.success.items()},
                 "success_any": self.success_any.as_dict(), "improvement": self.improvement.as_dict(),
                 "best_improvement": self.best_improvement.as_dict(), "final_score": self.final_score.as_dict(),
@@ -430,6 +434,7 @@ def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float 
         success={t: wilson(sum(m.success[t] for m in per_run), n) for t in THRESHOLDS},
         success_any=wilson(sum(m.success_any for m in per_run), n),
         improvement=mean_interval([m.final_improvement for m in per_run if m.final_improvement is not None]),
+        improvement_original=mean_interval([m.final_improvement for m in kept if m.final_improvement is not None]),
         best_improvement=mean_interval([m.best_improvement for m in per_run if m.best_improvement is not None]),
         final_score=mean_interval([r.final_score for r in done if is_valid(r.final_score)]),
         tokens=mean_interval([float(r.tokens) for r in done], lowest=0.0),
@@ -520,6 +525,7 @@ class LabelSummary(TypedDict):
     success_original: EstimateDict  # success (original): without the runs the original drops
     success_any: EstimateDict
     improvement: EstimateDict
+    improvement_original: EstimateDict  # over the runs success (original) counts
     of_reference: EstimateDict  # mean score over the reference score, over the tasks that have one
     tokens: EstimateDict
     cost_usd: EstimateDict
@@ -554,6 +560,8 @@ def overall(groups: list[GroupMetrics]) -> dict[str, LabelSummary]:
                 _samples(gs, lambda o: o.succeeded, lambda o: o.counted_by_original)).as_dict(),
             "success_any": macro_success(_samples(gs, lambda o: o.success_any)).as_dict(),
             "improvement": macro_mean(_samples(gs, lambda o: o.improvement)).as_dict(),
+            "improvement_original": macro_mean(
+                _samples(gs, lambda o: o.improvement, lambda o: o.counted_by_original)).as_dict(),
             "of_reference": macro_mean(_samples(gs, lambda o: o.of_reference), 0.0).as_dict(),
             "tokens": macro_mean(_samples(gs, lambda o: o.tokens), 0.0).as_dict(),
             "cost_usd": (macro_mean(_samples(gs, lambda o: o.cost_usd), 0.0) if all(
