@@ -192,3 +192,20 @@ def test_improvement_original_averages_the_runs_success_original_counts():
     tables = json.loads(to_json(report_tables(data)))
     assert tables["overall"]["rows"][0]["improvement_original"] == pytest.approx((0.1 + 0.5) / 2)
     assert [r["improvement_original"] for r in tables["per_task"]["rows"]] == pytest.approx([0.1, 0.5])
+
+
+def test_a_placeholder_baseline_is_no_method_of_the_performance_profiles():
+    """house-price's 1e10 stands for "no baseline": as a method it got a ratio of 6.55e+05 and an AUP beside the
+    agents'. Only a baseline that discriminates is a method."""
+    from mlab.core.bench.metrics import BASELINE_METHOD, performance_profiles
+
+    runs = [RunRecord(key=f"{a}{i}", task="house-price", agent=a, llm=None, seed=i, status="finished",
+                      final_score=s, higher_is_better=False)
+            for a, scores in (("x", (15000.0, 16000.0)), ("y", (15500.0, 15500.0))) for i, s in enumerate(scores)]
+    groups = all_groups(runs, {"house-price": 1e10})
+    profiles = performance_profiles(groups)
+    assert BASELINE_METHOD not in profiles.methods and BASELINE_METHOD not in profiles.aup
+    assert profiles.tau_max == 1 and profiles.aup == {"x": 1.0, "y": 1.0}
+    assert max(r for per in profiles.ratios.values() for r in per.values() if r is not None) == 1.0
+    # a baseline that discriminates stays a method
+    assert BASELINE_METHOD in performance_profiles(all_groups(runs, {"house-price": 20000.0})).methods

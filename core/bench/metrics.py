@@ -54,7 +54,8 @@ Two agents on the same tasks (`paired`)
 Performance profiles and AUP (MLGym, Nathani et al. 2025, after Dolan and More 2002 and the AutoML Decathlon)
 - a method's score on a task is the mean final score of its runs with a valid final submission (MLGym takes the
   best attempt; the mean is what one run can be expected to reach, and the success columns count the runs without a
-  submission). The task's baseline is a method too when it is a valid score.
+  submission). The task's baseline is a method too when it is a valid score and no placeholder (house-price's 1e10
+  stands for no baseline: as a method it had a ratio of about 6e5 and an AUP beside the agents').
 - performance ratio r = best / score when higher is better, score / best when lower is better (r >= 1, 1 for the
   best method). A method is infeasible on a task, as in MLGym, when it has no valid score there (no run with a
   valid submission, or it did not run the task) or it is worse than the task's baseline; its ratio lies beyond
@@ -606,12 +607,13 @@ def performance_profiles(groups: list[GroupMetrics]) -> Profiles:
     by = {(g.task, g.label): g for g in groups if g.runs}
     tasks = sorted({t for t, _label in by})
     labels = sorted({label for _t, label in by})
-    with_baseline = any(is_valid(g.baseline) for g in by.values())
+    # a placeholder (house-price's 1e10) stands for no baseline: not a method, and no valid score is worse
+    with_baseline = any(is_valid(g.baseline) and not g.baseline_note for g in by.values())
     methods = labels + ([BASELINE_METHOD] if with_baseline else [])
     ratios: dict[str, dict[str, float | None]] = {m: {} for m in methods}
     for task in tasks:
         gs = [g for (t, _label), g in by.items() if t == task]
-        higher, baseline = gs[0].higher_is_better, gs[0].baseline
+        higher, baseline = gs[0].higher_is_better, None if gs[0].baseline_note else gs[0].baseline
         scores: dict[str, float] = {}
         for g in gs:
             if is_valid(g.final_score.mean):
