@@ -1,5 +1,6 @@
 """Per-command cgroups: where this process may make them (cgroup v1 or a delegated v2 subtree), and one cgroup
-per command that bounds the processes and memory of its whole tree, tells which bound was hit, and kills it."""
+per command that bounds the processes and memory of its whole tree (and, for a run's slice, its CPUs), tells which
+bound was hit, and kills it."""
 from __future__ import annotations
 
 import errno
@@ -12,11 +13,14 @@ import time
 from mlab.core.sandbox.limits import Limits
 
 _CGROUP_PREFIX = "mlab-"
+CONTROLLERS = ("pids", "memory", "cpu", "cpuset")
+_OPTIONAL = ("cpu", "cpuset")  # a slice's CPUs: affinity still holds the command where these cannot be made
+CPU_PERIOD_US = 100_000
 
 
 @functools.lru_cache(maxsize=1)
 def cgroup_parents() -> dict[str, tuple[str, int]]:
-    """controller ('pids', 'memory') -> (this process's cgroup folder in which to make children, version),
+    """controller (one of CONTROLLERS) -> (this process's cgroup folder in which to make children, version),
     for the controllers that can be used here (root, or a delegated cgroup v2 subtree)."""
     try:
         with open("/proc/self/cgroup") as f:
@@ -48,15 +52,15 @@ def cgroup_parents() -> dict[str, tuple[str, int]]:
         if fstype == "cgroup2":
             v2_mount = (root, mount_point)
         elif fstype == "cgroup":
-            for controller in ("pids", "memory"):
+            for controller in CONTROLLERS:
                 if controller in options and controller in own_v1 and controller not in found:
                     folder = _folder_of(root, mount_point, own_v1[controller])
                     if folder and os.access(folder, os.W_OK):
                         found[controller] = (folder, 1)
-    if v2_mount and own_v2 is not None and len(found) < 2:
+    if v2_mount and own_v2 is not None and len(found) < len(CONTROLLERS):
         folder = _folder_of(v2_mount[0], v2_mount[1], own_v2)
         if folder and os.access(folder, os.W_OK):
-            for controller in ("pids", "memory"):
+            for controller in CONTROLLERS:
                 if controller not in found and _enable_v2(folder, controller):
                     found[controller] = (folder, 2)
     return found
@@ -94,7 +98,7 @@ def _enable_v2(folder: str, controller: str) -> bool:
 
 class CommandCgroup:
     """A cgroup per command (one folder per controller hierarchy) bounding the processes and memory of its
-    whole tree, telling which bound was hit, and killing everything in it."""
+    whole tree (and the CPUs of a slice), telling which bound was hit, and killing everything in it."""
 
     def __init__(self, folders: dict[str, tuple[str, int]]):
         self.folders = folders  # controller -> (folder, version)
@@ -102,7 +106,11 @@ class CommandCgroup:
 
     @classmethod
     def create(cls, limits: Limits) -> CommandCgroup | None:
-        wanted = {"pids": limits.max_processes, "memory": limits.memory_bytes}
+        # a quota only where the CPU set cannot say it: a fraction of a CPU, or fewer CPUs than the set has
+        quota = limits.cpus if limits.cpus is not None and (
+            not limits.cpu_set or limits.cpus < len(limits.cpu_set)) else None
+        wanted = {"pids": limits.max_processes, "memory": limits.memory_bytes, "cpu": quota,
+                  "cpuset": limits.cpu_set or None}
         parents = {c: p for c, p in cgroup_parents().items() if wanted.get(c) is not None}
         if not parents:
             return None
@@ -117,13 +125,20 @@ class CommandCgroup:
                 if not any(f == folder for f, _v in folders.values()):
                     os.mkdir(folder)
                 folders[controller] = (folder, version)
-                if controller == "pids":
+                if controller in _OPTIONAL:
+                    if not _cpu_bounds(controller, folder, version, parent, quota, limits.cpu_set or []):
+                        del folders[controller]
+                        if not any(f == folder for f, _v in folders.values()):
+                            os.rmdir(folder)
+                elif controller == "pids":
                     _write(os.path.join(folder, "pids.max"), str(limits.max_processes))
                 elif version == 1:
                     _write(os.path.join(folder, "memory.limit_in_bytes"), str(limits.memory_bytes))
                 else:
                     _write(os.path.join(folder, "memory.max"), str(limits.memory_bytes))
                     _write(os.path.join(folder, "memory.swap.max"), "0", required=False)
+            if not folders:
+                return None
             for path in made.join_files():
                 made.fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
@@ -216,6 +231,29 @@ class CommandCgroup:
                         self.kill()
                     time.sleep(0.01)
         self.folders = {}
+
+
+def _cpu_bounds(controller: str, folder: str, version: int, parent: str, quota: float | None,
+               cpu_set: list[int]) -> bool:
+    """Write a slice's CPU quota or CPU set into the command's cgroup; False where the kernel refuses it (a CPU
+    outside this process's own cpuset, a controller in use elsewhere)."""
+    if controller == "cpu" and quota is not None:
+        us = max(1000, round(quota * CPU_PERIOD_US))  # the kernel's least quota is 1 ms
+        if version == 1:
+            return (_write(os.path.join(folder, "cpu.cfs_period_us"), str(CPU_PERIOD_US), required=False)
+                    and _write(os.path.join(folder, "cpu.cfs_quota_us"), str(us), required=False))
+        return _write(os.path.join(folder, "cpu.max"), f"{us} {CPU_PERIOD_US}", required=False)
+    if controller == "cpuset" and cpu_set:
+        if version == 1:  # a v1 cpuset takes no task until it has memory nodes: its parent's
+            try:
+                with open(os.path.join(parent, "cpuset.mems")) as f:
+                    mems = f.read().strip()
+            except OSError:
+                return False
+            if not _write(os.path.join(folder, "cpuset.mems"), mems, required=False):
+                return False
+        return _write(os.path.join(folder, "cpuset.cpus"), ",".join(map(str, sorted(cpu_set))), required=False)
+    return False
 
 
 def _write(path: str, value: str, required: bool = True) -> bool:

@@ -391,6 +391,11 @@ def command_init(plan: dict, request: dict, channel: socket.socket, fds: list[in
             resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
             pass
+    if request.get("cpu_set"):
+        try:
+            os.sched_setaffinity(0, request["cpu_set"])
+        except OSError:  # a CPU outside the zygote's cpuset: its cgroup's set still holds
+            pass
     try:
         command_mounts(plan, request["protected"])
         stdin = given_stdin if given_stdin is not None else os.open("/dev/null", os.O_RDONLY)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import resource
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from mlab.core.sandbox.gpus import cuda_visible
 
 
 class Limits(BaseModel):
@@ -21,6 +23,45 @@ class Limits(BaseModel):
     output_bytes: int = 1_000_000
     disk_bytes: int | None = None  # how much the command may add to the used space of the workspace's disk
     min_free_disk_bytes: int | None = 100 * 2**20  # the command is stopped when it leaves less free than this
+    # The run's slice of the machine (a bench's --cpus-per-run, --gpus-per-run): at most `cpus` CPUs' time (a
+    # cgroup's quota where a set cannot say it), only on the CPUs of `cpu_set` (affinity, and a cgroup's cpuset),
+    # with the thread variables at int(cpus); only the GPUs (N of /dev/nvidiaN) of `gpus`. None: not bounded.
+    cpus: float | None = Field(default=None, gt=0)
+    cpu_set: list[int] | None = None
+    gpus: list[int] | None = None
+
+
+# What OpenMP (and torch, which reads it), MKL, OpenBLAS, numexpr and Accelerate start as many threads as: each
+# would take every core of the machine, whatever the command's share of it.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+
+
+def thread_count(limits: Limits) -> int | None:
+    """The threads a command of limits should start: its whole CPUs, at least one."""
+    if limits.cpus is None:
+        return len(limits.cpu_set) if limits.cpu_set else None
+    return max(1, int(limits.cpus))
+
+
+def slice_env(limits: Limits) -> dict[str, str]:
+    """The variables every command of a slice gets: the thread counts, and CUDA_VISIBLE_DEVICES naming its GPUs."""
+    env: dict[str, str] = {}
+    threads = thread_count(limits)
+    if threads is not None:
+        env.update(dict.fromkeys(THREAD_VARS, str(threads)))
+    if limits.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible(limits.gpus)
+    return env
+
+
+def set_affinity(pid: int, limits: Limits) -> None:
+    """Pin process pid (0: this one) to limits' CPU set; what it starts afterwards inherits it."""
+    if limits.cpu_set:
+        try:
+            os.sched_setaffinity(pid, limits.cpu_set)
+        except OSError:  # a CPU this process may not use (a cgroup's cpuset): left as it is
+            pass
 
 
 def rlimit_values(limits: Limits, nproc: int | None) -> list[tuple[int, int, int]]:

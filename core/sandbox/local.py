@@ -143,7 +143,7 @@ class LocalSandbox(ProcessSandbox):
         folder made since is seen too): building it costs a few hundred stat calls."""
         key = (argv[0] if argv else "", spec.network, str(spec.cwd), tuple(map(str, spec.writable_paths)),
                tuple(map(str, spec.hidden_paths)), tuple(os.environ.get(var, "") for var in EXTRA_RO_VARS),
-               tuple(map(str, spec.shown_paths)))
+               tuple(map(str, spec.shown_paths)), tuple(spec.limits.gpus or ()), spec.limits.gpus is None)
         named = [str(spec.cwd), *key[3], *key[4]]
         named_identity = _lstat_identity(named)
         kept = self._views.get(key)

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
+from mlab.core.sandbox.gpus import gpu_index
 from mlab.core.sandbox.spec import ExecSpec
 
 # System folders shown read-only (a top-level symlink such as /lib -> usr/lib is recreated as a link).
@@ -33,7 +34,8 @@ NETWORK_ETC_ENTRIES = ("resolv.conf",)
 # per-sandbox names still count).
 EXTRA_RO_VARS = ("MLAB_SANDBOX_RO", "MLAB_BWRAP_RO", "MLAB_DOCKER_RO")
 # GPUs stay usable: NVIDIA's device nodes, AMD's kfd and the DRI render nodes. MLAB_GPU_DEVICES=glob1:glob2
-# replaces them (one GPU of several per run: /dev/nvidia0:/dev/nvidiactl:/dev/nvidia-uvm*; empty: none).
+# replaces them (one GPU of several per run: /dev/nvidia0:/dev/nvidiactl:/dev/nvidia-uvm*; empty: none); a
+# bench's --gpus-per-run leases the numbered NVIDIA nodes among them to runs (Limits.gpus).
 GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri")
 GPU_DEVICES_VAR = "MLAB_GPU_DEVICES"
 # The character devices every program expects.
@@ -99,14 +101,22 @@ def plugin_code() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def gpu_devices() -> list[str]:
-    """GPU device nodes (and device folders) of this host that every sandbox passes through."""
+def gpu_devices(gpus: list[int] | None = None) -> list[str]:
+    """GPU device nodes (and device folders) of this host that every sandbox passes through; with gpus, of the
+    numbered NVIDIA nodes only those of gpus (N of /dev/nvidiaN), the shared ones (nvidiactl, nvidia-uvm) kept."""
     chosen = os.environ.get(GPU_DEVICES_VAR)
     patterns = GPU_DEVICE_GLOBS if chosen is None else [p for p in chosen.split(":") if p]
     found: list[str] = []
     for pattern in patterns:
         found += [path for path in sorted(glob.glob(pattern)) if os.path.isabs(path) and path not in found]
+    if gpus is not None:
+        found = [path for path in found if gpu_index(path) is None or gpu_index(path) in gpus]
     return found
+
+
+def machine_gpus() -> dict[int, str]:
+    """N -> device node of each NVIDIA GPU the sandboxes would show (MLAB_GPU_DEVICES: stand-ins too)."""
+    return {index: path for path in gpu_devices() if (index := gpu_index(path)) is not None}
 
 
 @dataclass
@@ -161,7 +171,7 @@ def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootV
     if os.path.isdir("/sys/devices/system/cpu"):
         # CPU counts and caches, read by numpy and torch
         view.read_only.append((os.path.realpath("/sys/devices/system/cpu"), "/sys/devices/system/cpu"))
-    view.devices = gpu_devices()
+    view.devices = gpu_devices(spec.limits.gpus)
     for path in [*(python_dirs(argv[0], named_too) if argv else []), *extra_read_only(), *map(str, spec.shown_paths)]:
         real = os.path.realpath(path)
         shown_at = os.path.abspath(path) if named_too else real

@@ -8,8 +8,9 @@ Without one it uses vfork, whose cost does not grow. What preexec_fn did is spli
 - The death signal: the child execs `setpriv --pdeathsig KILL` (util-linux), which asks for SIGKILL when its
   parent (the harness) dies and execs a small shell script; the script first checks that its parent is still
   the harness (else the harness died before prctl: exit 125). From then on the harness cannot die unnoticed.
-- The rlimits: the harness sets them from outside (prlimit on the child's pid) while the script waits for "go"
-  on its stdin; should the harness die or fail before "go", the script reads EOF and exits 125.
+- The rlimits and CPU affinity: the harness sets them from outside (prlimit and sched_setaffinity on the
+  child's pid) while the script waits for "go" on its stdin; should the harness die or fail before "go", the
+  script reads EOF and exits 125.
 - The cgroup: after "go" the script, single-threaded, writes "0" into the cgroup's files itself (cgroup v1:
   `tasks`, which spares the kernel's global lock and RCU wait that a pid written from outside costs; see
   CommandCgroup.join_files), then execs the command.
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 
 from mlab.core.sandbox.cgroups import CommandCgroup
 from mlab.core.sandbox.deathsig import die_with
-from mlab.core.sandbox.limits import Limits, apply_rlimits, set_rlimits_of
+from mlab.core.sandbox.limits import Limits, apply_rlimits, set_affinity, set_rlimits_of
 
 # $1: the harness's pid; $2: variables the shell adds that the command's environment lacks (dash adds PWD; a
 # shell that adds more, as bash SHLVL, leaves those); then the files that join the cgroup, "--" and the command.
@@ -91,6 +92,7 @@ def start(command: Sequence[str], cwd: os.PathLike | str, env: dict[str, str], s
     try:
         # The child waits for "go" and has not forked: what it starts will inherit these.
         set_rlimits_of(proc.pid, limits, nproc)
+        set_affinity(proc.pid, limits)
         try:
             if stdin_pipe:
                 assert proc.stdin is not None
@@ -118,6 +120,7 @@ def _start_with_preexec(command: Sequence[str], cwd: os.PathLike | str, env: dic
         if cgroup is not None:
             cgroup.join()  # first: every later fork is counted
         apply_rlimits(limits, nproc)
+        set_affinity(0, limits)
         die_with(parent)
 
     return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.limits import Limits, slice_env
 
 
 class ExecSpec(BaseModel):
@@ -20,6 +20,14 @@ class ExecSpec(BaseModel):
     shown_paths: list[Path] = Field(default_factory=list)  # host folders shown read-only at the same path
     stdin_pipe: bool = False
     network: bool = False  # share the host's network (the task declares it needs one); else loopback of its own
+
+    @model_validator(mode="after")
+    def _slice_env(self) -> ExecSpec:
+        # Here, not in each caller: agent scripts, the REPL, program agents and scorers all see their slice.
+        extra = slice_env(self.limits)
+        if extra:
+            self.env = {**self.env, **extra}
+        return self
 
 
 LIMIT_NAMES = ("timeout", "memory", "output", "cpu", "file_size", "processes", "disk")

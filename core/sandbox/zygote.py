@@ -205,7 +205,8 @@ class Zygote:
         nproc = None if cgroup is not None else nproc_fallback(spec.limits.max_processes)
         request = marshal.dumps({
             "argv": list(argv), "env": dict(spec.env), "cwd": os.path.realpath(spec.cwd),
-            "protected": protected, "stdin": spec.stdin_pipe, "rlimits": rlimit_values(spec.limits, nproc)})
+            "protected": protected, "stdin": spec.stdin_pipe, "rlimits": rlimit_values(spec.limits, nproc),
+            "cpu_set": spec.limits.cpu_set})
         in_fd = len(request) > REQUEST_BYTES  # a bigger request travels in a memfd, the last descriptor
         if len(cgroup.fds if cgroup is not None else []) > MAX_FDS - 3 - in_fd:
             if cgroup is not None:

@@ -137,6 +137,10 @@ def _confinement(view: RootView, spec: ExecSpec, idle_processes: int = 0) -> lis
         cmd += ["--ulimit", f"fsize={limits.file_size_bytes}"]
     if limits.cpu_seconds:  # SIGXCPU at the soft limit tells what happened; at the hard one comes SIGKILL
         cmd += ["--ulimit", f"cpu={limits.cpu_seconds}:{limits.cpu_seconds + 1}"]
+    if limits.cpu_set:  # a run's slice (mlab.core.sandbox.limits); a quota only where the set cannot say it
+        cmd += ["--cpuset-cpus", ",".join(map(str, limits.cpu_set))]
+    if limits.cpus is not None and (not limits.cpu_set or limits.cpus < len(limits.cpu_set)):
+        cmd += ["--cpus", f"{limits.cpus:g}"]
     # A top-level link (/lib64 -> usr/lib64 on merged-/usr systems) is mounted as what it points to: an empty
     # root has no such link, and the dynamic loader is looked up by that path.
     for path, _target in view.links:
@@ -474,7 +478,8 @@ class DockerSandbox(ProcessSandbox):
         env.update(engine.client_env())
         # The limits go to the container; the client itself must not be starved by them.
         client = spec.model_copy(update={"limits": spec.limits.model_copy(update={
-            "memory_bytes": None, "cpu_seconds": None, "file_size_bytes": None, "max_processes": None})})
+            "memory_bytes": None, "cpu_seconds": None, "file_size_bytes": None, "max_processes": None,
+            "cpus": None, "cpu_set": None})})
         return self.spawn(command, client, env=env, kind=DockerCommand)
 
     def _run(self, argv: list[str], spec: ExecSpec) -> DockerCommand:
