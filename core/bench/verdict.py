@@ -90,21 +90,33 @@ def spent(trace: Trace) -> dict[str, Any]:
 
 
 # ---- where a run's baseline comes from ----------------------------------------------------------------
-def bench_holding(run_dir: Path) -> tuple[Path, str] | None:
-    """The bench folder whose results.db lists run_dir, and the run's key there; None for a run outside any."""
+def bench_holding(run_dir: Path, indexes: dict[Path, dict[Path, str]] | None = None) -> tuple[Path, str] | None:
+    """The bench folder whose results.db lists run_dir, and the run's key there; None for a run outside any.
+    `indexes` keeps each bench's runs by folder across calls: listing a bench reads its database once, not once
+    per run (504 runs: 504 x 504 folders resolved)."""
+    run = Path(run_dir).resolve()
+    indexes = {} if indexes is None else indexes
+    for folder in run.parents:
+        if folder not in indexes:
+            indexes[folder] = _bench_index(folder)
+        key = indexes[folder].get(run)
+        if key is not None:
+            return folder, key
+    return None
+
+
+def _bench_index(folder: Path) -> dict[Path, str]:
+    """The runs a bench folder's results.db lists, by resolved folder; none where there is no database this code
+    can read."""
     from mlab.core.bench.results import DB_FILE, ResultsDB
 
-    run = Path(run_dir).resolve()
-    for folder in run.parents:
-        if (folder / DB_FILE).is_file():
-            try:
-                with ResultsDB.open_existing(folder, read_only=True) as db:
-                    for row in db.runs():
-                        if (folder / str(row["run_dir"])).resolve() == run:
-                            return folder, str(row["key"])
-            except Exception:  # not a results database this code can read: not this run's bench
-                continue
-    return None
+    if not (folder / DB_FILE).is_file():
+        return {}
+    try:
+        with ResultsDB.open_existing(folder, read_only=True) as db:
+            return {(folder / str(row["run_dir"])).resolve(): str(row["key"]) for row in db.runs()}
+    except Exception:  # not a results database this code can read: not this run's bench
+        return {}
 
 
 class RunJudge:
@@ -113,10 +125,11 @@ class RunJudge:
     def __init__(self, home: TaskHome):
         self.home = home
         self._benches: dict[Path, dict[str, Judged]] = {}
+        self._indexes: dict[Path, dict[Path, str]] = {}
 
     def baseline(self, run_dir: Path, task: Task) -> tuple[float | None, str]:
         """The run's bench's baseline for its task, else the task's known baseline."""
-        held = bench_holding(run_dir)
+        held = bench_holding(run_dir, self._indexes)
         if held is not None:
             bench, key = held
             if bench not in self._benches:
