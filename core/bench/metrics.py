@@ -21,10 +21,11 @@ Two denominators of success, both reported
   drops every run folder holding an error.txt, which its runner writes for any exception that ends a run: an error
   of the harness (`harness_error` here), of the agent's own code (`agent_error`), a connection or quota error with
   the LLM (`llm_error`) and the run's time limit (a run that ended "time limit reached"); and it drops runs whose
-  log shows a (CUDA) out-of-memory error (`out_of_memory`, and any run whose scripts ran out of memory on the way).
-  Runs that scored badly, ran out of steps, answered in a broken format or submitted nothing stay in. One
-  difference is kept: the original never filters its GPT-4 runs, mlab filters every model's (README, deviations).
-  This column is the one comparable to the paper's numbers.
+  log shows "CUDA out of memory" (here `out_of_memory`: any run whose scripts ran out of memory, CPU or GPU).
+  Runs that scored badly, ran out of steps, answered in a broken format or submitted nothing stay in. Kept
+  differences (the pack README's deviation table): the original exempts its GPT-4 runs from its error.txt and
+  connection filters, and also drops runs whose logs show MKL errors or "Connection aborted"; mlab applies one
+  rule to every model. This column is the one comparable to the paper's numbers.
 - improvement (original): the mean improvement over the same runs as success (original), as plot.py averages its
   final_improve after the same filter; `improvement` keeps every run with a valid final submission.
 
