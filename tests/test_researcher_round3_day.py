@@ -48,3 +48,66 @@ def test_runs_of_a_bench_opens_its_database_a_fixed_number_of_times_whatever_its
         assert shown.stdout.count('"improvement": 0.16') == runs  # each judged against the bench's baseline
         counts.append(len(opened))
     assert counts[0] == counts[1] <= 2, counts  # before: once per run (504 runs: 504 x 504 folders resolved)
+
+
+# ---- item 8: `mlab grade -T`, and a run folder graded with the run's own task parameters -------------------------
+PARAM_TASK = """\
+name: shifted
+description: "Predict y for the test ids (which start at ROWS)."
+research_problem: predict y for test.csv into submission.csv (id,y).
+metric: mse
+answers: {file: answers.csv, id_column: id, column: y}
+prepare: prepare.py
+files:
+  public: {train.py: train.py}
+read_only: [test.csv]
+params:
+  rows: {type: int, default: 20, help: the first test id}
+"""
+PARAM_PREPARE = """\
+import json, os
+from pathlib import Path
+rows = json.loads(os.environ["MLAB_PARAMS"])["rows"]
+ids = range(rows, rows + 5)
+Path(os.environ["MLAB_PUBLIC_DIR"], "test.csv").write_text("id\\n" + "".join(f"{i}\\n" for i in ids))
+Path(os.environ["MLAB_HIDDEN_DIR"], "answers.csv").write_text("id,y\\n" + "".join(f"{i},1\\n" for i in ids))
+"""
+PARAM_TRAIN = """\
+import csv
+ids = [r["id"] for r in csv.DictReader(open("test.csv"))]
+open("submission.csv", "w").write("id,y\\n" + "".join(f"{i},1\\n" for i in ids))
+"""
+
+
+def _param_task(root: Path) -> Path:
+    folder = root / "shifted"
+    folder.mkdir()
+    (folder / "task.yaml").write_text(PARAM_TASK)
+    (folder / "prepare.py").write_text(PARAM_PREPARE)
+    (folder / "train.py").write_text(PARAM_TRAIN)
+    return folder
+
+
+def test_grade_takes_task_parameters_and_a_run_folders_own(tmp_path):
+    import json
+
+    from tests.fixtures.cli import mlab
+
+    _param_task(tmp_path)
+    home = tmp_path / "home"
+    sub = tmp_path / "submission.csv"
+    sub.write_text("id,y\n" + "".join(f"{i},1\n" for i in range(7, 12)))
+    graded = mlab_in_process("grade", "./shifted", sub, "-T", "rows=7", "--json", "--sandbox", "local", cwd=tmp_path,
+                             home=home)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    assert json.loads(graded.stdout)["score"] == 0.0 and json.loads(graded.stdout)["task_params"] == {"rows": 7}
+    defaults = mlab_in_process("grade", "./shifted", sub, "--sandbox", "local", cwd=tmp_path, home=home)
+    assert defaults.returncode == 1  # the defaults' answers have other ids
+
+    made = mlab("run", "--task", "./shifted", "--agent", "baseline", "--run-dir", "runs/seven", "-T", "rows=7",
+                "--sandbox", "local", cwd=tmp_path, home=home)
+    assert made.returncode == 0, made.stderr
+    for given in ("runs/seven", "runs/seven/workspace", "runs/seven/workspace/submission.csv"):
+        graded = mlab_in_process("grade", "./shifted", given, "--sandbox", "local", cwd=tmp_path, home=home)
+        assert graded.returncode == 0, (given, graded.stdout, graded.stderr)
+        assert "mse = 0 " in graded.stdout and "rows=7 (the run's)" in graded.stdout, graded.stdout
