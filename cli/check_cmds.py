@@ -64,7 +64,8 @@ def check_task(task_names: tuple[str, ...], all_tasks: bool, data_dir: str | Non
         _ = harness.sandbox_cls  # resolving it makes an unknown sandbox fail before any work
         try:
             _check(harness, task_names, all_tasks, data_dir, timeout_s, margin, as_json,
-                   task_options.given_params(task_params), checked)
+                   task_options.given_params(task_params), checked, TaskHome(home) if home else TaskHome.from_env(),
+                   sandbox)
         finally:
             if home is None:  # what the scratch home measured still serves "of reference" in MLAB_HOME
                 _keep_references(TaskHome(scratch), TaskHome.from_env(), checked, registry)
@@ -91,8 +92,24 @@ def _keep_references(measured: TaskHome, home: TaskHome, checked: list[Task], re
             shutil.copyfile(source, target)
 
 
+def _where(harness: Harness, task: Task, prepared: TaskHome, sandbox: str) -> tuple[Path | None, Harness | None]:
+    """For a task prepare downloads, with no local copy given (no --data-dir or MLAB_DATA_DIR), prepared in the home:
+    the copy it was prepared from, else (downloaded) a harness on its prepared data; (None, None) otherwise. Its
+    data is never downloaded again to be checked."""
+    from mlab.core.run.harness import Harness
+
+    if not prepared.is_prepared(task):
+        return None, None
+    source = prepared.prepared_source(task)
+    if source is not None:
+        return source, None
+    return None, harness if prepared.root == harness.home.root else Harness(harness.registry, prepared, sandbox)
+
+
 def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_dir: str | None,
-           timeout_s: float, margin: float | None, as_json: bool, params: dict[str, str], checked: list[Task]) -> None:
+           timeout_s: float, margin: float | None, as_json: bool, params: dict[str, str], checked: list[Task],
+           prepared: TaskHome, sandbox: str) -> None:
+    from mlab.core.run.checktask import NOT_CHECKED
     from mlab.core.run.checktask import check_task as run_check
     from mlab.core.run.taskdata import source_for
 
@@ -111,16 +128,18 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
              else [harness.task(n, params) for n in task_names])
     reports = []
     for task in tasks:
-        if all_tasks and not task.offline_ready and not data_dir:
-            if source_for(task, None) is None:
-                reports.append({"task": task.name, "status": "skipped",
-                                "reason": "no local data (set MLAB_DATA_DIR)"})
-                continue
+        source, on_prepared = (data_dir, None) if data_dir or task.offline_ready or source_for(task, None) else \
+            _where(harness, task, prepared, sandbox)
+        if all_tasks and not task.offline_ready and source is None and on_prepared is None:
+            reports.append({"task": task.name, "status": "skipped",
+                            "reason": "no local data (set MLAB_DATA_DIR)"})
+            continue
         if not as_json:
             click.echo(f"checking {task.name} ...", err=True)
         checked.append(task)
-        report = run_check(harness, task, data_dir=data_dir, timeout_s=timeout_s, margin=margin,
-                           log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True))
+        report = run_check(on_prepared or harness, task, data_dir=source, timeout_s=timeout_s, margin=margin,
+                           log=lambda msg: None if as_json else click.echo(f"  {msg}", err=True),
+                           reprepare=on_prepared is None)
         if all_tasks and report.status == "failed" and report.steps.get("prepare", "ok") != "ok" \
                 and not task.offline_ready:
             report.status, report.reason = "skipped", f"no usable local data: {report.steps['prepare']}"
@@ -133,8 +152,12 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
                        f"{_fmt(report.reference)}  improvement {shown}"
                        f" (margin {report.margin:.0%})" + (f"\n  {report.reason}" if report.reason else ""))
             if report.steps:  # every step, the reproducible prepare included, passed or not at a glance
-                click.echo("  steps: " + ", ".join(f"{step} {'ok' if what == 'ok' else 'FAILED'}"
-                                                   for step, what in report.steps.items()))
+                click.echo("  steps: " + ", ".join(
+                    f"{step} {'ok' if what == 'ok' else NOT_CHECKED if what.startswith(NOT_CHECKED) else 'FAILED'}"
+                    for step, what in report.steps.items()))
+                for step, what in report.steps.items():
+                    if what.startswith(NOT_CHECKED):
+                        click.echo(f"  {step} {what}")
             if report.status == "failed":
                 for step, tail in report.output_tail.items():
                     if tail and report.steps.get(step) != "ok":
@@ -143,5 +166,6 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
         click.echo(json.dumps(reports, indent=2))
     if any(r["status"] == "failed" for r in reports):
         sys.exit(FAILED_EXIT)
-    if any(r["status"] == "skipped" for r in reports):
+    if any(r["status"] == "skipped" or any(str(what).startswith(NOT_CHECKED) for what in r.get("steps", {}).values())
+           for r in reports):
         sys.exit(SKIPPED_EXIT)

@@ -52,6 +52,7 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 REPRODUCIBLE = "reproducible prepare"
+NOT_CHECKED = "not checked"  # a step's value that is no failure: nothing to check it with here
 SHOWN_DIFFERENCES = 5
 
 
@@ -130,15 +131,19 @@ def _validation_problem(harness: Harness, task: Task) -> str | None:
 
 
 def check_task(harness: Harness, task: Task, data_dir: str | Path | None = None, timeout_s: float = 7200.0,
-               margin: float | None = None, log: Callable[[str], None] = lambda _m: None) -> CheckReport:
+               margin: float | None = None, log: Callable[[str], None] = lambda _m: None,
+               reprepare: bool = True) -> CheckReport:
     """Prepare into the harness's home, run the baseline and the reference in its sandbox, compare. The scratch
-    homes of the reproducibility check are removed while the baseline and reference run, and gone on return."""
+    homes of the reproducibility check are removed while the baseline and reference run, and gone on return.
+    Without `reprepare` (a task prepared from a download, with no copy to prepare again from) the check of a
+    reproducible prepare is left out and said to be."""
     with removals() as later:
-        return _check_task(harness, task, data_dir, timeout_s, margin, log, later)
+        return _check_task(harness, task, data_dir, timeout_s, margin, log, later, reprepare)
 
 
 def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeout_s: float,
-                margin: float | None, log: Callable[[str], None], later: Removals) -> CheckReport:
+                margin: float | None, log: Callable[[str], None], later: Removals,
+                reprepare: bool = True) -> CheckReport:
     margin = float(margin if margin is not None else task.success_margin)
     report = CheckReport(task=task.name, margin=margin)
     try:
@@ -163,7 +168,10 @@ def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeo
     report.steps["prepare"] = "ok" if not again else "prepared a second time (should do nothing)"
     # 1b. a prepare in a fresh home must write the same files: baselines and scores then compare across machines
     started = time.monotonic()
-    report.steps[REPRODUCIBLE] = check_reproducible_prepare(harness, task, data_dir, prepared_now, log, later)
+    report.steps[REPRODUCIBLE] = (
+        check_reproducible_prepare(harness, task, data_dir, prepared_now, log, later) if reprepare else
+        f"{NOT_CHECKED}: the task was prepared from a download, with no local copy to prepare again from "
+        "(give --data-dir)")
     report.seconds[REPRODUCIBLE] = round(time.monotonic() - started, 2)
 
     # 1c. a declared validation split must be there, apart from the test answers
@@ -216,7 +224,8 @@ def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeo
     rule = ScoreRule(higher_is_better=task.metric.higher_is_better, success_margin=margin)
     verdict = judge(report.reference, report.baseline, rule) if report.baseline is not None else None
     report.improvement = verdict.improvement if verdict else None
-    problems = [f"{step}: {what}" for step, what in report.steps.items() if what != "ok"]
+    problems = [f"{step}: {what}" for step, what in report.steps.items()
+                if what != "ok" and not what.startswith(NOT_CHECKED)]
     if verdict is not None and report.reference is not None and not verdict.success:
         shown = verdict.refused or ("an undefined amount" if verdict.improvement is None
                                     else f"{verdict.improvement:+.1%}")

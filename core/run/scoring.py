@@ -126,7 +126,9 @@ def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: s
 
     path = reference_path(home, labelled(task))  # per -T values: another value may well score otherwise
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"task": task.name, "score": score, "sandbox": sandbox}, indent=1))
+    # the data it was measured on: a later prepare keeps the score only for the same data (carry_references)
+    inputs = home.inputs_fingerprint(task) if home.is_prepared(task) else None
+    path.write_text(json.dumps({"task": task.name, "score": score, "sandbox": sandbox, "inputs": inputs}, indent=1))
 
 
 def recorded_reference(home: TaskHome, task_name: str) -> float | None:

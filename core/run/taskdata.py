@@ -114,6 +114,7 @@ class TaskHome:
                  "source": str(ctx.source_dir) if ctx.source_dir else None}).encode())
             if final.exists():  # replaced: a stale, unfinished folder, or (force) the earlier preparation
                 carry_baselines(task, final, staging, log)  # a baseline is kept, never lost with the old data
+                carry_references(task, final, staging, log)  # and check-task's reference, where it still applies
                 retired = final.parent / f".retired-{final.name}-{os.getpid()}"
                 os.replace(final, retired)
                 os.replace(staging, final)
@@ -160,6 +161,14 @@ class TaskHome:
     def inputs_fingerprint(self, task: Named) -> str:
         """What a baseline depends on: the prepared public files (the starter among them) and hidden answers."""
         return inputs_fingerprint(self.task_dir(task))
+
+    def prepared_source(self, task: Named) -> Path | None:
+        """The local copy the task was prepared from, while it is there; None when prepare downloaded the data."""
+        try:
+            source = json.loads((self.task_dir(task) / "prepared.json").read_text())["source"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return Path(source) if isinstance(source, str) and Path(source).is_dir() else None
 
     def prepared_at(self, task: Named) -> float | None:
         try:
@@ -225,6 +234,29 @@ def carry_baselines(task: Named, old: Path, new: Path, log: Callable[[str], None
     log(f"{task.name}: the prepared data or starter changed, so the recorded baseline ({value}) no longer applies "
         f"to new runs: kept in {kept}; runs started before {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}"
         f" are still judged against it, later ones against a new measurement: mlab baseline {task.name}")
+
+
+def carry_references(task: Named, old: Path, new: Path, log: Callable[[str], None]) -> None:
+    """Before a task's folder is replaced: the reference scores check-task recorded there (scoring.reference_path)
+    move to the new one when measured on the same data (their record's inputs; an older record: the folder's
+    prepared data, or none, as when check-task ran before the first prepare). Another -T value's reference was
+    measured on data of its own folder, which this prepare does not replace: it moves as it is."""
+    fingerprint: str | None = None
+    for path in sorted(old.glob("reference*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if path.name == "reference.json" and isinstance(record, dict):
+            if fingerprint is None:
+                fingerprint = inputs_fingerprint(new)
+            measured_on = record.get("inputs") or (inputs_fingerprint(old) if (old / "prepared.json").exists()
+                                                    else fingerprint)
+            if measured_on != fingerprint:
+                log(f"{task.name}: the prepared data changed, so the recorded reference score no longer applies: "
+                    f"mlab check-task {task.name} measures it again")
+                continue
+        shutil.copy2(path, new / path.name)
 
 
 # Read-only files at least this large are left out of a run's archive (a receiver links its own copy, see
