@@ -13,6 +13,8 @@ MYPY_PATH_DIR := build/mypy-path
 STRESS_CPUS ?= 4
 STRESS_RUNS ?= 1
 TEST_WORKERS ?= 2
+# pip's own output in `make setup`; `make run` clears it, to show each package as pip collects it
+PIP_QUIET ?= -q
 
 .PHONY: setup run test test-fast test-shared check lint mypy stress-test stress-tools bench clean browser sandbox-tools \
 	gpu-check cli-agents
@@ -21,27 +23,35 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip setuptools wheel
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install $(PIP_QUIET) torch==2.13.0
 	# ray: so the two-node cluster test runs rather than skips (Ray needs no torch: the CPU build above stays).
-	$(PY) -m pip install -q -e '.[test,report,ray,inspect]' $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install $(PIP_QUIET) -e '.[test,report,ray,inspect]' $(addprefix -e ,$(PLUGINS))
 	# The task pack's light extras, so the tests of its image and language-model tasks run too.
-	$(PY) -m pip install -q -e 'plugins/tasks/mlagentbench[vision,text]'
+	$(PY) -m pip install $(PIP_QUIET) -e 'plugins/tasks/mlagentbench[vision,text]'
 	# Program agents' programs from their registries (pinned in each plugin's [agent] extra), so their tests run.
-	$(PY) -m pip install -q -e 'plugins/agents/smolagents[agent]' -e 'plugins/agents/miniswe[agent]'
+	$(PY) -m pip install $(PIP_QUIET) -e 'plugins/agents/smolagents[agent]' -e 'plugins/agents/miniswe[agent]'
 	touch $@
 
-# Prints progress only, a line as each install stage starts (a fresh set-up takes minutes): pip's and setuptools'
-# output goes to SETUP_LOG, shown when the set-up fails.
+# Prints progress only, a line as each install stage starts and one per package pip collects, builds and installs
+# (a fresh set-up takes minutes, a stage under load once 889 s): pip's and setuptools' whole output goes to
+# SETUP_LOG, shown when the set-up fails.
 run: SETUP_LOG ?= build/setup.log
 run:
 	@mkdir -p $(dir $(SETUP_LOG))
 	@echo "setting up $(VENV) (log: $(SETUP_LOG))"
 	@set -o pipefail; start=$$(date +%s); \
-	$(MAKE) --no-print-directory setup 2>&1 | tee $(SETUP_LOG) | while IFS= read -r line; do \
-		case "$$line" in *"pip install"*|*" -m venv "*) \
-			line="$${line#$(PY) -m }"; echo "  $$(( $$(date +%s) - start )) s: $${line:0:88}";; esac; \
+	$(MAKE) --no-print-directory setup PIP_QUIET=--progress-bar=off 2>&1 | tee $(SETUP_LOG) | \
+	while IFS= read -r line; do \
+		case "$$line" in \
+			*"pip install"*|*" -m venv "*) line="$${line#$(PY) -m }";; \
+			"Collecting "*) line="  collecting $${line#Collecting }";; \
+			"  Building wheel for "*": started") line="$${line%: started}"; \
+				line="  building wheel for $${line#  Building wheel for }"; line="$${line% (*)}";; \
+			"Installing collected packages: "*) line="  installing $${line#Installing collected packages: }";; \
+			*) continue;; \
+		esac; echo "  $$(( $$(date +%s) - start )) s: $${line:0:88}"; \
 	done || { tail -n 30 $(SETUP_LOG); echo "set-up failed; the whole log: $(SETUP_LOG)"; exit 1; }
 	@echo "set-up done"
 	@rm -rf $(DEMO_DIR)

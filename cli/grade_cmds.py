@@ -28,7 +28,7 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool, task_pa
     file in one (under its own name, e.g. submission.csv). A run folder is scored by its final workspace, and a run
     (its folder, workspace or a file there) with the run's task parameters unless -T is given. Prints the score,
     the baseline, the improvement and whether it counts as a success; exits 1 when the submission is invalid."""
-    from mlab.core.bench.verdict import judged, known_baseline, recorded_reference, success_text
+    from mlab.core.bench.verdict import baseline_hint, judged, known_baseline, recorded_reference, success_text
     from mlab.core.run.harness import Harness
     from mlab.core.run.scoring import ScoreRule
     from mlab.core.run.task_params import labelled
@@ -66,7 +66,7 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool, task_pa
         else:
             console.print(f"{task.name}: {task.metric.name} = {score:.6g} ({arrow} is better)", highlight=False)
         if verdict.baseline is None:
-            console.print(f"baseline: not known (run: mlab baseline {task.name})", highlight=False)
+            console.print(f"baseline: not known (run: {baseline_hint(task)})", highlight=False, markup=False)
         else:
             console.print(f"baseline: {verdict.baseline:.6g} ({verdict.baseline_source})", highlight=False)
         console.print(success_text(verdict), highlight=False, soft_wrap=True)

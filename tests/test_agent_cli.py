@@ -35,7 +35,8 @@ def test_unknown_agent_lists_the_valid_ones():
     result = mlab("run", "--task", "fixture/tiny-clf", "--llm", "fixture-policy", "--agent", "reserch")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mlab: error: unknown agent 'reserch'; valid:")
+    assert len(lines) == 1
+    assert lines[0].startswith("mlab: error: unknown agent 'reserch'; did you mean research or search? valid:")
     for name in ["baseline", *AGENTS]:
         assert name in lines[0]
 

@@ -75,7 +75,7 @@ Path(os.environ["MLAB_HIDDEN_DIR"], "answers.csv").write_text("id,y\\n" + "".joi
 PARAM_TRAIN = """\
 import csv
 ids = [r["id"] for r in csv.DictReader(open("test.csv"))]
-open("submission.csv", "w").write("id,y\\n" + "".join(f"{i},1\\n" for i in ids))
+open("submission.csv", "w").write("id,y\\n" + "".join(f"{i},0\\n" for i in ids))
 """
 
 
@@ -110,4 +110,56 @@ def test_grade_takes_task_parameters_and_a_run_folders_own(tmp_path):
     for given in ("runs/seven", "runs/seven/workspace", "runs/seven/workspace/submission.csv"):
         graded = mlab_in_process("grade", "./shifted", given, "--sandbox", "local", cwd=tmp_path, home=home)
         assert graded.returncode == 0, (given, graded.stdout, graded.stderr)
-        assert "mse = 0 " in graded.stdout and "rows=7 (the run's)" in graded.stdout, graded.stdout
+        assert "mse = 1 " in graded.stdout and "rows=7 (the run's)" in graded.stdout, graded.stdout
+
+
+# ---- item 9: hints that name what works: did you mean, `mlab baseline ./folder`, eval and a run's end ------------
+def test_a_mistyped_task_or_agent_name_gets_a_did_you_mean(tmp_path):
+    for args, meant in ((("--task", "lite/wien", "--agent", "baseline"), "did you mean lite/wine?"),
+                        (("--task", "wien", "--agent", "baseline"), "did you mean wine?"),
+                        (("--task", "lite/wine", "--agent", "basline"), "did you mean baseline?")):
+        shown = mlab_in_process("run", *args, "--run-dir", tmp_path / "run", home=tmp_path / "home")
+        assert shown.returncode == 2 and meant in shown.stderr, shown.stderr
+        assert len(shown.stderr.strip().splitlines()) == 1
+
+
+# ---- item 16: `make run` shows each package pip collects and installs, not one line per stage ---------------------
+CANNED_PIP = """\
+Collecting numpy==2.1.0
+  Downloading numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.whl (16.3 MB)
+Requirement already satisfied: packaging in ./.venv/lib/python3.11/site-packages (from torch) (24.1)
+Collecting scipy
+  Using cached scipy-1.14.0-cp311-cp311-manylinux_2_17_x86_64.whl (41.1 MB)
+Building wheels for collected packages: mlab
+  Building wheel for mlab (pyproject.toml): started
+Installing collected packages: numpy, scipy, mlab
+Successfully installed mlab-0.1.0 numpy-2.1.0 scipy-1.14.0
+"""
+
+
+def test_make_run_shows_each_package_pip_collects_and_installs(tmp_path):
+    import subprocess
+
+    from tests.fixtures.cli import REPO
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (tmp_path / "pip.txt").write_text(CANNED_PIP)
+    # a stand-in venv python: pip's output as pip prints it, or nothing under -q (as pip does)
+    stand_in = f'#!/bin/bash\ncase " $* " in *" -q "*) exit 0;; *"pip install"*) cat {tmp_path}/pip.txt;; esac\n'
+    for name in ("python", "mlab"):
+        (venv / "bin" / name).write_text(stand_in)
+        (venv / "bin" / name).chmod(0o755)
+    made = subprocess.run(["make", "--no-print-directory", "run", f"VENV={venv}", "LITE_TASKS=",
+                           f"SETUP_LOG={tmp_path / 'setup.log'}", f"DEMO_DIR={tmp_path / 'demo'}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stdout + made.stderr
+    shown = [line.split(": ", 1)[1] for line in made.stdout.splitlines() if line.startswith("  ") and " s: " in line]
+    stages = [line for line in shown if line.startswith("pip install")]
+    assert len(stages) >= 5, made.stdout
+    for package in ("collecting numpy==2.1.0", "collecting scipy", "building wheel for mlab",
+                    "installing numpy, scipy, mlab"):
+        assert sum(line.strip() == package for line in shown) == len(stages), (package, made.stdout)
+    assert not any("Requirement already satisfied" in line or "Downloading" in line for line in shown), made.stdout
+    assert all(len(line) <= 88 for line in shown), made.stdout
+    assert "Successfully installed" in (tmp_path / "setup.log").read_text()  # the whole output stays in the log

@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 from mlab.core.bench.results import DB_FILE, ResultsDB, classify, judge_runs
 from mlab.core.bench.run_folders import runs_in
-from mlab.core.bench.verdict import Judged, RunJudge, spent
+from mlab.core.bench.verdict import Judged, RunJudge, baseline_hint, spent
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import Registry
@@ -214,7 +214,9 @@ def _row(res: Evaluated, verdict: Judged, intermediate: bool) -> dict[str, Any]:
     row = {"run_dir": str(res["run_dir"]), "task": task.name, "agent": trace.config.agent, "status": trace.status,
            "metric": task.metric.name, "higher_is_better": task.metric.higher_is_better,
            "score": score, "error": error, **verdict.fields(), "failure": classify(trace),
-           **spent(trace), "allow_validate": trace.config.allow_validate}
+           **spent(trace), "allow_validate": trace.config.allow_validate,
+           # what measures the missing baseline, as typed (a task folder by its path)
+           "baseline_hint": baseline_hint(task) if verdict.baseline is None else None}
     if intermediate:
         row.update({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
                     "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]})

@@ -64,12 +64,22 @@ def judged(score: float | None, baseline: tuple[float | None, str], rule: ScoreR
                   of_reference=reference_ratio(score, reference, rule.higher_is_better))
 
 
-def success_text(j: Judged) -> str:
+def baseline_hint(task: Task) -> str:
+    """The command that measures a task's baseline as a user types it: a folder task by its path, with the -T
+    values that change its data (not `folder/name`, which no command takes)."""
+    from mlab.core.run.task_lookup import prepare_args
+
+    return f"mlab baseline {prepare_args(task)}"
+
+
+def success_text(j: Judged, task: Task | None = None) -> str:
     """One line saying what the verdict means, for terminals: the improvement, success by the original's rule,
-    and the note a placeholder baseline needs."""
+    and the note a placeholder baseline needs; with `task`, how to measure a baseline it lacks."""
     v = j.verdict
     if v.improvement is None:
         text = f"improvement: none ({v.refused})" if v.refused else "improvement: none"
+        if not v.refused and j.baseline is None and task is not None:
+            text += f" (no baseline: run {baseline_hint(task)})"
     else:
         outcome = "a success" if v.success else "not a success"
         text = (f"improvement: {v.improvement:+.1%}, {outcome} (success (original): more than "

@@ -248,7 +248,8 @@ class Registry:
                 valid = ", ".join(sorted(items)) or "(none installed)"
                 why = "" if self.load_filter is None else \
                     f" (only the plugins named in MLAB_LOAD_PLUGINS={self.load_filter!r} were loaded)"
-                raise MlabError(f"unknown {KINDS[kind]} {name!r}; valid: {valid}{why}{self._failed_note()}")
+                raise MlabError(f"unknown {KINDS[kind]} {name!r};{_did_you_mean(name, list(items))} valid: {valid}{why}"
+                                f"{self._failed_note()}")
             full = short[0]
         if full in self.contested[kind]:
             raise MlabError(self.contested[kind][full])
@@ -329,3 +330,12 @@ def load_registry() -> Registry:
                 if info is not None:
                     info.error = "; ".join(filter(None, [info.error, f"{hook} raised {type(exc).__name__}: {exc}"]))
     return registry
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    """" did you mean X?" for a mistyped name (difflib), matched as written: in full, or by the part after 'pack/'."""
+    import difflib
+
+    pool = names if "/" in name else sorted({n.split("/")[-1] for n in names})
+    close = difflib.get_close_matches(name, pool, n=3, cutoff=0.75)
+    return f" did you mean {' or '.join(close)}?" if close else ""
