@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import click
@@ -81,7 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as exc:
         hint = (f" (see: mlab {exc.ctx.command_path.split(' ', 1)[-1]} --help)"
                 if exc.ctx and " " in exc.ctx.command_path else "")
-        click.echo(f"mlab: error: {exc.format_message()}{hint}", err=True)
+        # one line: click lists a choice's values on lines of their own, tab-indented
+        message = re.sub(r"\s*\n\s*", " ", exc.format_message())
+        click.echo(f"mlab: error: {message}{hint}", err=True)
         sys.exit(2)
     except click.ClickException as exc:
         click.echo(f"mlab: error: {exc.format_message()}", err=True)

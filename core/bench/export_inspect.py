@@ -123,7 +123,8 @@ def log_name(created: str, task: str, agent: str, model: str) -> str:
     """Inspect's own pattern, TIME_TASK_ID.eval, with the agent and model in the task part; the id is the log's
     task_id, which `inspect view` groups retries by, so each agent and model is a task of its own there."""
     stamp = created.replace(":", "-")
-    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", f"{task}-{agent}-{model}").strip("-")[:120]
+    shown = model.rstrip("/").rsplit("/", 1)[-1] or model  # a model served from a path: its name, not the path
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "-", f"{task}-{agent}-{shown}").strip("-")[:120]
     return f"{stamp}_{slug}_{_id(task, agent, model)}.eval"
 
 
@@ -168,7 +169,8 @@ def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun], warn: W
                                 unscored_samples=len(samples) - len(values), metrics=metrics))
     spec = EvalSpec(
         eval_id=_id(task, agent, model, *(r.trace.run_id for r in runs)), run_id=_id("mlab-export", created),
-        created=created, task=task, task_id=_id(task, agent, model), task_version=0, tags=[agent],
+        created=created, task=task, task_id=_id(task, agent, model), task_version=0,
+        tags=sorted({tag for r in runs for tag in r.trace.config.tags}),  # the runs' --tag; the agent is the solver
         dataset=EvalDataset(name=task, samples=1, sample_ids=[task]),
         solver=agent, solver_args=dict(first.config.agent_options), model=model,
         config=EvalConfig(epochs=len(runs), message_limit=None),
@@ -179,7 +181,7 @@ def eval_log(task: str, agent: str, model: str, runs: list[ExportedRun], warn: W
     usage = _sum_usage([s.model_usage for s in samples])
     errors = sum(1 for s in samples if s.error is not None)
     return EvalLog(
-        status="success", eval=spec,
+        status=_log_status([r.trace.status for r in runs], [s.error for s in samples]), eval=spec,
         plan=EvalPlan(name=agent, steps=[EvalPlanStep(solver=agent, params=dict(first.config.agent_options))]),
         results=EvalResults(total_samples=len(samples), completed_samples=len(samples) - errors, scores=scores),
         stats=EvalStats(started_at=created, completed_at=_iso(ended), model_usage=usage),
@@ -215,9 +217,31 @@ def sample(run: ExportedRun, epoch: int, warn: Warn = quiet) -> EvalSample:
                   "score_error": run.score_error, **run.judged.fields(), **spent(trace)},
         started_at=_iso(trace.started_at), completed_at=_iso(trace.started_at + trace.total_time_s),
         total_time=round(trace.total_time_s, 3), working_time=round(trace.total_time_s, 3),
-        error=EvalError(message=trace.end_reason or trace.status, traceback="", traceback_ansi="") if failed
-        else None,
+        error=EvalError(message=_failure(run), traceback="", traceback_ansi="") if failed else None,
     )
+
+
+INTERRUPTED = "interrupted: its process ended before the run did (mlab run --resume continues it)"
+GOING = "still running"
+
+
+def _failure(run: ExportedRun) -> str:
+    """Why a run that did not finish has no result: its end reason, or whether its process is gone."""
+    from mlab.core.view.live import run_in_progress
+
+    trace = run.trace
+    if trace.status != "running":
+        return trace.end_reason or trace.status
+    return GOING if run_in_progress(run.run_dir) else INTERRUPTED
+
+
+def _log_status(statuses: list[str], errors: list[Any]) -> Literal["started", "success", "cancelled"]:
+    """Inspect's status of a log: started while a run goes on, cancelled when one was interrupted (killed), else
+    success (a run that failed is a sample with an error, as in Inspect)."""
+    messages = [e.message for status, e in zip(statuses, errors, strict=True) if status == "running" and e]
+    if GOING in messages:
+        return "started"
+    return "cancelled" if messages else "success"
 
 
 def chat(raw: dict[str, Any], names: dict[str, str] | None = None) -> ChatMessage:
