@@ -49,7 +49,7 @@ def tasks(as_json: bool) -> None:
     import json
 
     from mlab.core.run import taskdata
-    from mlab.core.run.baseline import measured_costs
+    from mlab.core.run.baseline import known_baseline, measured_costs
     from mlab.core.run.task_params import shown
 
     registry = load_registry()
@@ -60,10 +60,15 @@ def tasks(as_json: bool) -> None:
             seconds, memory = measured_costs(home.baseline_record(task))
         except MlabError:  # an unreadable record: nothing measured to show
             seconds, memory = None, None
+        try:
+            baseline, source = known_baseline(task, home)
+        except MlabError:
+            baseline, source = None, "missing"
         rows.append({
             "name": name, "description": task.description, "metric": task.metric.name,
             "direction": "higher" if task.metric.higher_is_better else "lower",
             "offline_ready": task.offline_ready, "gpu": task.resources.gpu, "ram_gb": task.resources.ram_gb,
+            "baseline": baseline, "baseline_source": source,
             "baseline_seconds": task.resources.baseline_seconds, "extras": list(task.resources.extras),
             "measured_seconds": seconds, "measured_peak_memory_mb": memory,
             "prepared": taskdata.is_prepared(task), "provider": registry.provider("tasks", name),
@@ -74,20 +79,24 @@ def tasks(as_json: bool) -> None:
         return
     cells = []
     for r in rows:
-        measured = "not measured" if r["measured_seconds"] is None else (
+        baseline = "not measured" if r["baseline"] is None else (
+            f"{r['baseline']:.6g}" + (" (fixed)" if r["baseline_source"].startswith("fixed") else ""))
+        measured = "-" if r["measured_seconds"] is None else (
             format_duration(r["measured_seconds"]) + ("" if r["measured_peak_memory_mb"] is None
                                                       else f", {r['measured_peak_memory_mb']:.0f} MB peak"))
         cells.append((r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
-                      f"{r['ram_gb']:g} GB", format_duration(r["baseline_seconds"]), measured,
+                      f"{r['ram_gb']:g} GB", baseline, format_duration(r["baseline_seconds"]), measured,
                       ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no",
                       "\n".join(f"{shown({p['name']: p['default']})} ({p['type']})" for p in r["params"]) or "-",
                       r["description"]))
     console = make_console()
     print_fitted(console, *fitted_table(
-        console, "mlab tasks", ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "measured baseline",
-                                "extras", "prepared", "parameters (-T)", "description"), cells,
-        wrapped=("measured baseline", "extras", "parameters (-T)", "description"),
-        left_out_first=("extras", "description", "parameters (-T)", "baseline", "RAM", "better", "metric", "offline")))
+        # the baseline is its score; the starter's time, estimated and as `mlab baseline` measured it, apart
+        console, "mlab tasks", ("task", "metric", "better", "offline", "gpu", "RAM", "baseline", "starter time",
+                                "measured time", "extras", "prepared", "parameters (-T)", "description"), cells,
+        wrapped=("baseline", "measured time", "extras", "parameters (-T)", "description"),
+        left_out_first=("extras", "description", "parameters (-T)", "starter time", "measured time", "RAM", "better",
+                        "metric", "offline")))
 
 
 def _params(task: Task) -> list[dict[str, object]]:

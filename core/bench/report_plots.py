@@ -269,9 +269,11 @@ def _success_vs_cost(data: ReportData) -> Figure:
     panels: list[tuple[Axes, Literal["tokens", "cost_usd"], str]] = [
         (axes[0], "tokens", "mean tokens per run"), (axes[1], "cost_usd", "mean cost per run (USD)")]
     for ax, key, name in panels:
-        xs = []
+        xs, unpriced = [], []
         for j, (label, o) in enumerate(data.overall.items()):
             s, x = o["success"], o[key]["mean"]
+            if s["mean"] is not None and x is None and key == "cost_usd":
+                unpriced.append(label)
             if s["mean"] is None or x is None:
                 continue
             xs.append(x)
@@ -280,7 +282,9 @@ def _success_vs_cost(data: ReportData) -> Figure:
             ax.errorbar([x], [s["mean"]], yerr=err, fmt="o", markersize=4, capsize=2, color=f"C{j % 10}",
                         label=label)
         _nonnegative_axis(ax, xs, "x")
-        ax.set_xlabel(f"{name} ({direction(False)})")
+        # a method missing from the panel must not read as one that cost nothing: named under its axis
+        note = "\n" + _wrap(f"not shown, no price: {', '.join(unpriced)}", TEXT_WIDTH_IN / 2) if unpriced else ""
+        ax.set_xlabel(f"{name} ({direction(False)}){note}")
         ax.set_ylim(-0.03, 1.03)
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.grid(alpha=0.3)
