@@ -2,10 +2,12 @@
 checked before a byte is copied, and the scratch copy never outlives the command.
 
 A folder may hold regular files, folders and links that stay inside it; a FIFO, socket or device, a link out of
-it, a file over the task's cap (its apparent size or the blocks it holds, so a sparse file cannot be written out
-dense) and a folder whose files add up past the folder cap are each named on a line of their own, and nothing is
-copied. The scratch folder is removed when the block ends, and a watchdog process removes it if this process is
-killed outright (kill -9) before it could.
+it, a file given alone over the task's cap (its apparent size or the blocks it holds, so a sparse file cannot be
+written out dense) and a folder whose files add up past the folder cap are each named on a line of their own, and
+nothing is copied. A file in a folder is not held to the task's cap, since a workspace may hold more than the file
+the task reads (a saved model); its holes stay holes when copied, so a 2 GB sparse submission.csv costs no 2 GB of
+writes before the task's evaluate refuses it by its size. The scratch folder is removed when the block ends, and a
+watchdog process removes it if this process is killed outright (kill -9) before it could.
 """
 from __future__ import annotations
 
@@ -109,6 +111,30 @@ def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BY
     return total, problems
 
 
+def _copy_keeping_holes(source: str, target: str) -> str:
+    """shutil.copy2, except that a sparse file's holes stay holes (only its data is read and written)."""
+    st = os.stat(source, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode) or st.st_blocks * 512 >= st.st_size:
+        return str(shutil.copy2(source, target))
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        offset = 0
+        while offset < st.st_size:
+            try:
+                start = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # ENXIO: nothing but a hole after offset
+                break
+            end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
+            src.seek(start)
+            dst.seek(start)
+            while start < end and (chunk := src.read(min(end - start, 1 << 20))):
+                dst.write(chunk)
+                start += len(chunk)
+            offset = end
+        dst.truncate(st.st_size)
+    shutil.copystat(source, target)
+    return target
+
+
 def _watch(folder: str) -> subprocess.Popen | None:
     """A process that removes folder once this one has ended, however it ended (its stdin pipe closes)."""
     try:
@@ -134,10 +160,10 @@ def taken_in(path: Path, max_file_bytes: int) -> Iterator[Path]:
         target = Path(scratch) / "submission"
         try:
             if path.is_dir():
-                shutil.copytree(path, target, symlinks=True)
+                shutil.copytree(path, target, symlinks=True, copy_function=_copy_keeping_holes)
             else:
                 target.mkdir()
-                shutil.copyfile(path, target / path.name)
+                _copy_keeping_holes(str(path), str(target / path.name))
         except (OSError, shutil.Error) as exc:  # changed since it was checked (a file swapped for a FIFO)
             raise SubmissionRefused(f"{path}: changed while it was copied: {exc}") from None
         yield target
