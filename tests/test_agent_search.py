@@ -522,3 +522,15 @@ def test_mcts_widens_a_node_as_its_visits_grow_then_descends_by_uct():
     evaluated("improve", [1], 0.7)
     # 3 visits allow 2 children: full, so UCT picks among them; node 3 has the higher reward
     assert mcts(graph, settings, rng) == Proposal("improve", (3,))
+
+
+def test_a_plan_the_model_labels_is_not_labelled_twice(tmp_path):
+    """A reply that starts "Plan: ..." (or "**Plan:**") gave "Plan: Plan: ..." in the search's memory."""
+    task = "lite/wine"
+    replies = [reply("Plan: 1-NN.", solution(task, 1, 0.80)), reply("**Plan:** 3-NN.", solution(task, 3, 0.90)),
+               reply("## Plan\n5-NN.", solution(task, 5, 0.85)), reply("Plan to use 7-NN.", solution(task, 7, 0.8))]
+    trace = run_search(tmp_path / "run", task, replies, {"policy": "greedy", "num_drafts": 4, "max_nodes": 4})
+    assert [n["plan"] for n in graph_of(trace)] == [f"{k}-NN.\nIt should help." for k in (1, 3, 5)] + [
+        "Plan to use 7-NN.\nIt should help."]  # a sentence that starts with the word is no label
+    shown = [line for line in llm_prompts(tmp_path / "run")[2].splitlines() if line.startswith("- node")]
+    assert [line.split(". ", 1)[1] for line in shown] == ["Plan: 1-NN.", "Plan: 3-NN."]

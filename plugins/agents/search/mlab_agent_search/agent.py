@@ -51,6 +51,8 @@ STARTER_CHARS = 8_000
 LISTING_CHARS = 3_000
 RESULT_LINES = 30  # nodes listed under "Results so far", the newest
 _CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+# "Plan:", "**Plan:**" or "## Plan" heading a reply's plan: memory and prompts label the plan themselves
+_PLAN_LABEL = re.compile(r"\A(?:[*_\s]*plan[*_\s]*:|\s*#+[ \t]*plan[ \t]*:?[ \t]*(?=\n))[*_\s]*", re.IGNORECASE)
 Stage = Literal["list", "read", "search", "finish-write", "finish-run", "answer"]
 _OVERVIEW = (Path(__file__).with_name("overview_script.py")).read_text(encoding="utf-8")
 
@@ -324,7 +326,7 @@ class SearchAgent(Agent):
             raise InvalidResponse(f"the script is not valid Python: {exc.msg} (line {exc.lineno})") from None
         except ValueError as exc:  # e.g. a NUL character
             raise InvalidResponse(f"the script is not valid Python: {exc}") from None
-        plan = text[: text.find("```")].strip()
+        plan = _PLAN_LABEL.sub("", text[: text.find("```")].strip(), count=1).strip()
         return plan, code
 
     def _summary(self, best: Node | None, steps: dict[int, Step]) -> str:
