@@ -218,6 +218,8 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     if data.validated_runs:
         console.print(f"note: {len(data.validated_runs)} run(s) could score predictions on a validation split "
                       "(--allow-validate): compare them with runs that could too", highlight=False)
+    if line := data.hardware_line():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     figures = sorted({path.with_suffix("") for path in written.get("plots", [])})
     for figure in figures:
         formats = ",".join(sorted(p.suffix[1:] for p in written["plots"] if p.with_suffix("") == figure))

@@ -34,7 +34,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
         return {"run": where, "run_dir": str(run_dir), "status": "unreadable", "error": str(exc), "task": None,
                 "agent": None, "llm": None, "seed": None, "max_steps": None, **dict.fromkeys(BUDGETS),
                 "end_reason": None, "score": None, "score_error": None, "started_at": None, "task_params": {},
-                "tags": [], "meta": {},
+                "tags": [], "meta": {}, "hardware": None,
                 **dict.fromkeys(("steps", "llm_calls", "tokens", "cost_usd", "time_s")),
                 **dict.fromkeys(VERDICT_FIELDS)}
     c = trace.config
@@ -46,6 +46,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
             "max_calls": c.max_calls, "max_tokens": c.max_tokens, "max_cost": c.max_cost,
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
             "task_params": c.task_params, "tags": c.tags, "meta": c.meta,
+            "hardware": trace.hardware.summary() if trace.hardware else None,
             **spent(trace), "started_at": trace.started_at,
             **(judge(run_dir, trace) if judge else dict.fromkeys(VERDICT_FIELDS))}
 

@@ -5,6 +5,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mlab.core.run.hardware import Hardware
+
 
 class Action(BaseModel):
     """What an agent asks the environment to do next."""
@@ -194,6 +196,7 @@ class Trace(BaseModel):
     errors: list[str] = Field(default_factory=list)
     plugin_versions: dict[str, str] = Field(default_factory=dict)
     devices: list[str] = Field(default_factory=list)  # GPU device nodes agent code could use
+    hardware: Hardware | None = None  # what the run had when it started (None: recorded before mlab did)
     held_out: list[str] = Field(default_factory=list)  # training files the run got without the validation rows
 
 

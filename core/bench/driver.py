@@ -484,4 +484,4 @@ class _LiveReader:
 
 _RESULT_FIELDS = ("status", "end_reason", "failure", "incidents", "started_at", "time_s", "steps", "prompt_tokens",
                   "completion_tokens", "cost_usd", "final_score", "final_score_error", "metric", "higher_is_better",
-                  "config", "llm_calls", "success_margin", "label")
+                  "config", "llm_calls", "success_margin", "label", "hardware")

@@ -101,6 +101,25 @@ class ReportData:
         return [row["key"] for row in self.rows if _config_of(row).get("allow_validate")]
 
     @property
+    def hardware(self) -> dict[str, list[str]]:
+        """The runs' keys by the hardware they had (its one line; runs recorded before mlab did: "not recorded"),
+        the commonest first."""
+        kinds: dict[str, list[str]] = {}
+        for row in self.rows:
+            kinds.setdefault(row.get("hardware") or "not recorded", []).append(row["key"])
+        return dict(sorted(kinds.items(), key=lambda kind: (-len(kind[1]), kind[0])))
+
+    def hardware_line(self) -> str | None:
+        """The hardware the runs had, as one line: a note when they mix hardware, whose numbers then compare
+        machines as much as methods; None when no run recorded it."""
+        kinds = self.hardware
+        if len(kinds) == 1:
+            (only,) = kinds
+            return None if only == "not recorded" else f"hardware: {only}"
+        return f"note: these runs ran on {len(kinds)} kinds of hardware: " + "; ".join(
+            f"{kind} ({len(keys)} run{'s' if len(keys) > 1 else ''})" for kind, keys in kinds.items())
+
+    @property
     def labels(self) -> list[str]:
         return sorted({r.label for r in self.records})
 
@@ -123,7 +142,7 @@ class ReportData:
                 "overall": self.overall, "comparisons": [c.as_dict() for c in self.comparisons],
                 "profiles": self.profiles.as_dict() if self.profiles else None, "legend": LEGEND,
                 "unconfined_runs": self.unconfined_runs, "validated_runs": self.validated_runs,
-                "skipped": self.skipped,
+                "skipped": self.skipped, "hardware": self.hardware,
                 "runs": [{**{k: v for k, v in r.items() if k != "config"}, **self._judged(r), **self._graph(r)}
                          for r in self.rows]}
 
@@ -410,13 +429,14 @@ def one_run_table(data: ReportData) -> ReportTable:
          Column("success\n(original)", "success_original"), Column("of\nreference", "of_reference", "num", ".3g"),
          Column("steps", "steps", "int"), Column("model\ncalls", "llm_calls", "int"), Column("tokens", "tokens", "int"),
          Column("time s", "time_s", "num", ".1f"), Column("cost $", "cost_usd", "num", ".4f"),
-         Column("failure", "failure")],
+         Column("failure", "failure"), Column("hardware", "hardware", machine=True)],
         caption=ONE_RUN_NOTE)
     table.add({"task": g.task, "agent": g.label, "model": g.model, "status": r.status, "score": r.final_score,
                "baseline": g.baseline, "improvement": g.improvement.mean,
                "success_original": None if success is None else ("yes" if success else "no"),
                "of_reference": g.of_reference.mean, "steps": r.steps, "llm_calls": r.llm_calls, "tokens": r.tokens,
-               "time_s": r.time_s, "cost_usd": r.cost_usd if r.llm_calls else None, "failure": r.failure})
+               "time_s": r.time_s, "cost_usd": r.cost_usd if r.llm_calls else None, "failure": r.failure,
+               "hardware": data.rows[0].get("hardware") or ""})
     return table
 
 
@@ -461,7 +481,8 @@ def runs_table(data: ReportData) -> ReportTable:
         # what the run was started with: the task's parameters (-T), its tags and notes (--tag, --meta)
         ("params", "params", "text", lambda r: run_tagging(rows.get(r.key, {}))["params"]),
         ("tags", "tags", "text", lambda r: run_tagging(rows.get(r.key, {}))["tags"]),
-        ("meta", "meta", "text", lambda r: run_tagging(rows.get(r.key, {}))["meta"]))
+        ("meta", "meta", "text", lambda r: run_tagging(rows.get(r.key, {}))["meta"]),
+        ("hardware", "hardware", "text", lambda r: rows.get(r.key, {}).get("hardware") or ""))
     table = ReportTable("runs", "Runs", [Column(h, k, kind, machine=True, value=v) for h, k, kind, v in fields])
     for record in data.records:
         table.add(record)

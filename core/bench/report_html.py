@@ -120,6 +120,8 @@ def _summary(data: ReportData) -> str:
     if data.validated_runs:
         parts.append(f"<p>note: {len(data.validated_runs)} run(s) could score predictions on a validation split "
                      "(--allow-validate)</p>")
+    if line := data.hardware_line():
+        parts.append(f"<p class='hardware'>{html.escape(line)}</p>")
     parts.append("<dl class='legend'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
                                                  for k, v in LEGEND.items()) + "</dl>")
     return "".join(parts)

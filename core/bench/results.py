@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0, started_at REAL, updated_at REAL, time_s REAL, steps INTEGER,
     prompt_tokens INTEGER, completion_tokens INTEGER, cost_usd REAL, final_score REAL, final_score_error TEXT,
     metric TEXT, higher_is_better INTEGER, config TEXT, success_margin REAL, llm_calls INTEGER,
-    validation_calls INTEGER, label TEXT);
+    validation_calls INTEGER, label TEXT, hardware TEXT);
 CREATE TABLE IF NOT EXISTS step_scores (
     run_key TEXT NOT NULL, step INTEGER NOT NULL, snapshot TEXT NOT NULL, score REAL, error TEXT,
     PRIMARY KEY (run_key, step));
@@ -52,10 +52,10 @@ CREATE TABLE IF NOT EXISTS verdicts (
 RUN_FIELDS = ("task", "agent", "llm", "seed", "run_dir", "status", "end_reason", "failure", "incidents", "attempts",
               "started_at", "updated_at", "time_s", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
               "final_score", "final_score_error", "metric", "higher_is_better", "config", "success_margin",
-              "llm_calls", "validation_calls", "label")
+              "llm_calls", "validation_calls", "label", "hardware")
 # Columns added after a bench folder may have been created: (name, SQL type).
 _ADDED_COLUMNS = (("success_margin", "REAL"), ("llm_calls", "INTEGER"), ("validation_calls", "INTEGER"),
-                  ("label", "TEXT"))
+                  ("label", "TEXT"), ("hardware", "TEXT"))
 
 # A results.db is read as untrusted (a shared bench folder): every value is checked for its type and range
 # before use, and a run whose folder lies outside the bench is not read. Column: (type, lowest, highest).
@@ -66,7 +66,7 @@ _NUMBERS: dict[str, tuple[type, float | None, float | None]] = {
     "time_s": (float, 0, None), "cost_usd": (float, 0, None), "final_score": (float, None, None),
     "success_margin": (float, 0, None), "started_at": (float, None, None), "updated_at": (float, None, None)}
 _REQUIRED_TEXT = ("key", "task", "agent", "run_dir", "status")
-_TEXT = ("llm", "end_reason", "failure", "incidents", "final_score_error", "metric", "config", "label")
+_TEXT = ("llm", "end_reason", "failure", "incidents", "final_score_error", "metric", "config", "label", "hardware")
 
 
 def _shown(value: object) -> str:
@@ -171,7 +171,9 @@ def summarize(trace: Trace, task: Task) -> Row:
             "success_margin": float(task.success_margin), "config": trace.config.model_dump_json(),
             # Validate Submission calls that reached the scorer (runs with --allow-validate; NULL otherwise)
             "validation_calls": calls_made(trace.steps) if trace.config.allow_validate else None,
-            "label": trace.config.label}  # the method's name (--label), NULL: agent (model)
+            "label": trace.config.label,  # the method's name (--label), NULL: agent (model)
+            # the machine the run had, one line (Hardware.summary); NULL for runs recorded before mlab did
+            "hardware": trace.hardware.summary() if trace.hardware else None}
 
 
 # ---- the database --------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from mlab.core.models import (
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.agent_step import AgentFailed, agent_step
 from mlab.core.run.environment import is_final
+from mlab.core.run.hardware import hardware_change, of_run
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import held_out_files
 from mlab.core.run.packages import package_versions
@@ -186,6 +187,7 @@ class Runner:
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
                           devices=gpu_devices(),  # every sandbox passes these through
+                          hardware=of_run(self.config),
                           held_out=sorted(held_out_files(self.task)) if held_out else [])
             self._record_warnings(trace)
             self.trace_log.begin(trace)
@@ -229,6 +231,8 @@ class Runner:
                 self.llm.load_state_dict(last.llm_state)
         if self.env.s.validator is not None:  # the calls the trace shows: the budget is per run, not per process
             self.env.s.validator.resume(trace.steps)
+        if moved := hardware_change(trace.hardware, of_run(self.config)):  # the trace keeps the first record
+            self.warnings.append(moved)
         self._record_warnings(trace)
         try:
             self.trace_log.begin(trace)

@@ -357,6 +357,7 @@ class Catalog:
         have_calls = max(0, min(have_calls, len(calls)))
         return {"summary": summary, "config": trace.config.model_dump(), "warnings": trace.errors,
                 "plugin_versions": trace.plugin_versions, "steps_from": have_steps, "steps": steps,
+                "hardware": trace.hardware.summary() if trace.hardware else None,
                 "calls_from": have_calls, "calls": calls[have_calls:], "errors_log": errors_log(path),
                 "scores": {str(k): v[0] for k, v in scores.items()}, "graph": graph_payload(trace)}
 

@@ -370,6 +370,7 @@
       el('p', null, badge(text(s.status) + (s.end_reason ? ': ' + text(s.end_reason) : ''), 'run-status')),
       given(method) && method !== '' ? el('p', {id: 'run-method'}, 'method ', el('b', null, text(method))) : null,
       el('p', null, facts),
+      run.hardware ? el('p', {id: 'run-hardware'}, 'hardware ' + text(run.hardware)) : null,
       el('p', null, 'final score ', el('b', {id: 'run-score'}, num(s.final_score)),
          s.final_score_error ? [' ', el('span', {class: 'err'}, text(s.final_score_error))] : null,
          'improvement' in s ? ['; improvement ', el('b', {id: 'run-improvement'}, pct(s.improvement))] : null,
