@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -126,7 +126,7 @@ def _check(harness: Harness, task_names: tuple[str, ...], all_tasks: bool, data_
         raise MlabError(f"data directory {data_dir!r} does not exist")
     tasks = ([registry.items["tasks"][n] for n in sorted(registry.items["tasks"])] if all_tasks
              else [harness.task(n, params) for n in task_names])
-    reports = []
+    reports: list[dict[str, Any]] = []
     for task in tasks:
         source, on_prepared = (data_dir, None) if data_dir or task.offline_ready or source_for(task, None) else \
             _where(harness, task, prepared, sandbox)
