@@ -79,13 +79,13 @@ def tasks(as_json: bool) -> None:
         return
     cells = []
     for r in rows:
-        baseline = "not measured" if r["baseline"] is None else (
+        base = "not measured" if r["baseline"] is None else (
             f"{r['baseline']:.6g}" + (" (fixed)" if r["baseline_source"].startswith("fixed") else ""))
         measured = "-" if r["measured_seconds"] is None else (
             format_duration(r["measured_seconds"]) + ("" if r["measured_peak_memory_mb"] is None
                                                       else f", {r['measured_peak_memory_mb']:.0f} MB peak"))
         cells.append((r["name"], r["metric"], r["direction"], "yes" if r["offline_ready"] else "no", r["gpu"],
-                      f"{r['ram_gb']:g} GB", baseline, format_duration(r["baseline_seconds"]), measured,
+                      f"{r['ram_gb']:g} GB", base, format_duration(r["baseline_seconds"]), measured,
                       ", ".join(r["extras"]) or "-", "yes" if r["prepared"] else "no",
                       "\n".join(f"{shown({p['name']: p['default']})} ({p['type']})" for p in r["params"]) or "-",
                       r["description"]))
