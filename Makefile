@@ -26,8 +26,9 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/*/pyproject.toml) Makefi
 	$(PY) -m pip install $(PIP_QUIET) --upgrade pip setuptools wheel
 	# The CPU build; an unpinned torch would pull several GB of CUDA packages.
 	$(PY) -m pip install $(PIP_QUIET) torch==2.13.0
-	# ray: so the two-node cluster test runs rather than skips (Ray needs no torch: the CPU build above stays).
-	$(PY) -m pip install $(PIP_QUIET) -e '.[test,report,ray,inspect]' $(addprefix -e ,$(PLUGINS))
+	# ray: so the two-node cluster test runs rather than skips (Ray needs no torch: the CPU build above stays);
+	# train (TRL, no torch of its own either): so the README's training example runs.
+	$(PY) -m pip install $(PIP_QUIET) -e '.[test,report,ray,inspect,train]' $(addprefix -e ,$(PLUGINS))
 	# The task pack's light extras, so the tests of its image and language-model tasks run too.
 	$(PY) -m pip install $(PIP_QUIET) -e 'plugins/tasks/mlagentbench[vision,text]'
 	# Program agents' programs from their registries (pinned in each plugin's [agent] extra), so their tests run.
