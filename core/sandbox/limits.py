@@ -38,10 +38,10 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 
 
 def thread_count(limits: Limits) -> int | None:
-    """The threads a command of limits should start: its whole CPUs, at least one."""
+    """The threads a command of limits should start: its whole CPUs, at least one, and no more than its set has."""
     if limits.cpus is None:
         return len(limits.cpu_set) if limits.cpu_set else None
-    return max(1, int(limits.cpus))
+    return max(1, min(int(limits.cpus), len(limits.cpu_set) if limits.cpu_set else int(limits.cpus)))
 
 
 def slice_env(limits: Limits) -> dict[str, str]:
