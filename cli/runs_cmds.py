@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from mlab.core.bench.results import classify
 from mlab.core.bench.run_folders import runs_in
 from mlab.core.bench.verdict import VERDICT_FIELDS, spent, trace_judge
 from mlab.core.errors import MlabError
@@ -35,6 +36,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
                 "agent": None, "llm": None, "seed": None, "max_steps": None, **dict.fromkeys(BUDGETS),
                 "end_reason": None, "score": None, "score_error": None, "started_at": None, "task_params": {},
                 "tags": [], "meta": {}, "hardware": None,
+                "failure": None,
                 **dict.fromkeys(("steps", "llm_calls", "tokens", "cost_usd", "time_s")),
                 **dict.fromkeys(VERDICT_FIELDS)}
     c = trace.config
@@ -47,6 +49,7 @@ def run_row(root: Path, run_dir: Path, judge: Callable[[Path, Trace], dict[str, 
             "end_reason": trace.end_reason, "score": trace.final_score, "score_error": trace.final_score_error,
             "task_params": c.task_params, "tags": c.tags, "meta": c.meta,
             "hardware": trace.hardware.summary() if trace.hardware else None,
+            "failure": classify(trace),  # eval's and the report's word for what the run lacks
             **spent(trace), "started_at": trace.started_at,
             **(judge(run_dir, trace) if judge else dict.fromkeys(VERDICT_FIELDS))}
 

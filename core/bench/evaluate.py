@@ -130,6 +130,14 @@ def evaluate_runs(run_dirs: list[Path], intermediate: bool = False, workers: int
     jobs: list[tuple[str | Task, Path, list[str]]] = [(task, run_dir, [final] + [snap for _i, snap in steps])
                                                       for run_dir, _t, task, final, steps in plans]
     scores = score_many(jobs, harness, workers=workers, on_done=on_done)
+    # the answers a run is scored against lie in the home it was made in: in another (a shell without its
+    # MLAB_HOME) scoring fails on a missing file, which says nothing of the run
+    missing = sorted({task.name for (_r, _t, task, _f, _s), got in zip(plans, scores, strict=True)
+                      if got[0][0] is None and not harness.home.is_prepared(task)})
+    if missing:
+        raise MlabError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not prepared in this task home "
+                        f"({harness.home.root}): set MLAB_HOME to the home the runs were made in, or prepare "
+                        f"{'it' if len(missing) == 1 else 'them'} here (mlab prepare {missing[0]})")
     results: list[Evaluated] = []
     for (run_dir, trace, task, _final, steps), got in zip(plans, scores, strict=True):
         results.append({"run_dir": run_dir, "trace": trace, "task": task, "final": got[0],

@@ -139,8 +139,10 @@ def incidents(trace: Trace) -> list[str]:
 
 
 def classify(trace: Trace) -> str | None:
-    """Why a run has nothing to show, or None when it ended with a valid final submission."""
+    """Why a run has nothing to show, or None when it ended with a valid final submission or has not ended."""
     reason = trace.end_reason or ""
+    if trace.status not in ("finished", "failed"):
+        return None
     if trace.status == "failed":
         if reason.startswith("agent error"):  # the agent's own code raised
             return "agent_error"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlab.core.bench.results import classify
 from mlab.core.errors import MlabError
 from mlab.core.llm.client import usage_of_log
 from mlab.core.models import Step, Trace
@@ -235,7 +236,8 @@ class Catalog:
             "seed": trace.config.seed, "status": trace.status, "end_reason": trace.end_reason,
             "steps": len(trace.steps), "max_steps": trace.config.max_steps, "final_score": trace.final_score,
             "final_score_error": trace.final_score_error, "tokens": trace.usage.total_tokens,
-            "time_s": trace.total_time_s, "started_at": trace.started_at}
+            "time_s": trace.total_time_s, "started_at": trace.started_at,
+            "failure": classify(trace)}  # eval's, runs' and the report's word; a bench's row replaces it
         if isinstance(brief, dict) and not isinstance(trace, str):
             brief.update(self._loose_verdict(run_dir, trace))
         self._briefs[run_dir] = (sig, brief)
@@ -322,7 +324,7 @@ class Catalog:
             status = "interrupted" if going is False else "running"
             live = read_live(run_dir) if going is not False else None
         judged = {k: bench_row.get(k) for k in ("failure", "baseline", "improvement", "success")} if bench_row else {}
-        return {**brief, "id": rid, "name": name, "status": status, "failure": None, **judged, **self._cost(run_dir),
+        return {**brief, "id": rid, "name": name, "status": status, **judged, **self._cost(run_dir),
                 "error": None, "live": live}
 
     def run(self, rid: str, have_steps: int = 0, have_calls: int = 0, started_at: float | None = None
