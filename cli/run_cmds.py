@@ -360,7 +360,7 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
         status = r["status"]
         if status == "running" and run_in_progress(Path(r["run_dir"])) is False:
             status = "interrupted"  # its process is gone: `mlab run --resume` continues it
-        cells.append([Path(r["run_dir"]).name, escape(r["task"]), escape(r["agent"]), status,
+        cells.append([Path(r["run_dir"]).resolve().name, escape(r["task"]), escape(r["agent"]), status,
                       str(r["steps"]), escape(r["metric"]) + (" ↑" if r["higher_is_better"] else " ↓"), score, base,
                       imp, success, ratio, str(r["llm_calls"]), f"{r['tokens']:,}", f"{r['time_s']:.1f}", *best])
     console = make_console()

@@ -68,3 +68,10 @@ def test_a_run_without_a_submission_fails_by_the_same_word_everywhere(folder):
         assert [evaluated[name]["failure"], listed[name]["failure"], reported[name]["failure"],
                 shown[name]["failure"]] == [failure] * 4, name
 
+
+@pytest.mark.slow
+def test_eval_of_the_run_folder_it_is_in_names_the_run(folder):
+    home, runs = folder
+    table = ok(mlab("eval", ".", cwd=runs / "three", home=home, env={"PYTHONPATH": str(cli.REPO)}))
+    row = next(line for line in table.splitlines() if "fixture/with-reference" in line)
+    assert row.split("│")[1].strip() == "three", table
