@@ -61,7 +61,7 @@ def catalog_id(data: ReportData, row: Row) -> str:
 
 def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
     """What the report, not the run folder, says of a run: its key, the score it was judged by and the verdict."""
-    verdict = data.verdicts.get(row["key"])
+    verdict, full = data.verdicts.get(row["key"]), data.judged.get(row["key"])
     return {"id": f"r{n:04d}", "file": f"r{n:04d}" if found else None, "key": row["key"], "name": row["key"],
             "task": row["task"], "agent": row["agent"], "llm": row["llm"], "seed": row["seed"],
             # the method label as the report's tables name it (--label, or agent (model) without paths)
@@ -69,7 +69,8 @@ def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
             "failure": row["failure"], "final_score": row["final_score"],
             "final_score_error": row["final_score_error"], "baseline": data.baselines.get(row["task"]),
             "improvement": verdict.improvement if verdict else None,
-            "success": verdict.success if verdict else None}
+            "success": verdict.success if verdict else None, "baseline_note": verdict.note if verdict else None,
+            "of_reference": full.of_reference if full else None}
 
 
 def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:

@@ -169,6 +169,21 @@ def _verdict(stored: tuple[Any, Any, Any] | None) -> dict[str, Any]:
     return {"baseline": baseline, "improvement": improvement, "success": None if success is None else bool(success)}
 
 
+def _notes(row: dict[str, Any], reference: float | None) -> dict[str, Any]:
+    """A bench run's placeholder note and reference ratio, by the one rule from its stored baseline and score
+    (results.db stores neither; the report computes them the same way)."""
+    from mlab.core.bench.verdict import judged
+    from mlab.core.run.scoring import ScoreRule
+
+    def number(v: Any) -> float | None:  # results.db is untrusted
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    higher = row.get("higher_is_better")
+    shown = judged(number(row.get("final_score")), (number(row.get("baseline")), ""),
+                   ScoreRule(higher_is_better=higher is None or bool(higher)), reference)
+    return {"baseline_note": shown.verdict.note, "of_reference": shown.of_reference}
+
+
 def _keep(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -253,7 +268,7 @@ class Catalog:
 
             self._judge = trace_judge()
         fields = self._judge(run_dir, trace)
-        return {k: fields.get(k) for k in ("baseline", "baseline_note", "improvement", "success")}
+        return {k: fields.get(k) for k in ("baseline", "baseline_note", "improvement", "success", "of_reference")}
 
     def _cost(self, run_dir: Path) -> dict[str, Any]:
         sig = _signature(run_dir / LLM_LOG_FILE)
@@ -289,6 +304,15 @@ class Catalog:
                     conn, "SELECT run_key, baseline, improvement, success FROM verdicts"):
                 if key in by_key:
                     rows[by_key[key]].update(_verdict((baseline, improvement, success)))
+            from mlab.core.run.scoring import recorded_reference
+            from mlab.core.run.taskdata import TaskHome
+
+            home, references = TaskHome.from_env(), {}
+            for row in rows.values():
+                task = row.get("task")
+                if isinstance(task, str) and task not in references:
+                    references[task] = recorded_reference(home, task)
+                row.update(_notes(row, references.get(task) if isinstance(task, str) else None))
             return rows, scores
         except sqlite3.Error:
             return {}, {}
@@ -310,7 +334,8 @@ class Catalog:
                                    "end_reason": row.get("end_reason"), "steps": row.get("steps") or 0,
                                    "final_score": row.get("final_score"), "failure": row.get("failure"),
                                    "baseline": row.get("baseline"), "improvement": row.get("improvement"),
-                                   "success": row.get("success"), "error": None, "live": None})
+                                   "success": row.get("success"), "baseline_note": row.get("baseline_note"),
+                                   "of_reference": row.get("of_reference"), "error": None, "live": None})
             return {"root": self.root.name or str(self.root), "bench": self.is_bench, "runs": listed}
 
     def _summary(self, rid: str, run_dir: Path, bench_row: dict[str, Any] | None) -> dict[str, Any]:
@@ -323,7 +348,8 @@ class Catalog:
             going = run_in_progress(run_dir)
             status = "interrupted" if going is False else "running"
             live = read_live(run_dir) if going is not False else None
-        judged = {k: bench_row.get(k) for k in ("failure", "baseline", "improvement", "success")} if bench_row else {}
+        judged = {k: bench_row.get(k) for k in ("failure", "baseline", "improvement", "success", "baseline_note",
+                                                 "of_reference")} if bench_row else {}
         return {**brief, "id": rid, "name": name, "status": status, **judged, **self._cost(run_dir),
                 "error": None, "live": live}
 

@@ -173,7 +173,9 @@
         el('td', null, badge(r.status), r.failure ? el('div', {class: 'sub'}, text(r.failure)) : null),
         el('td', null, steps, r.live ? [' ', el('span', {class: 'sub'}, '+1')] : null),
         el('td', null, num(r.final_score)),
-        judged ? [el('td', null, pct(r.improvement)), el('td', null, successText(r.success))] : null,
+        // a success against a placeholder baseline says only that the submission is valid: marked, the note as its title
+        judged ? [el('td', null, pct(r.improvement)),
+                  el('td', {title: r.baseline_note || null}, successText(r.success), r.baseline_note ? '*' : null)] : null,
         el('td', null, costText(r)));
     });
     var count = byId('shown');
@@ -253,7 +255,7 @@
 
   // ---- one run -----------------------------------------------------------------------------------------
   function chart() {
-    var pts = [], s = run.summary, base = run.baseline;
+    var pts = [], s = run.summary, base = run.baseline, placeholder = isNum(base) && !!s.baseline_note;
     run.steps.forEach(function (x) { if (isNum(x.score)) pts.push([x.index, x.score]); });
     if (isNum(s.final_score) && s.status !== 'running') pts.push([run.steps.length, s.final_score]);
     if (!pts.length) {
@@ -261,7 +263,8 @@
                 'scores after each step come from a bench run with --intermediate (or mlab eval --intermediate).');
     }
     var W = 560, H = 180, P = 36, xs = pts.map(function (p) { return p[0]; });
-    var ys = pts.map(function (p) { return p[1]; }).concat(isNum(base) ? [base] : []);
+    // a placeholder baseline (1e10) would flatten the scores onto the floor: it is named, not drawn
+    var ys = pts.map(function (p) { return p[1]; }).concat(isNum(base) && !placeholder ? [base] : []);
     var x1 = Math.max.apply(null, xs.concat([run.steps.length, 1])), y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
     var pad = (y1 - y0) * 0.08 || Math.abs(y0) * 0.1 || 1; y0 -= pad; y1 += pad;
     function X(v) { return P + (W - 2 * P) * v / x1; }
@@ -274,7 +277,9 @@
       add(g, [svg('line', {x1: X(t), x2: X(t), y1: H - P, y2: H - P + 4, class: 'axis'}),
               svg('text', {x: X(t), y: H - P + 15, 'text-anchor': 'middle'}, String(t))]);
     }
-    if (isNum(base)) {
+    if (placeholder) {
+      add(g, svg('text', {x: W - P, y: P - 6, 'text-anchor': 'end'}, 'baseline ' + num(base, 4) + ' (a placeholder): off the chart'));
+    } else if (isNum(base)) {
       add(g, [svg('line', {x1: P, x2: W - P, y1: Y(base), y2: Y(base), class: 'baseline'}),
               svg('text', {x: W - P, y: Y(base) - 3, 'text-anchor': 'end'}, 'baseline ' + num(base, 4))]);
     }
@@ -374,11 +379,13 @@
       el('p', null, 'final score ', el('b', {id: 'run-score'}, num(s.final_score)),
          s.final_score_error ? [' ', el('span', {class: 'err'}, text(s.final_score_error))] : null,
          'improvement' in s ? ['; improvement ', el('b', {id: 'run-improvement'}, pct(s.improvement))] : null,
+         isNum(s.of_reference) ? ['; ', el('b', {id: 'run-of-reference'}, num(s.of_reference, 3)), ' of reference'] : null,
          ' · ' + n + (s.max_steps ? '/' + text(s.max_steps) : '') + ' steps · ' + text(s.tokens || 0) + ' tokens · cost ',
          el('span', {id: 'run-cost'}, s.calls ? costText(s) : 'none (no model calls)'),
          s.calls && s.unpriced_calls >= s.calls ? [' ', el('span', {class: 'muted'}, '(no call has a price)')] : null,
          ' · ', el('span', {id: 'run-time', 'data-started': s.status === 'running' && isNum(s.started_at) ? s.started_at : null},
                    secs(s.time_s))),
+      s.baseline_note ? el('p', {id: 'run-baseline-note', class: 'muted'}, 'note: ' + text(s.baseline_note)) : null,
       el('div', {id: 'live-box'}),
       run.no_trace ? el('p', {class: 'muted'}, 'This run has no trace to show.') : null,
       chart(), graphTable(run.graph),
