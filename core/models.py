@@ -124,6 +124,16 @@ class TaskParam(BaseModel):
     changes_data: bool = True
 
 
+class ComputeSlice(BaseModel):
+    """The share of the machine a run was granted (mlab run --cpus/--memory, a bench's --cpus-per-run,
+    --gpus-per-run, --memory-per-run); what its sandboxed commands were held to. None: not bounded."""
+
+    cpus: float | None = Field(default=None, gt=0)
+    cpu_set: list[int] | None = None  # the CPUs its commands ran on
+    gpus: list[int] | None = None  # N of /dev/nvidiaN: the GPUs it held alone
+    memory_bytes: int | None = Field(default=None, gt=0)
+
+
 class RunConfig(BaseModel):
     task: str
     # A task run from its folder (`--task ./folder`, not installed): the folder, and a digest of its files, so the
@@ -162,6 +172,7 @@ class RunConfig(BaseModel):
     # [prompt, completion], for models whose backend reports no price.
     llm_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     llm_price: dict[str, list[float]] = Field(default_factory=dict)
+    compute: ComputeSlice | None = None  # the slice of the machine granted to the run
 
 
 class Step(BaseModel):

@@ -28,9 +28,10 @@ from typing import IO, Any, TypedDict
 
 from mlab.core.bench.evaluate import intermediate_steps, registry_from
 from mlab.core.bench.results import Row, summarize
+from mlab.core.bench.slices import Slices
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
-from mlab.core.models import RunConfig, Step
+from mlab.core.models import ComputeSlice, RunConfig, Step
 from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
 from mlab.core.run.task_lookup import task_of_run
@@ -54,6 +55,7 @@ class JobSpec(WorkerSettings):
     result: str
     log: str
     intermediate: bool
+    compute: dict[str, Any] | None  # the slice of the machine granted to the run (a ComputeSlice's fields)
 
 
 # The summary of an ended run (runs-table fields plus plugin_versions and step_scores), or None when it was
@@ -86,6 +88,9 @@ def execute_job(job: JobSpec, registry: Registry | None = None,
             trace = read_trace(run_dir)
         else:
             config = read_trace(run_dir).config if job["mode"] == "resume" else RunConfig(**job["config"])
+            granted = job.get("compute")
+            if granted is not None:  # this time's grant: a resumed run may get other CPUs and GPUs
+                config = config.model_copy(update={"compute": ComputeSlice(**granted)})
             runner = Runner(run_dir, config, registry, on_step=on_step)
             trace = runner.resume() if job["mode"] == "resume" else runner.start()
         task = task_of_run(registry, trace.config)
@@ -327,8 +332,9 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, workers: int, settings: WorkerSettings, log_path: Path):
+    def __init__(self, workers: int, settings: WorkerSettings, log_path: Path, slices: Slices | None = None):
         self.workers = workers
+        self.slices = slices  # each run's CPUs and GPUs, leased at its start and given back when it ends
         self.running: dict[str, JobSpec] = {}  # job key -> job
         self.pids: dict[str, int] = {}  # job key -> pid
         self.by_pid: dict[int, str] = {}
@@ -367,12 +373,16 @@ class LocalEngine:
             return {}
 
     def capacity(self) -> int:
-        return self.workers - len(self.running)
+        free = self.workers - len(self.running)
+        room = self.slices.room() if self.slices is not None else None
+        return free if room is None else min(free, room)  # a run that needs GPUs waits for them
 
     def submit(self, jobs: list[JobSpec]) -> None:
         """Start the runs: the zygote forks them all, then lets them go together (a blank line ends the batch)."""
         for job in jobs:
             self.running[job["key"]] = job
+            if self.slices is not None:
+                job["compute"] = self.slices.lease(job["key"]).model_dump()
         try:
             self.to_zygote.write("".join(json.dumps(job) + "\n" for job in jobs) + "\n")
             self.to_zygote.flush()
@@ -384,6 +394,7 @@ class LocalEngine:
         if message is None:
             for name in list(self.running):  # the pool died: its runs are resumable, not failed
                 done.append((self.running.pop(name), None))
+                self._release(name)
             raise MlabError("the local worker pool died; finished runs are kept, rerun to resume the others")
         if "started" in message:
             self.pids[message["started"]] = message["pid"]
@@ -393,6 +404,7 @@ class LocalEngine:
             if key is not None and key in self.running:
                 self.pids.pop(key, None)
                 job = self.running.pop(key)
+                self._release(key)
                 self.progress.pop(run_name(job), None)
                 done.append((job, read_result(job, message["code"], interrupted)))
 
@@ -423,8 +435,14 @@ class LocalEngine:
         for pid in self.pids.values():
             _kill(pid, signal.SIGKILL)
         done.extend((job, None) for job in self.running.values())
+        for key in self.running:
+            self._release(key)
         self.running.clear()
         return done
+
+    def _release(self, key: str) -> None:
+        if self.slices is not None:
+            self.slices.release(key)
 
     def close(self) -> None:
         try:

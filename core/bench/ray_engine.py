@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -292,6 +293,9 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
         space = Path(space_name)
         run_dir, log, archive = space / RUN_MEMBER, space / LOG_MEMBER, space / "run.tar"
         local: JobSpec = {**job, "run_dir": str(run_dir), "result": str(space / "result.json"), "log": str(log)}
+        given = ray.get_gpu_ids()  # the node's GPUs Ray gave this task alone (num_gpus)
+        if given and local.get("compute") is not None:
+            local["compute"] = {**(local["compute"] or {}), "gpus": sorted(int(n) for n in given)}
         result: Result = None
         ran = False
         home: TaskHome | None = None
@@ -441,7 +445,7 @@ class RayEngine:
     name = "ray"
 
     def __init__(self, workers: int, address: str | None = None, cpus_per_run: float | None = None,
-                 bench_dir: Path | None = None):
+                 bench_dir: Path | None = None, gpus_per_run: int | None = None, memory_per_run: int | None = None):
         try:
             import ray
         except ImportError as exc:
@@ -460,7 +464,17 @@ class RayEngine:
         self.workers = workers
         # Runs waiting on a model need little CPU: by default share the cluster's CPUs among the workers.
         self.cpus_per_run = cpus_per_run if cpus_per_run is not None else min(1.0, cpus / workers)
-        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0, num_returns="streaming")(run_on_node)
+        gpus = ray.cluster_resources().get("GPU", 0.0)
+        if gpus_per_run and gpus_per_run > gpus:  # Ray would keep the runs pending for ever
+            raise MlabError(f"--gpus-per-run {gpus_per_run}: the Ray cluster has {gpus:g} GPUs")
+        # What each run's commands are held to (the node's GPUs Ray gives the task are added there); a default
+        # share below one CPU is one CPU: a quota of a fraction would slow every script.
+        cpus_each = cpus_per_run if cpus_per_run is not None else max(1.0, math.floor(self.cpus_per_run))
+        self.compute: dict[str, Any] = {"cpus": cpus_each, "memory_bytes": memory_per_run,
+                                        "gpus": [] if gpus_per_run == 0 else None}
+        resources = {"num_gpus": gpus_per_run or 0, **({"memory": memory_per_run} if memory_per_run else {})}
+        self.remote = ray.remote(num_cpus=self.cpus_per_run, max_retries=0, num_returns="streaming",
+                                 **resources)(run_on_node)
         self.dir = Path(bench_dir) if bench_dir else Path(tempfile.mkdtemp(prefix="mlab-ray-bench-"))
         self.shipping = self.dir / ".ray"
         (self.shipping / "incoming").mkdir(parents=True, exist_ok=True)
@@ -494,7 +508,7 @@ class RayEngine:
     def _submit(self, job: JobSpec) -> None:
         # paths of the head mean nothing on a node: a node uses its own MLAB_HOME and temp space
         sent: JobSpec = {**job, "env": {k: v for k, v in job.get("env", {}).items()
-                                        if k not in ("MLAB_HOME", "MLAB_DATA_DIR")}}
+                                        if k not in ("MLAB_HOME", "MLAB_DATA_DIR")}, "compute": dict(self.compute)}
         run_refs: list[Any] = []
         run_dir = Path(job["run_dir"])
         task = self._task(job["config"]["task"], job)
