@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from mlab.core.bench.results import classify
 from mlab.core.bench.run_folders import runs_in
@@ -19,7 +18,7 @@ from mlab.core.run.task_params import shown as shown_params
 from mlab.core.run.trace import read_trace
 from mlab.core.view.live import run_in_progress
 
-from .console import make_console
+from .console import fitted_table, make_console, print_fitted
 
 BUDGETS = ("max_calls", "max_tokens", "max_cost")  # the run's budgets (None: not set), as RunConfig names them
 
@@ -75,19 +74,25 @@ def runs(folder: Path, as_json: bool, tags: tuple[str, ...]) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"runs in {folder}")
     tagged = any(r["task_params"] or r["tags"] or r["meta"] for r in rows)  # a column only where one says something
-    for column in ("run", "status", "task", "agent", "steps", "score", "improvement", "end") + (
-            ("params, tags",) if tagged else ()):
-        table.add_column(column, overflow="fold")
+    columns = ("run", "status", "task", "agent", "steps", "score", "improvement", "end") + (
+        ("params, tags",) if tagged else ())
+    cells = []
     for r in rows:
         style = _STYLE.get(r["status"], "")
         agent = r["agent"] if not r["llm"] else f"{r['agent']} ({r['llm']})"
         score = f"{r['score']:.6g}" if r["score"] is not None else "-"
-        table.add_row(r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"], r["task"] or "-",
-                      agent or "-", steps_cell(r), score, improvement_cell(r),
-                      r["end_reason"] or r["error"] or r["score_error"] or "", *([tagging_cell(r)] if tagged else []))
-    make_console().print(table)
+        cells.append([r["run"], f"[{style}]{r['status']}[/{style}]" if style else r["status"],
+                      escape(r["task"] or "-"), escape(agent or "-"), steps_cell(r), score, improvement_cell(r),
+                      escape(r["end_reason"] or r["error"] or r["score_error"] or ""),
+                      *([tagging_cell(r)] if tagged else [])])
+    console = make_console()
+    # a cell keeps its words whole: the run's name is cut from its front (its seed is at the end) and, at a narrow
+    # terminal, the least needed columns are left out, named under the table
+    print_fitted(console, *fitted_table(
+        console, f"runs in {folder}", columns, cells, tail_kept="run",
+        wrapped=("steps", "improvement", "end", "params, tags"),
+        left_out_first=("params, tags", "end", "task", "steps", "agent")))
 
 
 def steps_cell(r: dict[str, Any]) -> str:

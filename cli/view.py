@@ -19,7 +19,7 @@ from rich.text import Text
 from mlab.core.models import Step
 from mlab.core.view.live import LiveState
 
-from .console import make_console
+from .console import cut_front, make_console
 
 if TYPE_CHECKING:
     from mlab.core.bench.driver import BenchStatus
@@ -198,31 +198,58 @@ class BenchView:
         status = self.status
         if status is None:
             return Text(f"{self.title}: starting", style="bold")
-        return Group(counts(self.title, status), running_table(status))
+        return Group(counts(self.title, status), running_table(status, width=self.console.width))
 
 
 def counts(title: str, status: BenchStatus) -> Text:
     running = len(status.running)
-    return Text.assemble(
+    line = Text.assemble(
         (f"{title}: ", "bold"), f"{status.done} finished, ", (f"{running} running", "cyan"), ", ",
         (f"{status.failed} failed", "red" if status.failed else ""), ", ",
         (f"{status.interrupted_runs} interrupted", "yellow" if status.interrupted_runs else ""),
         f", {status.pending} pending (of {status.total}) — "
         f"{status.tokens + sum(r.tokens for r in status.running):,} tokens, "
         f"{status.cost_text(sum(r.cost_usd for r in status.running))}")
+    line.no_wrap, line.overflow = False, "fold"  # wrapped between words at the terminal's edge, never cut there
+    return line
 
 
-def running_table(status: BenchStatus, now: float | None = None) -> Table:
+RUNNING_COLUMNS = ("run", "step", "current action", "for", "tokens", "cost", "run time")
+LEFT_OUT_FIRST = ("tokens", "for", "run time", "cost", "current action")  # while the run's key would not fit
+RUN_KEY_MIN = 24  # the least the run column gets before other columns are left out
+
+
+def running_table(status: BenchStatus, now: float | None = None, width: int | None = None) -> Table:
+    """The running runs, one line each. At `width` columns the run's key is cut from its front (its seed is at
+    the end) and the least needed columns are left out while it would get under RUN_KEY_MIN."""
     now = now or time.time()
-    table = Table(box=None, pad_edge=False)
-    for column in ("run", "step", "current action", "for", "tokens", "cost", "run time"):
-        table.add_column(column)
+    rows = []
     for r in status.running:
         action = r.action or ("starting" if not r.started else "waiting for the agent")
-        table.add_row(r.key, f"{r.step}/{r.max_steps}", _short(action, 60),
-                      elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}",
-                      cost_cell(r.calls, r.unpriced_calls, r.cost_usd),
-                      elapsed(now - r.started) if r.started else "starting")
+        rows.append((r.key, f"{r.step}/{r.max_steps}", _short(action, 40),
+                     elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}",
+                     cost_cell(r.calls, r.unpriced_calls, r.cost_usd),
+                     elapsed(now - r.started) if r.started else "starting"))
+    kept = list(range(len(RUNNING_COLUMNS)))
+
+    def longest(i: int) -> int:
+        return max([len(RUNNING_COLUMNS[i]), *(len(row[i]) for row in rows)])
+
+    room = None
+    if width is not None:
+        for name in (None, *LEFT_OUT_FIRST):
+            if name is not None:
+                kept.remove(RUNNING_COLUMNS.index(name))
+            room = width - sum(longest(i) + 2 for i in kept[1:])  # a column's padding: two spaces between columns
+            if room >= min(RUN_KEY_MIN, longest(0)):
+                break
+    cut = [[cut_front(row[0], max(8, room)) if room is not None else row[0], *row[1:]] for row in rows]
+    table = Table(box=None, pad_edge=False)
+    for i in kept:
+        table.add_column(RUNNING_COLUMNS[i], no_wrap=True, overflow="ellipsis",
+                         min_width=None if room is None else max([len(RUNNING_COLUMNS[i]), *(len(c[i]) for c in cut)]))
+    for cells in cut:
+        table.add_row(*(cells[i] for i in kept))
     return table
 
 

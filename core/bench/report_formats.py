@@ -109,10 +109,13 @@ def to_rich(table: ReportTable) -> Table:
 
     # names in a table come from a results.db (untrusted): shown as text, never read as rich markup
     out = Table(title=escape(table.title), caption=escape(table.caption) if table.caption else None)
-    for column in table.shown:
-        out.add_column(escape(column.header), overflow="fold")
-    for row in table.rows:
-        out.add_row(*(escape(cell_text(c, v)) for c, v in table.visible_cells(row)))
+    rows = [[cell_text(c, v) for c, v in table.visible_cells(row)] for row in table.rows]
+    for i, column in enumerate(table.shown):
+        # as wide as its longest word: a cell wraps between words, never inside one ("improvem|ent")
+        words = [w for text in (column.header, *(row[i] for row in rows)) for w in text.split()]
+        out.add_column(escape(column.header), overflow="fold", min_width=max(map(len, words), default=1))
+    for row in rows:
+        out.add_row(*map(escape, row))
     return out
 
 
