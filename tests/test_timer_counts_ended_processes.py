@@ -155,7 +155,8 @@ def timed_or_refused(sandbox: str, code: str, tmp_path: Path, filtered: bool = T
     return float(reports["submission"]["seconds"])
 
 
-@pytest.mark.parametrize("sandbox", ["local", "fallback"])
+@pytest.mark.parametrize("sandbox", ["local", "fallback", pytest.param("bwrap", marks=pytest.mark.slow),
+                                     pytest.param("docker", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_cpu_time_of_children_the_kernel_reaps_is_counted_or_the_script_refused(tmp_path, sandbox, attack):
     outcome = timed_or_refused(sandbox, ATTACKS[attack], tmp_path)
