@@ -356,3 +356,38 @@ def test_held_cost_budget_caps_a_greedy_call_where_the_price_is_given(tmp_path):
     with pytest.raises(BudgetExceeded):
         llm.complete("x" * 20_000, hold_budget=True)  # $0.02 of prompt at most: more than is left
     assert len(read_call_log(tmp_path / "llm_calls.jsonl")) == 1
+
+
+SOCKET_SWAP = textwrap.dedent(r'''
+    import json, os, socket, urllib.request
+    path = open(f"/proc/{os.getppid()}/cmdline").read().split("\0")[3]  # the forwarder's SOCKET argument
+    for name, attempt in (("unlink", lambda: os.unlink(path)), ("rename", lambda: os.rename(path, path + ".x")),
+                          ("replace", lambda: socket.socket(socket.AF_UNIX).bind(path + ".new") or
+                           os.replace(path + ".new", path))):
+        try:
+            attempt()
+            print("SOCKET", name, "done", flush=True)
+        except OSError as exc:
+            print("SOCKET", name, "refused", exc.errno, flush=True)
+    body = json.dumps({"messages": [{"role": "user", "content": "still there?"}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        print("ANSWERED", json.loads(response.read())["choices"][0]["message"]["content"], flush=True)
+''')
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param(s, marks=[pytest.mark.slow] if s != "local" else [])
+                                     for s in CONFINING])
+def test_the_program_can_neither_remove_nor_replace_the_endpoints_socket(tmp_path, sandbox):
+    make_sandbox(sandbox)
+    (tmp_path / "swap.py").write_text(SOCKET_SWAP)
+    with FakeLLMServer(lambda body: "yes") as server:
+        done = mlab("run", "--task", "lite/wine", "--agent", "command", "--agent-option", "command=python swap.py",
+                    "--llm", "openai/gpt-4o-mini", "--llm-api-base", server.base_url, "--sandbox", sandbox,
+                    "--run-dir", tmp_path / "run", cwd=tmp_path, env={"OPENAI_API_KEY": "sk-x"})
+    assert done.returncode == 0, done.stderr
+    output = "\n".join(s["observation"] for s in _trace(tmp_path / "run")["steps"])
+    assert [line.split()[2] for line in output.splitlines() if line.startswith("SOCKET ")] == ["refused"] * 3, output
+    assert "ANSWERED yes" in output
+    assert not list((tmp_path / "run").glob(".endpoint-*"))  # the socket's folder goes with the session

@@ -11,15 +11,17 @@ killed; the run is scored as any other. What the program did after its last answ
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlab.core.agent_program import ProgramAgent, ProgramLaunch
+from mlab.core.agent_program import ProgramAgent, ProgramLaunch, ProgramSpec
 from mlab.core.agentkit.problem import without_research_log
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import write_atomic
@@ -170,29 +172,41 @@ class ProgramLoop:
             folder.write(name, text)
         if not earlier and spec.files:
             write_atomic(r.run_dir / PROGRAM_FILES, json.dumps(spec.files).encode("utf-8"))
-        forwarder = folder.write("endpoint_forwarder.py", forwarder_source())
-        scripts = r.env.scripts
-        with ModelEndpoint(self._serve, agent_dir, folder.fd) as endpoint:
-            before = scripts.guard.survey()
-            exec_spec = scripts.exec_spec(timeout_s=seconds_left, survey=before)
-            exec_spec.shown_paths += spec.shown
-            exec_spec.env.update({
-                "OPENAI_BASE_URL": "{base_url}", "OPENAI_API_BASE": "{base_url}", "MLAB_LLM_BASE_URL": "{base_url}",
-                "OPENAI_API_KEY": "mlab-endpoint-no-key", "MLAB_MODEL": "mlab",
-                "ANTHROPIC_BASE_URL": "{origin}", "ANTHROPIC_API_KEY": "mlab-endpoint-no-key",
-                "MLAB_TASK_FILE": str(task_file), "MLAB_RESEARCH_PROBLEM": problem,
-                "MLAB_MAX_STEPS": str(steps_left), "MLAB_TIME_LIMIT_S": f"{seconds_left:.0f}",
-                "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir),
-                "MLAB_ACTION_TIMEOUT_S": f"{r.config.action_timeout_s:g}", **_budget_env(r.config, r.llm), **spec.env})
-            argv = [python, "-u", str(forwarder), str(endpoint.socket_path), "--", *spec.argv]
-            changes = r._store.changes
-            changes.ran_agent_code()
-            try:
-                exit_code = self._watch(argv, exec_spec, seconds_left)
-            finally:
-                r.workspace.mkdir(exist_ok=True)
-                outcome = scripts.guard.restore(before)
-                changes.code_ended(outcome.intact)
+        folder.write("endpoint_forwarder.py", forwarder_source())
+        # the socket lives in a folder of the run's own, shown read-only: the program can neither replace nor
+        # remove it, and the harness binds and removes it where nothing of the program's can be in the way
+        socket_folder = Path(tempfile.mkdtemp(prefix=".endpoint-", dir=r.run_dir))
+        try:
+            with ModelEndpoint(self._serve, socket_folder) as endpoint:
+                return self._program(endpoint, spec, folder, task_file, problem, seconds_left, steps_left, resumed)
+        finally:
+            with contextlib.suppress(OSError):
+                socket_folder.rmdir()
+
+    def _program(self, endpoint: ModelEndpoint, spec: ProgramSpec, folder: AgentFolder, task_file: Path, problem: str,
+                 seconds_left: float, steps_left: int, resumed: bool) -> str:
+        r, scripts, agent_dir, python = self.r, self.r.env.scripts, folder.path, self.r.env.s.python
+        forwarder = agent_dir / "endpoint_forwarder.py"
+        before = scripts.guard.survey()
+        exec_spec = scripts.exec_spec(timeout_s=seconds_left, survey=before)
+        exec_spec.shown_paths += [*spec.shown, endpoint.folder]
+        exec_spec.env.update({
+            "OPENAI_BASE_URL": "{base_url}", "OPENAI_API_BASE": "{base_url}", "MLAB_LLM_BASE_URL": "{base_url}",
+            "OPENAI_API_KEY": "mlab-endpoint-no-key", "MLAB_MODEL": "mlab",
+            "ANTHROPIC_BASE_URL": "{origin}", "ANTHROPIC_API_KEY": "mlab-endpoint-no-key",
+            "MLAB_TASK_FILE": str(task_file), "MLAB_RESEARCH_PROBLEM": problem,
+            "MLAB_MAX_STEPS": str(steps_left), "MLAB_TIME_LIMIT_S": f"{seconds_left:.0f}",
+            "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir),
+            "MLAB_ACTION_TIMEOUT_S": f"{r.config.action_timeout_s:g}", **_budget_env(r.config, r.llm), **spec.env})
+        argv = [python, "-u", str(forwarder), str(endpoint.socket_path), "--", *spec.argv]
+        changes = r._store.changes
+        changes.ran_agent_code()
+        try:
+            exit_code = self._watch(argv, exec_spec, seconds_left)
+        finally:
+            r.workspace.mkdir(exist_ok=True)
+            outcome = scripts.guard.restore(before)
+            changes.code_ended(outcome.intact)
         self._wait_for_calls()
         with self._lock:
             if self._failure is not None:
