@@ -170,6 +170,28 @@ def test_generated_cifar_passes_the_tasks_own_check(tmp_path):
     assert batch[b"data"].shape == (30, 3072) and len(batch[b"labels"]) == 30
 
 
+def _slice_run(gpu: int, seen: list[str], span: tuple[float, float], count: int = 1) -> dict:
+    probe = {"seen": seen, "cuda": str(gpu), "count": count, "on_cuda": count > 0, "t0": span[0], "t1": span[1]}
+    return {"run": f"r{gpu}-{span[0]}", "status": "finished", "gpus": [gpu], "probe": probe, "end_reason": ""}
+
+
+def test_gpu_slices_verdict_wants_each_run_alone_on_the_gpu_it_was_granted():
+    verdict = gc.slices_module().verdict
+    one = {0: "/dev/nvidia0"}
+    two = {0: "/dev/nvidia0", 1: "/dev/nvidia1"}
+    waited = [_slice_run(0, ["/dev/nvidia0"], (0, 1)), _slice_run(0, ["/dev/nvidia0"], (1, 2))]
+    assert verdict(waited, "cuda", one)[0]
+    assert verdict([_slice_run(0, ["/dev/nvidia0"], (0, 2)), _slice_run(1, ["/dev/nvidia1"], (0, 2))], "cuda", two)[0]
+    overlapped = [_slice_run(0, ["/dev/nvidia0"], (0, 2)), _slice_run(0, ["/dev/nvidia0"], (1, 3))]
+    assert verdict(overlapped, "cuda", one) == (False, "two runs held one GPU at once: [(0, 2), (1, 3)]")
+    saw_both = [_slice_run(0, ["/dev/nvidia0", "/dev/nvidia1"], (0, 1)), _slice_run(1, ["/dev/nvidia1"], (0, 1))]
+    assert "its sandbox showed" in verdict(saw_both, "cuda", two)[1]
+    assert not verdict(waited, "cuda", two)[0]  # two GPUs free, yet one run waited for the other's
+    torch_saw_two = [_slice_run(0, ["/dev/nvidia0"], (0, 1), count=2), _slice_run(0, ["/dev/nvidia0"], (1, 2))]
+    assert "torch saw 2 GPUs" in verdict(torch_saw_two, "cuda", one)[1]
+    assert verdict([_slice_run(0, ["/dev/nvidia0"], (0, 1), count=0)] * 2, "cpu", one)[1].startswith("two runs")
+
+
 # ---- the checks on the CPU, through the real sandboxes ---------------------------------------------
 @pytest.mark.slow
 @pytest.mark.skipif(not LocalSandbox.available()[0], reason="the local sandbox is not available here")
@@ -190,3 +212,12 @@ def test_cifar10_and_llama_checks_run_in_the_default_sandbox_on_the_cpu():
     assert "passed" in rows["cifar10"] and "test accuracy" in rows["cifar10"], rows
     assert "passed" in rows["llama-inference"] and "over 8 timed runs" in rows["llama-inference"], rows
     assert "clock cpu" in rows["llama-inference"], rows
+
+
+@pytest.mark.slow
+def test_gpu_slices_check_leases_stand_in_devices_on_the_cpu():
+    result = run_check("--device", "cpu", "--only", "gpu-slices")
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("gpu-slices"))
+    assert row.split()[1] == "passed", row
+    assert "GPU 0 (nvidia0, CUDA_VISIBLE_DEVICES=0); GPU 1 (nvidia1, CUDA_VISIBLE_DEVICES=1)" in row, row

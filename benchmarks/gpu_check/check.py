@@ -10,14 +10,18 @@ Checks, each a row of the one table printed at the end:
                         scored by the task
   llama-inference       the task's own timing (its evaluate: the starter against itself, 4 pairs of timed runs in
                         the scoring sandbox, the default one) on a tiny randomly initialised Llama model built here
+  gpu-slices            a two-run `mlab bench --gpus-per-run 1` (gpu_slices.py): each run's sandbox shows only the
+                        GPU it was granted, torch sees one GPU and computes on it, and no GPU is held by two runs at
+                        once (on a one-GPU machine the second run waits)
 Where no confining sandbox is available, the last two run `unconfined` and say so.
 
 Exit codes: 0 every check that could run passed, 1 one failed, 2 bad options, 3 no GPU (one line, nothing run).
 
-    python benchmarks/gpu_check/check.py [--device cpu] [--only cuda-step,cifar10,llama] [--sandboxes local]
+    python benchmarks/gpu_check/check.py [--device cpu] [--only cuda-step,cifar10,llama,gpu-slices] [--sandboxes local]
         [--cifar-per-batch N] [--llama-lines N] [--budget SECONDS] [--log-dir DIR]
 
---device cpu runs the same checks on the CPU (a dry run of the whole path on a machine without a GPU).
+--device cpu runs the same checks on the CPU (a dry run of the whole path on a machine without a GPU); gpu-slices
+then leases stand-in device nodes.
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 OK, FAILURE, BAD_INPUT, NO_GPU = 0, 1, 2, 3
 SANDBOXES = ("local", "bwrap", "docker")
-CHECKS = ("cuda-step", "cifar10", "llama")
+CHECKS = ("cuda-step", "cifar10", "llama", "gpu-slices")
 # Only what the checks use: a plugin whose requirements are not installed (litellm on a bare GPU machine) must
 # not turn into load errors here. "local" is mlab's built-in plugin (local and unconfined sandboxes).
 PLUGINS = ("local", "bwrap", "docker", "mlagentbench")
@@ -53,6 +57,7 @@ LLAMA_LINES = 420  # long lines of text: the starter's 100 batches of 4 samples,
 STEP_TIMEOUT_S = 240.0
 CIFAR_TIMEOUT_S = 360.0
 LLAMA_TIMEOUT_S = 180.0
+SLICES_TIMEOUT_S = 300.0  # the whole two-run bench: two cold CUDA starts, one after the other on one GPU
 LOG_TAIL = 2500  # characters of a failed check's output shown above the table (all of it goes to --log-dir)
 
 
@@ -478,6 +483,15 @@ def llama(registry: Any, home: Any, device: str, root: Path, lines: int, budget:
     return PASSED, shown, "\n".join(outputs)
 
 
+def slices_module() -> Any:
+    """gpu_slices.py beside this script (imported by the bench's workers too, by its name)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import gpu_slices
+
+    return gpu_slices
+
+
 # ---- main ------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
@@ -515,6 +529,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "llama" in args.only:
             results.append(timed("llama-inference", budget, lambda: llama(
                 registry, home, args.device, scratch / "llama", args.llama_lines, budget)))
+        if "gpu-slices" in args.only:
+            results.append(timed("gpu-slices", budget, lambda: slices_module().check(
+                args.device, scratch / "gpu-slices", budget.timeout(SLICES_TIMEOUT_S))))
     if args.log_dir is not None:
         write_logs(args.log_dir, results)
     logs = failure_logs(results)
