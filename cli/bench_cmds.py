@@ -16,6 +16,7 @@ from . import task_options
 from .console import make_console
 from .durations import Duration
 from .run_cmds import method_label, model_settings_options, parse_agent_options
+from .sizes import Size
 from .view import BenchView
 
 
@@ -40,7 +41,13 @@ def _run_options(**given: object) -> dict[str, object]:
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--ray-address", help="Ray cluster to use (default: start a local Ray for this bench).")
 @click.option("--cpus-per-run", type=click.FloatRange(0, min_open=True),
-              help="CPUs Ray reserves per run (default: cluster CPUs / workers, at most 1).")
+              help="CPUs each run's commands may use, and their OpenMP, MKL, OpenBLAS and numexpr threads: its own "
+                   "CPUs while runs fit, a quota for a fraction (default: local, the cores / workers, at least 1; "
+                   "Ray, cluster CPUs / workers, at most 1).")
+@click.option("--gpus-per-run", type=click.IntRange(0, 64),
+              help="GPUs each run holds alone while it runs: its sandbox shows only their device nodes and "
+                   "CUDA_VISIBLE_DEVICES names them; runs wait for free ones (default: every run sees every GPU).")
+@click.option("--memory-per-run", type=Size(), help="Memory each command of a run may use (default 16G).")
 @click.option("--bench-dir", default="bench", show_default=True, type=click.Path(file_okay=False))
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--action-timeout", "action_timeout_s", default="2h", show_default=True, type=Duration())
@@ -72,7 +79,8 @@ def _run_options(**given: object) -> dict[str, object]:
 @model_settings_options  # generation parameters, prices and budgets: the same flags as `mlab run`
 def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...], fast_llm: str | None,
           edit_llm: str | None, runs: int, workers: int | None, engine: str, ray_address: str | None,
-          cpus_per_run: float | None, bench_dir: str, max_steps: int, action_timeout_s: float, sandbox: str,
+          cpus_per_run: float | None, gpus_per_run: int | None, memory_per_run: int | None, bench_dir: str,
+          max_steps: int, action_timeout_s: float, sandbox: str,
           agent_options: tuple[str, ...], labels: tuple[str, ...], allow_validate: bool, llm_api_base: str | None,
           llm_timeout_s: float | None,
           llm_retries: int | None, retry_failed: bool, intermediate: bool, max_connections: int | None,
@@ -94,13 +102,14 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                          llm_retry=None if llm_retries is None else {"max_attempts": llm_retries + 1},
                          task_params=task_options.given_params(task_params) or None,
                          tags=task_options.parse_tags(tags) or None, meta=task_options.parse_meta(meta) or None))
-    if engine == "local" and (ray_address or cpus_per_run):
-        raise MlabError("--ray-address and --cpus-per-run need --engine ray")
+    if engine == "local" and ray_address:
+        raise MlabError("--ray-address names a Ray cluster: runs there need --engine ray")
     if max_connections and ray_address:  # its slot files are on this machine: a node elsewhere cannot share them
         raise MlabError("--max-connections holds across the processes of one machine: not with --ray-address")
     runner = Bench(Path(bench_dir), spec, workers=workers, engine=engine, retry_failed=retry_failed,
                    registry_factory=registry_factory, ray_address=ray_address, cpus_per_run=cpus_per_run,
-                   max_connections=max_connections, retry_errors=retry_errors, fail_fast=fail_fast)
+                   max_connections=max_connections, retry_errors=retry_errors, fail_fast=fail_fast,
+                   gpus_per_run=gpus_per_run, memory_per_run=memory_per_run)
     if allow_validate:
         _check_validation_splits(runner.registry, spec.tasks)
     for name in spec.tasks:  # -T applies to every task: each must declare it, with a value of its type
@@ -117,14 +126,16 @@ def bench(tasks: tuple[str, ...], agents: tuple[str, ...], llms: tuple[str, ...]
                       "the others", highlight=False)
         sys.exit(130)
     console.print(f"bench {bench_dir}: {status.done} finished, {status.failed} failed"
-                  f" ({status.skipped} already done before), {status.tokens:,} tokens, {status.cost_text()}, "
+                  + (f", {status.never_started} never started" if status.never_started else "")
+                  + f" ({status.skipped} already done before), {status.tokens:,} tokens, {status.cost_text()}, "
                   f"{time.monotonic() - started:.1f} s", highlight=False)
     if status.retried:
         console.print(f"retried: {status.retried} errored attempt(s) run again (--retry-errors); the errored "
                       f"attempts are kept in {Path(bench_dir) / 'attempts'}", highlight=False)
     if status.stopped_by:
+        never = f", {status.never_started} never started" if status.never_started else ""
         make_console(stderr=True).print(f"fail-fast: run {status.stopped_by} errored; the bench stopped the other "
-                                        "runs (rerun the same command to resume them)",
+                                        f"runs{never} (rerun the same command to resume them)",
                                         highlight=False, markup=False, soft_wrap=True)
         sys.exit(1)
     console.print(f"results: {Path(bench_dir) / 'results.db'}; see: mlab report {bench_dir}", highlight=False)
@@ -138,7 +149,12 @@ def _labels(pairs: tuple[str, ...], agents: list[str]) -> dict[str, str]:
         if not sep or agent.strip() not in agents:
             raise click.UsageError(f"--label takes AGENT=NAME with AGENT one of --agents "
                                    f"({', '.join(agents)}), got {pair!r}")
+        if agent.strip() in out:  # the later one would win unsaid
+            raise click.UsageError(f"--label: {agent.strip()} is given two labels; give each agent one")
         out[agent.strip()] = str(method_label(name))
+    for agent, name in out.items():  # reports would merge the two agents' runs as one method
+        if name in agents and name != agent and name not in out:
+            raise click.UsageError(f"--label {agent}={name}: {name} is another agent's name in this bench")
     if len(set(out.values())) < len(out):
         raise click.UsageError("--label: two agents were given the same name")
     return out
@@ -218,8 +234,8 @@ def report(folder: Path, out_dir: Path | None, compare: tuple[str, str] | None, 
     if data.validated_runs:
         console.print(f"note: {len(data.validated_runs)} run(s) could score predictions on a validation split "
                       "(--allow-validate): compare them with runs that could too", highlight=False)
-    if line := data.hardware_line():
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if hardware := data.hardware_line():
+        console.print(hardware, highlight=False, markup=False, soft_wrap=True)
     figures = sorted({path.with_suffix("") for path in written.get("plots", [])})
     for figure in figures:
         formats = ",".join(sorted(p.suffix[1:] for p in written["plots"] if p.with_suffix("") == figure))

@@ -14,7 +14,7 @@ import click
 
 from mlab.core.errors import MlabError
 from mlab.core.llm import generation
-from mlab.core.models import RunConfig
+from mlab.core.models import ComputeSlice, RunConfig
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from mlab.core.run.task_lookup import find_task, run_fields
@@ -22,6 +22,7 @@ from mlab.core.run.task_lookup import find_task, run_fields
 from . import task_options
 from .console import fitted_table, make_console, print_fitted
 from .durations import Duration
+from .sizes import Size
 
 
 def _deprecated_alias(new: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -147,7 +148,8 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_par
               help="Time limit of one script or REPL command.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where to write the run (default: runs/<id>).")
 @click.option("--seed", default=0, show_default=True, type=int, help="The run's seed (given to the agent).")
-@click.option("--label", metavar="NAME", help="The method's name in reports (default: agent (model)).")
+@click.option("--label", metavar="NAME", multiple=True, callback=lambda _ctx, _param, given: _given_once(given),
+              help="The method's name in reports (default: agent (model)).")
 @click.option("--sandbox", default="auto", show_default=True,
               help="Sandbox of agent code: auto (bwrap, else local), local, bwrap, docker, or unconfined.")
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
@@ -163,6 +165,10 @@ def baseline(task_name: str, runs: int, timeout_s: float, sandbox: str, task_par
               help="Model requests the run has in flight at once (e.g. an agent's parallel calls).")
 @click.option("--llm-cache", is_flag=False, flag_value="", default=None, metavar="[DIR]",
               help="Cache model answers on disk (default DIR: $MLAB_HOME/llm_cache); a rerun calls no API.")
+@click.option("--cpus", type=click.FloatRange(0, min_open=True),
+              help="CPUs the run's commands may use (a cgroup quota where one can be made), and their OpenMP, MKL, "
+                   "OpenBLAS and numexpr threads (default: not bounded).")
+@click.option("--memory", "memory_bytes", type=Size(), help="Memory each command of the run may use (default 16G).")
 @task_options.task_params
 @task_options.run_tags
 @model_settings_options
@@ -171,8 +177,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         agent_options: tuple[str, ...], interactive: bool, allow_validate: bool, resume_dir: str | None,
         llm_api_base: str | None,
         llm_timeout_s: float | None, llm_retries: int | None, llm_cache: str | None, max_connections: int | None,
-        task_params: tuple[str, ...], tags: tuple[str, ...], meta: tuple[str, ...],
-        model_settings: dict[str, Any]) -> None:
+        cpus: float | None, memory_bytes: int | None, task_params: tuple[str, ...], tags: tuple[str, ...],
+        meta: tuple[str, ...], model_settings: dict[str, Any]) -> None:
     """Run an agent on a task, tracing every step; or resume a killed run."""
     from mlab.core.run.runner import Runner, new_run_dir
     from mlab.core.run.trace import read_trace
@@ -185,6 +191,9 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                                "price and budget flags")
     if resume_dir and max_connections:
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --max-connections")
+    if resume_dir and (cpus or memory_bytes):
+        raise click.UsageError("--resume continues a run with the settings in its config.json; drop --cpus and "
+                               "--memory")
     if resume_dir and label:
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop --label")
     if resume_dir and allow_validate:
@@ -193,7 +202,12 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
         raise click.UsageError("--resume continues a run with the settings in its config.json; drop -T, --tag and "
                                "--meta")
     if resume_dir:
+        from mlab.core.view.live import run_in_progress
+
         trace = read_trace(Path(resume_dir))
+        if trace.status == "running" and run_in_progress(Path(resume_dir)):  # before anything is printed
+            where = shlex.quote(resume_dir)
+            raise MlabError(f"run {where} is running in another mlab process; watch it with: mlab view {where}")
         if trace.status != "running":
             raise MlabError(f"run {resume_dir!r} has already ended ({trace.status}: {trace.end_reason}), so there is "
                             f"nothing to resume; see it with: mlab view {shlex.quote(resume_dir)}")
@@ -212,7 +226,8 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                            allow_validate=allow_validate, llm_api_base=llm_api_base, llm_timeout_s=llm_timeout_s,
                            llm_cache=_cache_dir(llm_cache), max_connections=max_connections,
                            llm_retry={} if llm_retries is None else {"max_attempts": llm_retries + 1},
-                           **model_settings)
+                           compute=ComputeSlice(cpus=cpus, memory_bytes=memory_bytes)
+                           if cpus or memory_bytes else None, **model_settings)
         if allow_validate and task.validation is None:
             raise click.UsageError(f"task {config.task!r} declares no validation split, so --allow-validate cannot "
                                    "be used with it")
@@ -238,6 +253,11 @@ def run(task_name: str | None, agent_name: str, llm: str | None, fast_llm: str |
                   f"{trace.total_time_s:.1f} s", highlight=False)
     console.print(f"final {runner.task.metric.name}: {score}"
                   + (f" ({trace.final_score_error})" if trace.final_score_error else ""), highlight=False)
+    if trace.final_score is not None:  # judged as eval judges it: the improvement is what people read
+        from mlab.core.bench.verdict import RunJudge, success_text
+
+        judged = RunJudge(runner.harness.home).judge(runner.run_dir, runner.task, trace.final_score)
+        console.print(success_text(judged, runner.task), highlight=False, markup=False, soft_wrap=True)
     if trace.usage.calls:
         console.print(f"LLM: {trace.usage.calls} calls, {trace.usage.total_tokens} tokens, cost "
                       f"{trace.usage.cost_text()}", highlight=False)
@@ -293,6 +313,13 @@ def _cache_dir(value: str | None) -> str | None:
     except OSError as exc:
         raise MlabError(f"--llm-cache: cannot use {str(path)!r}: {exc.strerror}") from exc
     return str(path.resolve())
+
+
+def _given_once(values: tuple[str, ...]) -> str | None:
+    """--label's one value: given twice, the later one would win unsaid."""
+    if len(values) > 1:
+        raise click.UsageError(f"--label is given twice ({', '.join(map(repr, values))}); give the run one name")
+    return values[0] if values else None
 
 
 def method_label(name: str | None) -> str | None:
@@ -373,6 +400,8 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
     if notes:
         table.caption = "* " + "; ".join(notes)
     print_fitted(console, table, left_out)
+    for task, hint in sorted({(r["task"], r["baseline_hint"]) for r in rows if r.get("baseline_hint")}):
+        console.print(f"baseline of {task} not measured: run {hint}", highlight=False, markup=False, soft_wrap=True)
     validated = [Path(r["run_dir"]).name for r in rows if r.get("allow_validate")]
     if validated:
         console.print(f"note: {', '.join(validated)} could score predictions on a validation split "

@@ -30,7 +30,7 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mlab.core.agent import Agent
 from mlab.core.agent_context import RunState
@@ -81,6 +81,12 @@ class ProgramAgent(Agent):
             return False, f"{cls.name} is not installed; run: {cls.install}"
         return True, ""
 
+    @classmethod
+    def program_missing(cls, options: dict[str, Any]) -> str:
+        """Why the program these options name cannot be found here (one line), "" when it can; asked before a new
+        run writes anything, so a mistyped program is not a run that ends at its first step."""
+        return ""
+
     @abstractmethod
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
         """The command to run for this run (called at its start and again on each resume).
@@ -121,9 +127,13 @@ def npm_program_found(label: str, folder: Path, binary: Path | None, pin: str, i
     return True, ""
 
 
-def check_program(agent_cls: type) -> None:
-    """Refuse, in one line, a program agent whose program is missing here (before a run writes anything)."""
+def check_program(agent_cls: type, options: dict[str, Any] | None = None) -> None:
+    """Refuse, in one line, a program agent whose program is missing here (before a run writes anything); with
+    `options`, also the program they name (a new run: a resumed one uses the copies made at its start)."""
     if isinstance(agent_cls, type) and issubclass(agent_cls, ProgramAgent):
         ok, why = agent_cls.available()
+        if ok and options is not None:
+            why = agent_cls.program_missing(options)
+            ok = not why
         if not ok:
             raise MlabError(f"agent {agent_cls.name!r} cannot run here: {why}")

@@ -25,6 +25,8 @@ from mlab.core.bench.agent_options import bench_agent_options
 from mlab.core.bench.bench_sandbox import bench_sandbox
 from mlab.core.bench.evaluate import registry_from
 from mlab.core.bench.results import DB_FILE, TASK_DATA_META, ResultsDB, Row, judge_runs, task_data_keys
+from mlab.core.bench.run_folders import check_bench_dir
+from mlab.core.bench.slices import Slices
 from mlab.core.errors import MlabError
 from mlab.core.models import RunConfig
 from mlab.core.run.baseline import known_baseline
@@ -123,6 +125,7 @@ class BenchStatus:
     interrupted_runs: int = 0  # stopped part-way (Ctrl-C): resumed by the next `mlab bench`
     retried: int = 0  # errored attempts run again (--retry-errors); each kept under BENCH/attempts
     stopped_by: str | None = None  # --fail-fast: the run whose error stopped the bench, and why
+    never_started: int = 0  # --fail-fast: runs still queued when it stopped the bench
     last: list[str] = field(default_factory=list)  # one line per run that ended, newest last
 
     def add_cost(self, cost_usd: float | None) -> None:
@@ -143,7 +146,8 @@ class Bench:
     def __init__(self, bench_dir: Path, spec: BenchSpec, workers: int | None = None, engine: str = "local",
                  retry_failed: bool = False, registry_factory: str | None = None, ray_address: str | None = None,
                  cpus_per_run: float | None = None, max_connections: int | None = None, retry_errors: int = 0,
-                 fail_fast: bool = False):
+                 fail_fast: bool = False, gpus_per_run: int | None = None, memory_per_run: int | None = None):
+        check_bench_dir(bench_dir)  # never into a run's folder
         self.dir = Path(bench_dir).resolve()
         self.spec = spec
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -152,6 +156,8 @@ class Bench:
         self.registry_factory = registry_factory
         self.ray_address = ray_address
         self.cpus_per_run = cpus_per_run
+        self.gpus_per_run = gpus_per_run  # GPUs each run holds alone (None: every run sees every GPU)
+        self.memory_per_run = memory_per_run
         self.max_connections = max_connections  # model requests in flight at once, over all runs
         self.retry_errors = retry_errors  # times an errored run is run again within this bench
         self.fail_fast = fail_fast  # stop every run at the first one that errored (after its retries)
@@ -163,6 +169,7 @@ class Bench:
             raise MlabError(f"unknown engine {engine!r}; valid: local, ray")
         if spec.runs < 1:
             raise MlabError("--runs must be at least 1")
+        self.slices = None if engine == "ray" else Slices(self.workers, cpus_per_run, gpus_per_run, memory_per_run)
         self.registry = registry_from(registry_factory, [os.getcwd()])
         self.sandbox = spec.sandbox  # "auto" until run() settles it once for the whole bench
         self._resolve_names()
@@ -261,7 +268,7 @@ class Bench:
                 "run_dir": str(self.dir / RUNS_DIR / job.name),
                 "result": str(self.dir / JOBS_DIR / f"{job.name}.result.json"),
                 "log": str(self.dir / LOGS_DIR / f"{job.name}.log"),
-                "intermediate": self.spec.intermediate}
+                "intermediate": self.spec.intermediate, "compute": None}  # the engine grants it
 
     def _prepare_tasks(self, db: ResultsDB) -> None:
         """Prepare each task once, here: workers preparing the same task at once would race."""
@@ -290,8 +297,9 @@ class Bench:
         if self.engine_name == "ray":
             from mlab.core.bench.ray_engine import RayEngine
 
-            return RayEngine(self.workers, self.ray_address, self.cpus_per_run, bench_dir=self.dir)
-        return LocalEngine(self.workers, self._settings(), self.dir / LOGS_DIR / "workers.log")
+            return RayEngine(self.workers, self.ray_address, self.cpus_per_run, bench_dir=self.dir,
+                             gpus_per_run=self.gpus_per_run, memory_per_run=self.memory_per_run)
+        return LocalEngine(self.workers, self._settings(), self.dir / LOGS_DIR / "workers.log", self.slices)
 
     # running
     def run(self, on_update: Callable[[BenchStatus], None] | None = None, tick_s: float = 0.2) -> BenchStatus:
@@ -357,6 +365,7 @@ class Bench:
                                 status.stopped_by = f"{job.key} ({result.get('end_reason')})"
                 if status.stopped_by is not None:  # --fail-fast: the others stop as at a Ctrl-C, resumable
                     self._stop_all(engine, db, by_key, status)
+                    status.never_started = len(queue)
                     queue.clear()
                 status.pending = len(queue)
                 if on_update:

@@ -32,3 +32,16 @@ def runs_in(path: Path) -> list[Path]:
     if not runs:
         raise MlabError(f"{str(path)!r} holds no runs; give {ACCEPTS}")
     return runs
+
+
+def check_bench_dir(folder: Path) -> None:
+    """Refuse a bench folder that is a run folder or lies inside one: a bench writes results.db, runs/ and logs/
+    into its folder, which would mix with the run's files (and a run's workspace is what gets scored)."""
+    from mlab.core.run.trace import TRACE_FILE
+
+    given = Path(folder).absolute()
+    for place in (given, *given.parents):
+        if (place / TRACE_FILE).is_file():
+            where = "is" if place == given else "lies inside"
+            raise MlabError(f"--bench-dir {str(folder)!r} {where} the run folder {str(place)!r}; a bench writes "
+                            "results.db and runs/ into its folder: give a new folder or a bench folder")

@@ -31,6 +31,7 @@ from mlab.core.models import (
 )
 from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.agent_step import AgentFailed, agent_step
+from mlab.core.run.compute import sliced
 from mlab.core.run.environment import is_final
 from mlab.core.run.hardware import hardware_change, of_run
 from mlab.core.run.harness import Harness
@@ -90,7 +91,7 @@ class Runner:
         self.ask_human = ask_human
         self.warn = warn or (lambda text: print(f"mlab: warning: {text}", file=sys.stderr))
         # Limits for agent code; the timeout always comes from config.action_timeout_s.
-        self.harness = Harness(self.registry, home, config.sandbox, limits,
+        self.harness = Harness(self.registry, home, config.sandbox, sliced(limits, config.compute),
                                on_hook_error=self._append_error)
         self.task: Task = task_of_run(self.registry, config)  # a folder's task too, with its parameters
         _ = self.harness.sandbox_cls  # resolved now: an unknown sandbox fails before anything is written
@@ -172,6 +173,7 @@ class Runner:
         self.harness.notify(hook, event)
 
     def start(self) -> Trace:
+        check_program(self.agent_cls, self.config.agent_options)  # the program the options name: one line
         self.task.check_runnable()
         self.harness.ensure_prepared(self.task)
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
@@ -186,7 +188,7 @@ class Runner:
             self._store.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
-                          devices=gpu_devices(),  # every sandbox passes these through
+                          devices=gpu_devices(self.harness.limits.gpus),  # every sandbox passes these through
                           hardware=of_run(self.config),
                           held_out=sorted(held_out_files(self.task)) if held_out else [])
             self._record_warnings(trace)

@@ -149,6 +149,9 @@
     }));
   }
   function successText(v) { return v === true ? 'yes' : v === false ? 'no' : given(v) ? text(v) : '-'; }
+  // a run still going has no success yet: "no" would read as a verdict
+  function judgedRun(r) { return r.status !== 'running' && typeof r.success === 'boolean'; }
+  function runSuccess(r) { return r.status === 'running' ? '-' : successText(r.success); }
   var RUN_COLUMNS = [
     {key: 'name', title: 'run', value: function (r) { return r.name; }},
     {key: 'status', title: 'status', value: function (r) { return r.status; }},
@@ -167,15 +170,17 @@
     var words = terms(), shown = sorted(data.runs.filter(function (r) { return matches(r, words); }), 'runs', columns);
     var rows = shown.map(function (r) {
       var steps = text(given(r.steps) ? r.steps : '-') + (r.max_steps ? '/' + text(r.max_steps) : '');
+      // one line each for the name and what it ran, cut from the front (the seed is at the end), whole as a title
       return el('tr', {'data-id': given(r.id) ? r.id : null, class: run && r.id === run.id ? 'sel' : null},
-        el('td', {class: 'name'}, text(r.name),
-           el('div', {class: 'sub'}, describe(r), r.error ? [' ', el('span', {class: 'err'}, text(r.error))] : null)),
+        el('td', {class: 'name', title: text(r.name) + '\n' + describe(r) + (r.error ? '\n' + text(r.error) : '')},
+           el('div', {class: 'cut'}, el('bdi', null, text(r.name))),
+           el('div', {class: 'sub cut'}, el('bdi', null, describe(r), r.error ? [' ', el('span', {class: 'err'}, text(r.error))] : null))),
         el('td', null, badge(r.status), r.failure ? el('div', {class: 'sub'}, text(r.failure)) : null),
         el('td', null, steps, r.live ? [' ', el('span', {class: 'sub'}, '+1')] : null),
         el('td', null, num(r.final_score)),
         // a success against a placeholder baseline says only that the submission is valid: marked, the note as its title
         judged ? [el('td', null, pct(r.improvement)),
-                  el('td', {title: r.baseline_note || null}, successText(r.success), r.baseline_note ? '*' : null)] : null,
+                  el('td', {title: r.baseline_note || null}, runSuccess(r), r.baseline_note ? '*' : null)] : null,
         el('td', null, costText(r)));
     });
     var count = byId('shown');
@@ -211,12 +216,18 @@
       var g = by[k], counts = {};
       g.runs.forEach(function (r) { counts[text(r.status)] = (counts[text(r.status)] || 0) + 1; });
       g.statusText = Object.keys(counts).sort().map(function (s) { return counts[s] + ' ' + s; }).join(', ');
-      g.judged = g.runs.filter(function (r) { return typeof r.success === 'boolean'; }).length;
-      g.successes = g.runs.filter(function (r) { return r.success === true; }).length;
+      g.judged = g.runs.filter(judgedRun).length;
+      g.successes = g.runs.filter(function (r) { return judgedRun(r) && r.success === true; }).length;
       g.improvement = mean(g.runs.map(function (r) { return r.improvement; }));
       g.score = mean(g.runs.map(function (r) { return r.final_score; }));
-      var costs = g.runs.map(function (r) { return r.cost_usd; }).filter(isNum);
-      g.cost = costs.length ? costs.reduce(function (a, b) { return a + b; }, 0) : null;
+      // the priced part, and whether some calls had no price: unpriced runs cost "unknown" (as a run's cell), never $0
+      var calls = 0, unpriced = 0, priced = [];
+      g.runs.forEach(function (r) {
+        calls += r.calls || 0; unpriced += r.unpriced_calls || 0;
+        if (isNum(r.cost_usd) && (r.calls || 0) > (r.unpriced_calls || 0)) priced.push(r.cost_usd);
+      });
+      g.cost = priced.length ? priced.reduce(function (a, b) { return a + b; }, 0) : null;
+      g.costText = !calls ? '-' : unpriced >= calls ? 'unknown' : '$' + (g.cost || 0).toFixed(4) + (unpriced ? ' + unknown' : '');
       return g;
     });
   }
@@ -228,7 +239,7 @@
         el('td', null, g.label), el('td', null, String(g.runs.length)), el('td', null, g.statusText),
         el('td', null, g.judged ? g.successes + '/' + g.judged + ' (' + Math.round(100 * g.successes / g.judged) + '%)' : '-'),
         el('td', null, pct(g.improvement)), el('td', null, num(g.score)),
-        el('td', null, isNum(g.cost) ? '$' + g.cost.toFixed(4) : '-'), el('td', {class: 'method'}, g.method));
+        el('td', null, g.costText), el('td', {class: 'method'}, g.method));
     });
     return el('div', {id: 'overview'}, el('h2', null, list.bench ? 'Bench overview' : 'Overview'),
       el('p', {class: 'muted'}, runs.length + ' run(s) in ' + rows.length + ' group(s) of task × agent × model' +

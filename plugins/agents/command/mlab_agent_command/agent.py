@@ -7,7 +7,9 @@ folders; a leading `python` is the Python agent code runs with. Everything else 
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -38,6 +40,34 @@ class CommandAgent(ProgramAgent):
     install = "nothing to install: your own program, given by --agent-option command=..."
     Options = CommandOptions
     options: CommandOptions
+
+    @classmethod
+    def program_missing(cls, options: dict[str, Any]) -> str:
+        """The program (or `python`'s script) the command names, when it is neither a file here nor, for a bare
+        name, on PATH: the sandbox shows this machine's files, and a copy is made only of a file found here."""
+        try:
+            words = shlex.split(str(options.get("command", "")))
+        except ValueError:
+            return ""  # CommandOptions says what is wrong with it
+        if not words:
+            return ""
+        program = words[0]
+        if program in ("python", "python3"):
+            for word in words[1:]:
+                if word in ("-m", "-c", "-"):
+                    return ""  # a module or code, not a file
+                if not word.startswith("-"):
+                    program = word
+                    break
+            else:
+                return ""
+            if Path(program).expanduser().is_file():
+                return ""
+            return f"{program!r} not found (a script is read from where mlab runs: {Path.cwd()})"
+        if Path(program).expanduser().is_file() or ("/" not in program and shutil.which(program)):
+            return ""
+        where = "on PATH" if "/" not in program else f"here (a path is read from where mlab runs: {Path.cwd()})"
+        return f"program {program!r} not found {where}"
 
     def program(self, launch: ProgramLaunch) -> ProgramSpec:
         words = shlex.split(self.options.command)  # checked by CommandOptions
