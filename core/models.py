@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from mlab.core.run.hardware import Hardware
+from mlab.core.hardware import Hardware
 
 
 class Action(BaseModel):

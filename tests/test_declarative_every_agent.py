@@ -111,6 +111,7 @@ SEARCH_OPTIONS = {"num_drafts": "2", "max_nodes": "2", "population_size": "2"}
 # evolutionary population is at least 2 drafts.
 SEARCH_OPERATORS = {"greedy": ["draft", "improve"], "mcts": ["draft", "improve"], "evolutionary": ["draft", "draft"]}
 PROGRAM_AGENTS = {"command", "smolagents", "mini-swe-agent"}
+NPM_CLI_AGENTS = {"codex", "claude-code"}
 
 
 def registered_runs() -> list[tuple[str, str | None]]:
@@ -174,6 +175,8 @@ def test_the_installed_venv_lists_every_agent_this_test_runs(venv):
 @pytest.mark.slow
 @pytest.mark.parametrize("agent, policy", RUNS, ids=[f"{a}-{p}" if p else a for a, p in RUNS])
 def test_the_installed_declarative_task_runs_with_every_agent(venv, starter_score, tmp_path, agent, policy):
+    if agent in NPM_CLI_AGENTS:  # installed by make cli-agents beside the checkout, not into a venv of packages
+        pytest.skip(f"{agent} runs whole in tests/test_cli_agents.py (scripted tool calls, local, bwrap, docker)")
     assert agent in SCRIPTS, f"agent {agent!r} is registered but has no scripted replies here; add them to SCRIPTS"
     replies, expected_steps = SCRIPTS[agent]
     trace = finished_run(venv, tmp_path / "run", agent, policy, replies)

@@ -8,7 +8,7 @@ import sqlite3
 import stat
 from types import SimpleNamespace
 
-from mlab.core.run.hardware import Hardware, machine_gpus, measure, of_run
+from mlab.core.hardware import Hardware, machine_gpus, measure, of_run
 from mlab.core.view.runs import Catalog
 from tests.fixtures.bench_cli import REGISTRY, db_rows
 from tests.fixtures.cli import mlab, mlab_in_process

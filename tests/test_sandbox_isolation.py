@@ -172,7 +172,7 @@ def test_a_gpu_device_gone_before_the_command_starts_is_left_out(tmp_path, sandb
     from mlab.core.sandbox import rootfs
 
     gone = f"/dev/nvidia-mlab-gone-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(rootfs, "gpu_devices", lambda: [gone])
+    monkeypatch.setattr(rootfs, "gpu_devices", lambda gpus=None: [gone])
     env = make_env(tmp_path, sandbox=sandbox)
     try:
         out, error = run(env, f"import os\nprint('RAN', os.path.exists({gone!r}))\n")

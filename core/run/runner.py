@@ -15,6 +15,7 @@ from mlab.core.agent_program import ProgramAgent, check_program
 from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
 from mlab.core.fs.atomic import is_disk_full, write_atomic
+from mlab.core.hardware import hardware_change, of_run
 from mlab.core.llm.client import LLMClient
 from mlab.core.llm.connections import run_slots
 from mlab.core.llm.roles import backend_options, build_roles, client_options
@@ -33,7 +34,6 @@ from mlab.core.plugins.registry import Registry, load_registry
 from mlab.core.run.agent_step import AgentFailed, agent_step
 from mlab.core.run.compute import sliced
 from mlab.core.run.environment import is_final
-from mlab.core.run.hardware import hardware_change, of_run
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import held_out_files
 from mlab.core.run.packages import package_versions
