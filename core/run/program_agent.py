@@ -199,7 +199,7 @@ class ProgramLoop:
             "MLAB_RESUMED": "1" if resumed else "0", "MLAB_AGENT_DIR": str(agent_dir),
             "MLAB_ACTION_TIMEOUT_S": f"{r.config.action_timeout_s:g}", **_budget_env(r.config, r.llm), **spec.env})
         argv = [python, "-u", str(forwarder), str(endpoint.socket_path), "--", *spec.argv]
-        changes = r._store.changes
+        changes = r.snapshots.changes
         changes.ran_agent_code()
         try:
             exit_code = self._watch(argv, exec_spec, seconds_left)
@@ -356,12 +356,12 @@ class ProgramLoop:
         if frozen:
             r.sandbox.freeze(proc)
         try:
-            r._store.changes.ran_agent_code()  # the program lives on: a full look, not the change events
-            note = r._snapshot(name, trace)
+            r.snapshots.changes.ran_agent_code()  # the program lives on: a full look, not the change events
+            note = r.snapshot_step(name, trace)
         finally:
             if frozen:
                 r.sandbox.thaw(proc)
-        changed = _changes(r._store.manifest(previous), r._store.manifest(name))
+        changed = _changes(r.snapshots.manifest(previous), r.snapshots.manifest(name))
         output = self._take_output()
         observation = "Workspace changes since this call:\n" + ("\n".join(changed) or "(none)")
         observation += "\n\nProgram output:\n" + (output or "(none)") + note
@@ -390,6 +390,6 @@ class ProgramLoop:
         except BaseException:
             trace.steps.pop()
             raise
-        r._notify("step_finished", StepFinished(run_dir=str(r.run_dir), step=step))
+        r.notify("step_finished", StepFinished(run_dir=str(r.run_dir), step=step))
         if r.on_step:
             r.on_step(step)

@@ -120,7 +120,7 @@ class Runner:
         append_error(self.run_dir, text)  # best effort: whether it could write changes nothing here
 
     @property
-    def _store(self) -> SnapshotStore:
+    def snapshots(self) -> SnapshotStore:
         """The snapshot store, typed without None: _build makes it before any step."""
         if self.store is None:
             raise RuntimeError("the run's snapshot store is used before the run was built")
@@ -148,7 +148,7 @@ class Runner:
         self.store = SnapshotStore(self.run_dir)
         if self._backends is not None:
             self.llm = LLMClient(self._backends, log_path=self.run_dir / LLM_LOG_FILE, run_dir=str(self.run_dir),
-                                 on_call=lambda event: self._notify("llm_call_finished", event),
+                                 on_call=lambda event: self.notify("llm_call_finished", event),
                                  connections=run_slots(self.run_dir, self.config.max_connections),
                                  **client_options(self.config))
         self.sandbox = sandbox = self.harness.new_sandbox()
@@ -169,7 +169,7 @@ class Runner:
             packages=package_versions(self.env.s.python), action_timeout_s=self.config.action_timeout_s,
             log=lambda msg: self._append_error(f"[agent] {msg}")))
 
-    def _notify(self, hook: str, event: object) -> None:
+    def notify(self, hook: str, event: object) -> None:
         self.harness.notify(hook, event)
 
     def start(self) -> Trace:
@@ -185,7 +185,7 @@ class Runner:
             held_out = self.config.allow_validate
             self.harness.new_workspace(self.task, self.workspace, allow_validate=held_out)
             self._build()
-            self._store.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+            self.snapshots.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
                           devices=gpu_devices(self.harness.limits.gpus),  # every sandbox passes these through
@@ -204,7 +204,7 @@ class Runner:
                 raise DiskFull(f"cannot start run {str(self.run_dir)!r}: the disk is full "
                                f"({exc.strerror or exc})") from exc
             raise
-        self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
+        self.notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config))
         return self._loop(trace)
 
     def _end_leftovers(self) -> None:
@@ -225,7 +225,7 @@ class Runner:
         self._drop_torn_steps(trace)
         self._end_leftovers()
         last = trace.steps[-1] if trace.steps else None
-        self._store.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
+        self.snapshots.restore(last.snapshot if last else INITIAL_SNAPSHOT, self.workspace, skip=self._skip_read_only)
         if last:
             self.agent.load_state_dict(last.agent_state)
             self.env.load_state_dict(last.env_state)
@@ -242,7 +242,7 @@ class Runner:
             if not is_disk_full(exc):
                 raise
             self._stop_disk_full(trace, exc)
-        self._notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
+        self.notify("run_started", RunStarted(run_dir=str(self.run_dir), config=self.config,
                                                resumed_from_step=len(trace.steps)))
         return self._loop(trace)
 
@@ -251,7 +251,7 @@ class Runner:
         one before."""
         while trace.steps:
             step = trace.steps[-1]
-            if torn := self._store.verify(step.snapshot):
+            if torn := self.snapshots.verify(step.snapshot):
                 what = f"snapshot {step.snapshot} is damaged ({', '.join(torn[:5])})"
             elif lost := unresolved(step):
                 what = f"the stored {', '.join(lost)} of step {step.index} is damaged"
@@ -259,7 +259,7 @@ class Runner:
                 break
             trace.steps.pop()
             append_error(self.run_dir, f"{what}: step {step.index} is done again")
-        if not trace.steps and self._store.verify(INITIAL_SNAPSHOT):
+        if not trace.steps and self.snapshots.verify(INITIAL_SNAPSHOT):
             raise MlabError(f"the initial snapshot of run {str(self.run_dir)!r} is damaged: start the run again")
 
     def _record_warnings(self, trace: Trace) -> None:
@@ -303,7 +303,7 @@ class Runner:
                     break
                 self.live.acting(decision)
                 observation, is_error = self.env.execute(decision)
-                observation += self._snapshot(step_snapshot_name(index), trace)
+                observation += self.snapshot_step(step_snapshot_name(index), trace)
                 step = Step(index=index, action=stored_action(decision), observation=observation,
                             is_error=is_error, started_at=started, duration_s=time.time() - started,
                             snapshot=step_snapshot_name(index), agent_state=self.agent.state_dict(),
@@ -318,7 +318,7 @@ class Runner:
                 except BaseException:
                     trace.steps.pop()  # not on disk: a resume redoes this step
                     raise
-                self._notify("step_finished", StepFinished(run_dir=str(self.run_dir), step=step))
+                self.notify("step_finished", StepFinished(run_dir=str(self.run_dir), step=step))
                 if self.on_step:
                     self.on_step(step)
                 if is_final(decision) and not is_error:
@@ -348,13 +348,13 @@ class Runner:
             self.sandbox.close()
         return self._finish(trace, status, reason, time_before + time.monotonic() - clock_start)
 
-    def _snapshot(self, name: str, trace: Trace) -> str:
+    def snapshot_step(self, name: str, trace: Trace) -> str:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
         try:
-            self._store.record(self.workspace, name, skip=self._skip_read_only, changes=self._store.changes)
-            if self._store.left_out:
-                return (f"\n[The snapshot of the workspace after this step left files out: {self._store.left_out}."
+            self.snapshots.record(self.workspace, name, skip=self._skip_read_only, changes=self.snapshots.changes)
+            if self.snapshots.left_out:
+                return (f"\n[The snapshot of the workspace after this step left files out: {self.snapshots.left_out}."
                         " Files left out are not kept, scored or restored.]")
             return ""
         except OSError as exc:
@@ -364,8 +364,8 @@ class Runner:
         previous = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
         append_error(self.run_dir, f"disk full while storing snapshot {name} ({first}); the workspace goes back "
                                    f"to {previous}")
-        self._store.restore(previous, self.workspace, skip=self._skip_read_only)
-        self._store.record(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
+        self.snapshots.restore(previous, self.workspace, skip=self._skip_read_only)
+        self.snapshots.record(self.workspace, name, skip=self._skip_read_only)  # a second failure stops the run
         return ("\n[The disk is full, so the files this step produced could not be kept: the workspace was put "
                 "back as it was before this step. Write smaller files or delete ones you do not need.]")
 
@@ -404,7 +404,7 @@ class Runner:
             final.usage = self.llm.usage
         self.trace_log.finish(final)
         trace = final
-        self._notify("run_finished", RunFinished(
+        self.notify("run_finished", RunFinished(
             run_dir=str(self.run_dir), status=status, end_reason=reason, steps=len(trace.steps),
             final_score=trace.final_score, usage=trace.usage, total_time_s=total))
         return trace
