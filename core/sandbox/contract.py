@@ -11,7 +11,6 @@ from typing import ClassVar
 
 from mlab.core.sandbox.command import Command
 from mlab.core.sandbox.spec import ExecResult, ExecSpec
-from mlab.core.sandbox.supervise import run_to_end
 
 
 class Sandbox(ABC):
@@ -78,12 +77,12 @@ class Sandbox(ABC):
         """Free what the dead command held (its cgroup, its container). Called exactly once, after `kill`."""
         return None
 
+    @abstractmethod
     def run(self, argv: list[str], spec: ExecSpec, on_output: Callable[[bytes], None] | None = None) -> ExecResult:
         """Run argv to its end, showing on_output each chunk of output as it comes, and return the exit code (-N
-        for a death by signal N; None when unknown), the output and the limit hit. Raises as `popen`. By default
-        `popen` and `check` (mlab.core.sandbox.supervise): the time limit counts from `popen`'s return, output past
-        spec.limits.output_bytes is cut in the middle, and a broken limit kills the tree."""
-        return run_to_end(self, argv, spec, on_output)
+        for a death by signal N; None when unknown), the output and the limit hit. Raises as `popen`. The time
+        limit counts from `popen`'s return, output past spec.limits.output_bytes is cut in the middle, and a broken
+        limit kills the tree: ProcessSandbox's `run`, mlab.core.sandbox.supervise.run_to_end(self, ...), does so."""
 
     def close(self) -> None:
         """Let go of what is kept between commands (zygotes, containers); the run's owner calls it when the run

@@ -4,15 +4,16 @@ client), and ProcessCommand, one such command with what the sandbox keeps for it
 A subclass overrides `popen` and starts its command line with `spawn`: a new session with the spec's rlimits,
 a cgroup of its own where the kernel allows one (bounding the whole tree's processes and memory), and death
 with the harness (how, without a Python preexec_fn: mlab.core.sandbox.spawn). The rest of the contract comes
-from here: `check` reads the cgroup's counters and the disk, `kill` kills the process group, the cgroup and
-the processes carrying the command's token, `freeze` and `thaw` signal the whole tree (mlab.core.sandbox.tree),
-and `release` removes the cgroup.
+from here: `run` watches a command to its end (mlab.core.sandbox.supervise), `check` reads the cgroup's counters
+and the disk, `kill` kills the process group, the cgroup and the processes carrying the command's token, `freeze`
+and `thaw` signal the whole tree (mlab.core.sandbox.tree), and `release` removes the cgroup.
 """
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from typing import IO, TypeVar, overload
 
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
@@ -21,7 +22,8 @@ from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.disk import disk_limit_hit, disk_usage
 from mlab.core.sandbox.limits import nproc_fallback
 from mlab.core.sandbox.spawn import start
-from mlab.core.sandbox.spec import ExecSpec
+from mlab.core.sandbox.spec import ExecResult, ExecSpec
+from mlab.core.sandbox.supervise import run_to_end
 from mlab.core.sandbox.tree import TOKEN_VAR, group_members, kill_by_token, signal_tree, wait_stopped
 
 
@@ -136,6 +138,9 @@ class ProcessSandbox(Sandbox):
         if cgroup is not None:
             cgroup.close_fds()
         return kind(process, cgroup, disk_usage(spec.cwd), token)
+
+    def run(self, argv: list[str], spec: ExecSpec, on_output: Callable[[bytes], None] | None = None) -> ExecResult:
+        return run_to_end(self, argv, spec, on_output)
 
     def check(self, command: Command, spec: ExecSpec) -> str | None:
         if not isinstance(command, ProcessCommand):

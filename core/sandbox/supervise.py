@@ -1,5 +1,6 @@
-"""Running a started command to its end: watching its time and limits, killing its tree when one is broken,
-and telling which limit it hit. Its end wakes the watcher at once (mlab.core.sandbox.wait); the limits are
+"""Running a started command to its end: watching its time and limits, killing its tree when one is broken (or
+its caller ends it), and telling its exit code and which limit it hit: the one rule for every command of agent code
+and of scorers, program agents' included. Its end wakes the watcher at once (mlab.core.sandbox.wait); the limits are
 looked at every POLL_S meanwhile."""
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from mlab.core.sandbox.output import CappedOutput, pump
 from mlab.core.sandbox.spec import ExecResult, ExecSpec
 from mlab.core.sandbox.wait import EndWatch
 
-if TYPE_CHECKING:  # the contract's default `run` is this function
+if TYPE_CHECKING:
+    from mlab.core.sandbox.command import Command
     from mlab.core.sandbox.contract import Sandbox
 
 # A command's pipe stays open while any child holds it; after the command exits, wait this long for EOF.
@@ -25,30 +28,34 @@ POLL_S = 0.1
 def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
                on_output: Callable[[bytes], None] | None = None) -> ExecResult:
     """Start argv in sandbox and watch it until it ends, its time is up or it breaks a limit."""
+    return supervise(sandbox, sandbox.popen(argv, spec), spec, on_output)
+
+
+def supervise(sandbox: Sandbox, proc: Command, spec: ExecSpec, on_output: Callable[[bytes], None] | None = None,
+              stop: Callable[[], bool] | None = None, killing: AbstractContextManager[object] | None = None
+              ) -> ExecResult:
+    """Watch proc, just started in sandbox, until it ends, spec's time (counted from now) is up, it breaks a limit
+    or stop() (asked every POLL_S) says to end it; then kill its tree, holding `killing` meanwhile, and release
+    it. A command stop() ended has no limit hit."""
     started = time.monotonic()
-    proc = sandbox.popen(argv, spec)
     output = CappedOutput(spec.limits.output_bytes)
     reader = threading.Thread(target=pump, args=(proc.stdout, output, on_output), daemon=True)
     reader.start()
     limit_hit = None
-    # The clock starts once popen returns: a sandbox's start-up (a container's) is not the command's time.
-    deadline = time.monotonic() + spec.limits.timeout_s
+    ended = False  # by itself: neither a limit nor stop() ended it
+    deadline = started + spec.limits.timeout_s
     watch: EndWatch | None = None
     try:
         watch = EndWatch(proc)
-        while True:
-            if watch.wait(max(0.0, min(POLL_S, deadline - time.monotonic()))):
-                break
-            if time.monotonic() >= deadline:
-                limit_hit = "timeout"
-                break
-            limit_hit = sandbox.check(proc, spec)
-            if limit_hit:
+        while not (ended := watch.wait(max(0.0, min(POLL_S, deadline - time.monotonic())))):
+            limit_hit = "timeout" if time.monotonic() >= deadline else sandbox.check(proc, spec)
+            if limit_hit or (stop is not None and stop()):
                 break
     finally:
-        if limit_hit is None:
-            reader.join(timeout=DRAIN_GRACE_S)  # output still in the pipe; no waiting once a limit struck
-        sandbox.kill(proc)  # also reaps daemonized children still holding the pipe
+        if ended:
+            reader.join(timeout=DRAIN_GRACE_S)  # output still in the pipe; no waiting once it is to be killed
+        with killing or nullcontext():
+            sandbox.kill(proc)  # also reaps daemonized children still holding the pipe
         if proc.poll() is None:
             proc.wait()
         reader.join(timeout=DRAIN_GRACE_S)
@@ -56,13 +63,13 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
             proc.stdout.close()
         if watch is not None:
             watch.close()
-        after = sandbox.check(proc, spec) if limit_hit is None else None  # e.g. the kernel's OOM kill
+        after = sandbox.check(proc, spec) if ended else None  # e.g. the kernel's OOM kill
         sandbox.release(proc)
     text = output.text()
     code = proc.returncode
     if sandbox.signal_exit_codes and code is not None and 128 < code <= 128 + 64:
         code = 128 - code
-    if limit_hit is None:
+    if ended:
         limit_hit = after or limit_from_outcome(code, text)
     if output.dropped and limit_hit is None:
         limit_hit = "output"
