@@ -62,16 +62,13 @@ class Watches(list):
 
 @pytest.mark.parametrize("box", SANDBOXES, indirect=True)
 def test_the_end_wakes_the_waiter_once(tmp_path, monkeypatch, box):
-    """With no periodic check due for 60 s, a command that ends after 0.3 s is seen at once, by a single wake-up
-    (not by polling): run_to_end returns long before its next check."""
-    monkeypatch.setattr(supervise, "POLL_S", 60.0)
+    """With no periodic check due for days, a command that ends after 0.3 s is seen by a single wake-up (not by
+    polling): a waiter that missed the end would sleep into the test's timeout."""
+    monkeypatch.setattr(supervise, "POLL_S", 10.0 ** 6)
     watches = Watches().install(monkeypatch)
-    started = time.monotonic()
     result = box.run([sys.executable, "-c", "import time; time.sleep(0.3); print('done')"], spec_for(tmp_path))
-    took = time.monotonic() - started
     assert result.exit_code == 0 and "done" in result.output and result.limit_hit is None, result
     assert len(watches) == 1 and watches[0].wakeups == 1
-    assert took < 20, took  # a poll that missed the end would sleep the whole 60 s
 
 
 def test_a_popen_child_is_not_polled(tmp_path, monkeypatch):
@@ -129,10 +126,9 @@ def test_without_a_descriptor_it_waits_as_before(tmp_path, monkeypatch, box):
 
 
 def test_a_timeout_still_kills(tmp_path):
-    started = time.monotonic()
-    result = LocalSandbox(namespaces=False).run([sys.executable, "-c", "import time; time.sleep(30)"],
+    result = LocalSandbox(namespaces=False).run([sys.executable, "-c", "import time; time.sleep(10 ** 6)"],
                                                 spec_for(tmp_path).model_copy(update={"limits": Limits(timeout_s=0.5)}))
-    assert result.limit_hit == "timeout" and time.monotonic() - started < 10
+    assert result.limit_hit == "timeout"
 
 
 # ---- starting -----------------------------------------------------------------------------------------------

@@ -73,15 +73,14 @@ def client_for(server: FakeLLMServer, tmp_path: Path, timeout: float = 1.0) -> L
 # ---- litellm over HTTP ------------------------------------------------------------------------------
 @pytest.mark.slow  # six real HTTP attempts with real waits (a Retry-After second, a timed-out stall)
 def test_transient_http_faults_are_retried_until_the_call_completes(server, tmp_path):
-    # The stall is far longer than the 1 s timeout, so "abandoned, not waited out" holds with room for a loaded
-    # machine (litellm's first call alone can take seconds there).
-    server.faults.extend(["429:1", "500", "stall:30", "drop", "malformed"])
+    # The stall outlasts any test: a client that waited it out instead of abandoning it at 1 s would hang.
+    server.faults.extend(["429:1", "500", "stall:100000", "drop", "malformed"])
     llm = client_for(server, tmp_path, timeout=1.0)
     started = time.monotonic()
     completion = llm.complete("hello there")
     elapsed = time.monotonic() - started
     assert completion.text == "echo: hello there"
-    assert [r.fault for r in server.requests] == ["429:1", "500", "stall:30", "drop", "malformed", None]
+    assert [r.fault for r in server.requests] == ["429:1", "500", "stall:100000", "drop", "malformed", None]
     (entry,) = read_call_log(tmp_path / "llm_calls.jsonl")
     assert entry["attempts"] == 6 and entry["error"] is None and entry["completion"] == "echo: hello there"
     errors = [r["error"] for r in entry["retries"]]
@@ -90,11 +89,10 @@ def test_transient_http_faults_are_retried_until_the_call_completes(server, tmp_
     # Retry-After: 1 was honoured: the second request came at least a second after the first
     assert entry["retries"][0]["retry_after_s"] == 1.0 and entry["retries"][0]["wait_s"] >= 1.0
     assert server.requests[1].at - server.requests[0].at >= 1.0
-    # the stalled request was abandoned at the 1 s timeout, not waited out
-    assert 1.0 <= server.requests[3].at - server.requests[2].at < 10
+    # the stalled request was abandoned at the 1 s timeout (a client that waited it out would hang here for days)
+    assert server.requests[3].at - server.requests[2].at >= 1.0
     # the other waits followed the quick policy: at most 0.2 s each, +50 % jitter
     assert all(r["wait_s"] <= 0.3 for r in entry["retries"][1:])
-    assert elapsed < 20, elapsed
     print(f"\n6 attempts, 5 retries in {elapsed:.2f} s; waits {[r['wait_s'] for r in entry['retries']]}")
 
 
@@ -106,10 +104,8 @@ def test_transient_http_faults_are_retried_until_the_call_completes(server, tmp_
 def test_permanent_http_errors_fail_at_once(server, tmp_path, fault, message, flag):
     server.faults.append(fault)
     llm = client_for(server, tmp_path)
-    started = time.monotonic()
     with pytest.raises(LLMError, match=message) as info:
         llm.complete("hello")
-    assert time.monotonic() - started < 1.0
     assert len(server.requests) == 1 and not info.value.transient and info.value.context_too_long is flag
     (entry,) = read_call_log(tmp_path / "llm_calls.jsonl")
     assert entry["attempts"] == 1 and entry["retries"] == [] and entry["error"].startswith(MAIN)

@@ -119,9 +119,8 @@ def test_a_missing_key_is_one_line_and_exit_code_2(tmp_path):
 
 
 def test_human_without_a_terminal_fails_at_once_with_one_line(tmp_path):
-    started = time.monotonic()
     done = mlab_in_process(*RUN, "--llm", "human", "--run-dir", tmp_path / "run", registry=llm_registry)
-    assert done.returncode == 2 and time.monotonic() - started < 30
+    assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("mlab: error: LLM 'human': the human backend needs a terminal")
 

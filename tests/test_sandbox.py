@@ -103,7 +103,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def gone(pid: int, seconds=3.0) -> bool:
+def gone(pid: int, seconds=15.0) -> bool:
     """A SIGKILLed process takes a moment to become a zombie (its environment is empty before that)."""
     deadline = time.monotonic() + seconds
     while alive(pid) and time.monotonic() < deadline:
@@ -126,7 +126,7 @@ def marked_processes(mark: str) -> list[int]:
     return found
 
 
-def wait_gone(mark: str, seconds=3.0) -> list[int]:
+def wait_gone(mark: str, seconds=15.0) -> list[int]:
     deadline = time.monotonic() + seconds
     while (left := marked_processes(mark)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -313,18 +313,16 @@ def test_api_keys_do_not_reach_scripts(any_env, monkeypatch):
 
 # ---- timeouts and leftover processes ------------------------------------------------------------
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_endless_script_is_killed_at_the_timeout(tmp_path, sandbox):
     env = make_env(tmp_path, timeout=1.0, sandbox=sandbox)
     namespaces = sandbox != "fallback"
-    started = time.monotonic()
     obs, err = run(env, "import os\nopen('pid.txt', 'w').write(str(os.getpid()))\nprint('looping', flush=True)\n"
                         "while True:\n    pass\n")
-    took = time.monotonic() - started
+    # What the limit did, not how long it took: the endless loop ends only by the kill this message reports.
     assert err and obs.startswith("EnvError: the script ran past the time limit of 1 s and was killed.")
     assert "looping" in obs
-    assert 0.9 < took < 5
     assert (env.workspace / "pid.txt").exists()
     assert wait_gone(env.mark) == []
     if not namespaces:  # host pids: check the one the script wrote directly
@@ -338,7 +336,7 @@ if os.fork() == 0:
     if os.fork() == 0:
         {stdio}
         open('daemon.pid', 'w').write(str(os.getpid()))
-        time.sleep(60)
+        time.sleep(10 ** 6)
         open('daemon_survived.txt', 'w').write('yes')
         os._exit(0)
     os._exit(0)
@@ -347,7 +345,7 @@ print('parent done')
 """
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 @pytest.mark.parametrize("keeps_stdout", [True, False])
 @pytest.mark.slow
@@ -355,10 +353,10 @@ def test_daemonized_child_is_killed(tmp_path, sandbox, keeps_stdout):
     env = make_env(tmp_path, timeout=10, sandbox=sandbox)
     namespaces = sandbox != "fallback"
     stdio = "pass" if keeps_stdout else "fd = os.open(os.devnull, os.O_RDWR); [os.dup2(fd, i) for i in (0, 1, 2)]"
-    started = time.monotonic()
     obs, err = run(env, DAEMON.format(stdio=stdio))
+    # Not an error means the 10 s limit was not what ended it; a wait for the daemon's endless sleep would hang
+    # into the test's own timeout.
     assert not err and "parent done" in obs, obs
-    assert time.monotonic() - started < 5  # neither the timeout nor the daemon's sleep
     assert (env.workspace / "daemon.pid").exists()
     assert wait_gone(env.mark) == []
     if not namespaces:
@@ -366,17 +364,16 @@ def test_daemonized_child_is_killed(tmp_path, sandbox, keeps_stdout):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_script_that_closes_stdout_and_sleeps_is_bounded(tmp_path, sandbox):
     # The timeout leaves a loaded machine's cold interpreter start time to print; the bounds stay far below the
     # script's 60 s sleep, which is what the harness must not wait for once the pipe is closed.
     env = make_env(tmp_path, timeout=5.0, sandbox=sandbox)
-    started = time.monotonic()
-    obs, err = run(env, "import os, time\nprint('bye', flush=True)\nos.close(1)\nos.close(2)\ntime.sleep(60)\n")
+    # The sleep outlasts the test's own timeout: a harness that waited for it once the pipe closed would hang.
+    obs, err = run(env, "import os, time\nprint('bye', flush=True)\nos.close(1)\nos.close(2)\ntime.sleep(10 ** 6)\n")
     assert err and "time limit of 5 s" in obs and "bye" in obs
-    assert time.monotonic() - started < 20
-    assert wait_gone(env.mark, seconds=15) == []
+    assert wait_gone(env.mark) == []
 
 
 @pytest.mark.parametrize("name", EVERY)
@@ -384,18 +381,24 @@ def test_script_that_closes_stdout_and_sleeps_is_bounded(tmp_path, sandbox):
 def test_sandbox_run_directly_reports_limits_and_streams(tmp_path, name):
     sandbox = make_sandbox(name)
     spec = ExecSpec(cwd=tmp_path, limits=Limits(timeout_s=1.0), env={"PATH": os.environ["PATH"]})
-    result = sandbox.run(["sleep", "30"], spec)
-    assert result.limit_hit == "timeout" and result.duration_s < 5
+    result = sandbox.run(["sleep", "1000000"], spec)
+    assert result.limit_hit == "timeout"
     result = sandbox.run(["sh", "-c", "echo hi; exit 4"], spec)
     assert (result.exit_code, result.output, result.limit_hit) == (4, "hi\n", None)
     # Output reaches an observer while the command runs, not only at its end.
-    seen: list[tuple[float, bytes]] = []
-    spec = spec.model_copy(update={"limits": Limits(timeout_s=10)})
-    started = time.monotonic()
-    result = sandbox.run(["sh", "-c", "echo first; sleep 1; echo second"], spec,
-                         on_output=lambda chunk: seen.append((time.monotonic() - started, chunk)))
-    assert result.output == "first\nsecond\n" and b"".join(c for _t, c in seen) == b"first\nsecond\n"
-    assert seen[0][1] == b"first\n" and seen[0][0] < result.duration_s - 0.5
+    # The command waits for a file the observer writes when it sees "first": output seen only at the end would
+    # leave it waiting until the time limit.
+    seen: list[bytes] = []
+
+    def observe(chunk: bytes) -> None:
+        seen.append(chunk)
+        if b"first" in b"".join(seen):
+            (tmp_path / "seen").touch()
+
+    spec = spec.model_copy(update={"limits": Limits(timeout_s=60)})
+    result = sandbox.run(["sh", "-c", "echo first; while [ ! -e seen ]; do sleep 0.05; done; echo second"], spec,
+                         on_output=observe)
+    assert result.limit_hit is None and result.output == "first\nsecond\n" and b"".join(seen) == b"first\nsecond\n"
 
 
 # ---- the Python REPL ----------------------------------------------------------------------------
@@ -429,17 +432,15 @@ def test_repl_survives_exit_and_protocol_abuse(env):
     assert act(env, "Python REPL", command="1 + 1") == ("2\n", False)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 @pytest.mark.slow
 def test_repl_timeout_kills_and_restarts(tmp_path, sandbox):
     env = make_env(tmp_path, timeout=1.0, sandbox=sandbox)
     act(env, "Python REPL", command="y = 7")
-    started = time.monotonic()
     obs, err = act(env, "Python REPL", command="print('spinning', flush=True)\nwhile True: pass")
     assert err and obs.startswith("EnvError: the REPL command ran past the time limit of 1 s and was killed")
     assert "spinning" in obs
-    assert time.monotonic() - started < 6
     assert wait_gone(env.mark) == []
     obs, err = act(env, "Python REPL", command="y")
     assert err and "NameError" in obs
@@ -496,12 +497,12 @@ def kill_harness_when(template: str, tmp_path: Path, sandbox: str, marker: str, 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_script_dies_with_a_killed_harness(tmp_path, sandbox):
     """A SIGKILLed run must not leave its script running: it would write into the workspace a resume restores."""
     make_sandbox(sandbox)  # skips when unusable here
-    mark = kill_harness_when(HARNESS, tmp_path, sandbox, "started.txt", within_s=15)
+    mark = kill_harness_when(HARNESS, tmp_path, sandbox, "started.txt", within_s=60)
     assert wait_gone(mark) == []
     assert not (tmp_path / "ws" / "after.txt").exists()
 
@@ -520,13 +521,13 @@ time.sleep(30)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("sandbox", EVERY)
 def test_frozen_repl_dies_with_a_killed_harness(tmp_path, sandbox):
     """A REPL frozen between actions (stopped, or a paused container) is gone too when the harness is killed."""
     make_sandbox(sandbox)
-    mark = kill_harness_when(REPL_HARNESS, tmp_path, sandbox, "frozen.txt", within_s=30)
-    assert wait_gone(mark, seconds=10) == []
+    mark = kill_harness_when(REPL_HARNESS, tmp_path, sandbox, "frozen.txt", within_s=60)
+    assert wait_gone(mark) == []
 
 
 @pytest.mark.parametrize("sandbox", CONFINED)

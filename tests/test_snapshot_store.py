@@ -724,11 +724,10 @@ def test_a_walk_cut_at_the_entry_limit_ends_its_child_without_waiting_for_it(ws,
 
     store = SnapshotStore(tmp_path / "store")
     store.take(ws, "s0")
-    monkeypatch.setattr(split_walk, "_answer", lambda *_args: time.sleep(60))  # a child that takes its time
+    monkeypatch.setattr(split_walk, "_answer", lambda *_args: time.sleep(10 ** 6))  # a child that never answers
     monkeypatch.setattr(snapshot, "WalkLimits", functools.partial(snapshot.WalkLimits, max_entries=3))
     store.changes.ran_agent_code()
-    started = time.monotonic()
-    store.take(ws, "s1", changes=store.changes)
-    assert time.monotonic() - started < 30 and "only the first 3 entries" in store.left_out
+    store.take(ws, "s1", changes=store.changes)  # a take that waited for the child would hang here
+    assert "only the first 3 entries" in store.left_out
     child = [split for split in split_walks if split is not None][0]
     assert child._pid == 0  # reaped
