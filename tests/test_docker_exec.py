@@ -167,11 +167,9 @@ def test_a_timeout_kills_the_command_and_the_container_runs_the_next(tmp_path, d
                 "subprocess.Popen(['sleep', '60'])\n"
                 "print('spinning', flush=True)\n"
                 "while True:\n    pass\n")
-        started = time.monotonic()
         first, err = run(env, spin)
         assert err and "time limit of 2 s" in first and "spinning" in first, first
         assert "Killed" not in first  # the command's shell did not live to report its child's death
-        assert time.monotonic() - started < 8
         assert wait_gone(env.mark) == []
         second, err = run(env, INIT_STARTED + "print('next ran')\n")
         assert not err and "next ran" in second, second
