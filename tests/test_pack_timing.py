@@ -94,7 +94,7 @@ def test_tasks_show_the_measured_baseline_time_and_peak_memory(tmp_path):
     assert mlab("baseline", "lite/digits", "--sandbox", "local").returncode == 0
     rows = {r["name"]: r for r in json.loads(mlab("tasks", "--json").stdout)}
     digits = rows["lite/digits"]
-    assert 0 < digits["measured_seconds"] < 600 and 10 < digits["measured_peak_memory_mb"] < 64_000
+    assert 0 < digits["measured_seconds"] and 10 < digits["measured_peak_memory_mb"] < 64_000
     assert rows["lite/wine"]["measured_seconds"] is None
     assert "MB peak" in mlab("tasks", env={"COLUMNS": "400"}).stdout
 
