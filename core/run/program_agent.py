@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ from mlab.core.llm.endpoint import ModelEndpoint, forwarder_source
 from mlab.core.llm.protocols import ChatRequest, EndpointError
 from mlab.core.models import Action, Completion, Step, StepFinished
 from mlab.core.run.agent_folder import AgentFolder
-from mlab.core.sandbox.wait import EndWatch
+from mlab.core.sandbox.supervise import supervise
 
 if TYPE_CHECKING:
     from mlab.core.models import Trace
@@ -41,7 +41,6 @@ GRACE_S = 10.0  # how long a program told to stop may take to exit by itself
 OUTPUT_KEPT = 20_000  # characters of a step's program output kept in the trace (head and tail)
 MESSAGE_KEPT = 8_000  # characters of each shown message
 PROGRAM_FILES = "program_files.json"  # in the run folder: ProgramSpec.files of the first session
-POLL_S = 0.1
 
 
 @dataclass
@@ -124,6 +123,7 @@ class ProgramLoop:
         self._stopped = threading.Event()
         self._failure: BaseException | None = None  # raised in the runner's loop once the program is gone
         self._proc: Any = None
+        self._grace_until: float | None = None  # when a program told to stop is killed
 
     # ---- time -----------------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -202,7 +202,7 @@ class ProgramLoop:
         changes = r.snapshots.changes
         changes.ran_agent_code()
         try:
-            exit_code = self._watch(argv, exec_spec, seconds_left)
+            exit_code = self._watch(argv, exec_spec)
         finally:
             r.workspace.mkdir(exist_ok=True)
             outcome = scripts.guard.restore(before)
@@ -218,58 +218,35 @@ class ProgramLoop:
             return self._stop
         return f"agent program exited (code {exit_code})"
 
-    def _watch(self, argv: list[str], spec: Any, seconds_left: float) -> int | None:
-        sandbox = self.r.sandbox
-        proc = self._proc = sandbox.popen(argv, spec)
-        reader = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + seconds_left
-        grace_until: float | None = None
-        watch = EndWatch(proc)
-        try:
-            while not watch.wait(POLL_S):
-                now = time.monotonic()
-                if now >= deadline:
-                    self._end(f"time limit reached ({self.r.config.max_time_s:g} s)")
-                    break
-                limit = sandbox.check(proc, spec)
-                if limit:
-                    self._end(f"agent program stopped by its {limit} limit")
-                    break
-                if self._stopped.is_set():
-                    grace_until = grace_until or now + GRACE_S
-                    if now >= grace_until:
-                        break
-        finally:
-            with self._lock:  # later calls are refused; those being answered finish before the last steps
-                self._stopped.set()
-                sandbox.kill(proc)
-            if proc.poll() is None:
-                proc.wait()
-            reader.join(timeout=2)
-            watch.close()
-            sandbox.release(proc)
-        code: int | None = proc.returncode
-        if sandbox.signal_exit_codes and code is not None and 128 < code <= 128 + 64:
-            code = 128 - code
-        return code
+    def _watch(self, argv: list[str], spec: Any) -> int | None:
+        """Run the program under the sandbox's supervisor (mlab.core.sandbox.supervise); its exit code."""
+        self._proc = self.r.sandbox.popen(argv, spec)
+        result = supervise(self.r.sandbox, self._proc, spec, self._output_chunk, self._grace_over, self._ending())
+        if result.limit_hit == "timeout":
+            self._end(f"time limit reached ({self.r.config.max_time_s:g} s)")
+        elif result.limit_hit not in (None, "output"):  # output past the cap is kept in part, not a limit broken
+            self._end(f"agent program stopped by its {result.limit_hit} limit")
+        return result.exit_code
 
-    def _read(self, stream: Any) -> None:
-        if stream is None:
-            return
-        fd = stream.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            with self._output_lock:
-                self._output += chunk
-                if len(self._output) > 4 * OUTPUT_KEPT:  # keep the head and the tail
-                    del self._output[OUTPUT_KEPT:len(self._output) - OUTPUT_KEPT]
-            self.r.live.output(chunk)
+    def _grace_over(self) -> bool:
+        """Whether the program, told to stop, has used up its GRACE_S (asked by the supervisor while it runs)."""
+        if self._stopped.is_set() and self._grace_until is None:
+            self._grace_until = time.monotonic() + GRACE_S
+        return self._grace_until is not None and time.monotonic() >= self._grace_until
+
+    @contextlib.contextmanager
+    def _ending(self) -> Iterator[None]:
+        """Held while the program's tree is killed: later calls are refused, and no step freezes it meanwhile."""
+        with self._lock:
+            self._stopped.set()
+            yield
+
+    def _output_chunk(self, chunk: bytes) -> None:
+        with self._output_lock:
+            self._output += chunk
+            if len(self._output) > 4 * OUTPUT_KEPT:  # keep the head and the tail
+                del self._output[OUTPUT_KEPT:len(self._output) - OUTPUT_KEPT]
+        self.r.live.output(chunk)
 
     def _take_output(self) -> str:
         with self._output_lock:
