@@ -21,17 +21,23 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mlab.core import Action, Agent, RunState  # noqa: E402
+from mlab.core.agentkit import AgentOptions  # noqa: E402
+
+
+class StepsOption(AgentOptions):
+    steps: int = 50
 
 
 class StarterThenNotes(Agent):
     name = "bench-starter-then-notes"
     description = "runs the starter script, then appends notes until the last step"
     needs_llm = False
+    Options = StepsOption
 
     def step(self, state: RunState):
         if state.step_index == 1:
             return Action(name="Execute Script", args={"script_name": self.ctx.starter_script})
-        if state.step_index >= int(self.ctx.options["steps"]):
+        if state.step_index >= self.options.steps:
             return Action(name="Final Answer", args={"final_answer": "done"})
         return Action(name="Append File", args={"file_name": "notes.txt", "content": f"step {state.step_index}\n"})
 
