@@ -2,12 +2,14 @@
 checked before a byte is copied, and the scratch copy never outlives the command.
 
 A folder may hold regular files, folders and links that stay inside it; a FIFO, socket or device, a link out of
-it, a file given alone over the task's cap (its apparent size or the blocks it holds, so a sparse file cannot be
-written out dense) and a folder whose files add up past the folder cap are each named on a line of their own, and
-nothing is copied. A file in a folder is not held to the task's cap, since a workspace may hold more than the file
-the task reads (a saved model); its holes stay holes when copied, so a 2 GB sparse submission.csv costs no 2 GB of
-writes before the task's evaluate refuses it by its size. The scratch folder is removed when the block ends, and a
-watchdog process removes it if this process is killed outright (kill -9) before it could.
+it, the file the task reads as its submission (a file given alone, or `submission_files` in a folder) over the
+task's cap (its apparent size or the blocks it holds, so a sparse file cannot be written out dense) and a folder
+whose files add up past the folder cap are each named on a line of their own, and nothing is copied. Other files of
+a folder are held only to the folder's cap, since a workspace may hold more than the file the task reads (a saved
+model its scorer loads); holes stay holes when copied. Each file is checked again through the descriptor it is
+copied from (fstat), and no more than the size checked is copied, so a file grown or swapped since the survey
+costs no writes either. The scratch folder is removed when the block ends, and a watchdog process removes it if
+this process is killed outright (kill -9) before it could.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ FOLDER_MAX_BYTES = int(os.environ.get("MLAB_GRADE_MAX_BYTES", 8 * 2**30))
 MAX_ENTRIES = 200_000
 MAX_DEPTH = 64
 SHM_MAX_BYTES = 64 * 2**20  # small submissions are scored in memory (see scoring._scratch_root)
+SUBMISSION_FILE = "submission.csv"
 
 # The watchdog: waits for its stdin to close (this process ended, however), then removes the folder.
 _WATCHDOG = "import shutil, sys\nsys.stdin.buffer.read()\nshutil.rmtree(sys.argv[1], ignore_errors=True)\n"
@@ -52,9 +55,28 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BYTES) -> tuple[int, list[str]]:
+def submission_files(task: object) -> frozenset[str]:
+    """The files, relative to a graded folder, that the task reads as its submission and refuses over its
+    max_submission_bytes: submission.csv (every built-in task's), its validation split's and a task.yaml's."""
+    names = {SUBMISSION_FILE}
+    split = getattr(task, "validation", None)
+    if isinstance(getattr(split, "submission", None), str):
+        names.add(split.submission)  # type: ignore[union-attr]
+    table = getattr(getattr(task, "spec", None), "submission_table", None)  # a declarative task's
+    if isinstance(getattr(table, "file", None), str):
+        names.add(table.file)  # type: ignore[union-attr]
+    return frozenset(os.path.normpath(name) for name in names)
+
+
+def _refusal(shown: str, size: int, cap: int) -> str:
+    return f"{shown}: {size} bytes, more than the task's {cap}"
+
+
+def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BYTES,
+           capped: frozenset[str] = frozenset()) -> tuple[int, list[str]]:
     """(bytes a copy would write, one line per bad entry) for a submission file or folder, read without
-    following links and without opening any file."""
+    following links and without opening any file; in a folder, the files named in `capped` (relative to it) are
+    held to max_file_bytes."""
     path = Path(path)
     problems: list[str] = []
     try:
@@ -63,7 +85,7 @@ def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BY
         return 0, [f"{path}: cannot be read: {exc.strerror or exc}"]
     if stat.S_ISREG(st.st_mode):
         if _size(st) > max_file_bytes:
-            problems.append(f"{path}: {_size(st)} bytes, more than the task's {max_file_bytes}")
+            problems.append(_refusal(str(path), _size(st), max_file_bytes))
         return _size(st), problems
     if not stat.S_ISDIR(st.st_mode):
         return 0, [f"{path}: {_kind(st.st_mode)}; give a regular file or a folder"]
@@ -99,7 +121,9 @@ def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BY
                     problems.append(f"{shown}: a link out of the submission (to {os.readlink(entry.path)})")
             elif stat.S_ISREG(st.st_mode):
                 total += _size(st)
-                if _size(st) > max_total_bytes:
+                if _size(st) > max_file_bytes and os.path.relpath(entry.path, root) in capped:
+                    problems.append(_refusal(shown, _size(st), max_file_bytes))
+                elif _size(st) > max_total_bytes:
                     oversized = True
                     problems.append(f"{shown}: {_size(st)} bytes, more than the {max_total_bytes} a submission "
                                     "folder may hold")
@@ -111,28 +135,74 @@ def survey(path: Path, max_file_bytes: int, max_total_bytes: int = FOLDER_MAX_BY
     return total, problems
 
 
-def _copy_keeping_holes(source: str, target: str) -> str:
-    """shutil.copy2, except that a sparse file's holes stay holes (only its data is read and written)."""
-    st = os.stat(source, follow_symlinks=False)
-    if not stat.S_ISREG(st.st_mode) or st.st_blocks * 512 >= st.st_size:
-        return str(shutil.copy2(source, target))
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        offset = 0
-        while offset < st.st_size:
-            try:
-                start = os.lseek(src.fileno(), offset, os.SEEK_DATA)
-            except OSError:  # ENXIO: nothing but a hole after offset
-                break
-            end = os.lseek(src.fileno(), start, os.SEEK_HOLE)
-            src.seek(start)
-            dst.seek(start)
-            while start < end and (chunk := src.read(min(end - start, 1 << 20))):
-                dst.write(chunk)
-                start += len(chunk)
-            offset = end
-        dst.truncate(st.st_size)
-    shutil.copystat(source, target)
-    return target
+class _Copier:
+    """shutil.copytree's copy function for a surveyed submission: each file is opened without following a link,
+    checked again by fstat of that descriptor (its kind, the task's cap for the submission files, what the folder
+    may still hold), and copied from it, at most the size checked, a sparse file's holes kept as holes."""
+
+    def __init__(self, root: str, shown: str, max_file_bytes: int, capped: frozenset[str], budget: int):
+        self.root, self.shown, self.cap, self.capped, self.left = root, shown, max_file_bytes, capped, budget
+
+    def __call__(self, source: str, target: str, follow: bool = False) -> str:
+        rel = os.path.relpath(source, self.root)
+        shown = os.path.join(self.shown, rel) if rel != "." else self.shown
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+        try:
+            fd = os.open(source, flags)
+        except OSError as exc:
+            raise SubmissionRefused(f"{shown}: changed while it was copied: {exc.strerror or exc}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SubmissionRefused(f"{shown}: {_kind(st.st_mode)}")
+            size = _size(st)
+            if size > self.cap and (follow or os.path.normpath(rel) in self.capped):
+                raise SubmissionRefused(_refusal(shown, size, self.cap))
+            if size > self.left:
+                raise SubmissionRefused(f"{self.shown}: its files hold more than the {FOLDER_MAX_BYTES} bytes a "
+                                        "submission folder may hold (MLAB_GRADE_MAX_BYTES)")
+            self.left -= size
+            _copy_from(fd, st, target)
+        finally:
+            os.close(fd)
+        return target
+
+
+def _copy_from(fd: int, st: os.stat_result, target: str) -> None:
+    """The st.st_size bytes of fd into a new file target, with its mode and times; only the data of a sparse
+    file is read and written."""
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        spans = _data_spans(fd, st.st_size) if st.st_blocks * 512 < st.st_size else [(0, st.st_size)]
+        for start, end in spans:
+            offset = start
+            while offset < end:
+                os.lseek(out, offset, os.SEEK_SET)
+                sent = os.sendfile(out, fd, offset, min(end - offset, 1 << 30))
+                if sent == 0:  # shorter than it was: copied as far as it goes
+                    break
+                offset += sent
+        os.ftruncate(out, st.st_size)
+        os.fchmod(out, stat.S_IMODE(st.st_mode))
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(out)
+
+
+def _data_spans(fd: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of each stretch of data in a sparse file below size."""
+    spans, offset = [], 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError:  # ENXIO: nothing but a hole after offset
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if start >= end:
+            break
+        spans.append((start, end))
+        offset = end
+    return spans
 
 
 def _watch(folder: str) -> subprocess.Popen | None:
@@ -146,11 +216,12 @@ def _watch(folder: str) -> subprocess.Popen | None:
 
 
 @contextmanager
-def taken_in(path: Path, max_file_bytes: int) -> Iterator[Path]:
+def taken_in(path: Path, max_file_bytes: int, capped: frozenset[str] = frozenset({SUBMISSION_FILE})) -> Iterator[Path]:
     """A scratch folder holding a copy of the submission: a folder as it is (links inside it kept as links),
-    a file as the only file in one under its own name. SubmissionRefused, before any copy, for bad entries."""
+    a file as the only file in one under its own name. SubmissionRefused, before any copy, for bad entries; the
+    files of a folder named in `capped` (submission_files) are held to max_file_bytes."""
     path = Path(path)
-    size, problems = survey(path, max_file_bytes)
+    size, problems = survey(path, max_file_bytes, capped=capped)
     if problems:
         raise SubmissionRefused("\n".join(problems))
     root = "/dev/shm" if size <= SHM_MAX_BYTES and os.access("/dev/shm", os.W_OK | os.X_OK) else None
@@ -160,10 +231,13 @@ def taken_in(path: Path, max_file_bytes: int) -> Iterator[Path]:
         target = Path(scratch) / "submission"
         try:
             if path.is_dir():
-                shutil.copytree(path, target, symlinks=True, copy_function=_copy_keeping_holes)
+                root = os.path.realpath(path)
+                shutil.copytree(root, target, symlinks=True,
+                                copy_function=_Copier(root, str(path), max_file_bytes, capped, FOLDER_MAX_BYTES))
             else:
                 target.mkdir()
-                _copy_keeping_holes(str(path), str(target / path.name))
+                _Copier(str(path), str(path), max_file_bytes, capped, FOLDER_MAX_BYTES)(
+                    str(path), str(target / path.name), follow=True)  # the path the user named: theirs to give
         except (OSError, shutil.Error) as exc:  # changed since it was checked (a file swapped for a FIFO)
             raise SubmissionRefused(f"{path}: changed while it was copied: {exc}") from None
         yield target

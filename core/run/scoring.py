@@ -15,12 +15,12 @@ from typing import TypeGuard
 
 from mlab.core.errors import InvalidSubmission
 from mlab.core.run.readonly import is_read_only
-from mlab.core.run.scoring_context import ScoringContext, scoring_with
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.contract import Sandbox
 from mlab.core.sandbox.limits import Limits
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task
+from mlab.core.task_context import ScoringContext, scoring_with
 
 
 # ---- what a score means ------------------------------------------------------------------------------
@@ -166,12 +166,14 @@ def _local_sandbox() -> Sandbox:
 
 class Scorer:
     """Scores snapshots in scratch folders: the snapshot's files plus links to the task's read-only files.
-    Whatever a task's evaluate runs of the agent's (ScoringContext) runs in `new_sandbox()` under `limits`."""
+    Whatever a task's evaluate runs of the agent's (ScoringContext) runs in `new_sandbox()` under `limits`, and
+    of its own pack's (a declarative scorer) in `task_sandbox()`, which confines."""
 
     def __init__(self, home: TaskHome, new_sandbox: Callable[[], Sandbox] | None = None,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, task_sandbox: Callable[[], Sandbox] | None = None):
         self.home = home
         self.new_sandbox = new_sandbox or _local_sandbox
+        self.task_sandbox = task_sandbox
         self.limits = limits or Limits()
         self._read_only: dict[str, list[Path]] = {}
 
@@ -183,7 +185,8 @@ class Scorer:
         if default != self.home.data_root:
             hidden.append(default)
         limits = self.limits.model_copy(update={"timeout_s": float(task.scoring_timeout_s)})
-        return ScoringContext(new_sandbox=self.new_sandbox, limits=limits, hidden_paths=hidden)
+        return ScoringContext(new_sandbox=self.new_sandbox, limits=limits, hidden_paths=hidden,
+                              task_sandbox=self.task_sandbox)
 
     @contextmanager
     def scoring(self, task: Task) -> Iterator[ScoringContext]:
@@ -236,8 +239,8 @@ class Scorer:
         """A loose submission (`mlab grade`): a folder scored as a run's workspace, or one file scored as the only
         file an agent wrote, under its own name; either is copied to scratch first (links are not followed, so
         nothing outside it is read) and the task's read-only files are linked in."""
-        from mlab.core.run.intake import taken_in  # kinds and sizes checked before any copy
+        from mlab.core.run.intake import submission_files, taken_in  # kinds and sizes checked before any copy
 
-        with taken_in(Path(path), int(task.max_submission_bytes)) as target:
+        with taken_in(Path(path), int(task.max_submission_bytes), submission_files(task)) as target:
             self._link_read_only_files(task, target)
             return self.score_folder(task, target)
