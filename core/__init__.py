@@ -1,7 +1,8 @@
 """mlab's public API: everything a task pack, agent or LLM backend plugin needs, and nothing heavy.
 
-Plugins import from `mlab.core` (the names in `__all__`) and from `mlab.core.agentkit` (helpers for agents);
-every other module of the core is internal and may change without notice. tests/test_public_api.py enforces it.
+Plugins import from `mlab.core` (the names in `__all__`), from `mlab.core.agentkit` (helpers for agents) and,
+bridges, from `mlab.core.bridge` (a run whose agent is another framework's); every other module of the core is
+internal and may change without notice. tests/test_public_api.py enforces it.
 
 The imports below are the list, written once: type checkers read them, and at run time `__all__` and the lazy
 table are read from them (this file's own source). Importing mlab.core imports none of them: a plugin's

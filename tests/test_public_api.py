@@ -1,8 +1,9 @@
 """Plugins and examples use mlab's public API only, and CONTRIBUTING.md lists exactly that API.
 
 The public API is what `mlab.core` exports in `__all__`, plus the names exported by the few submodules listed
-in PUBLIC_MODULES. Everything else in the core is internal: a plugin reaching into it would break whenever the
-core is reorganised, so these checks read every plugin's source (with `ast`, importing nothing of it).
+in PUBLIC_MODULES (`mlab.core.agentkit` for agents, `mlab.core.bridge` for bridges). Everything else in the core
+is internal: a plugin reaching into it would break whenever the core is reorganised, so these checks read every
+plugin's source, bridges included (with `ast`, importing nothing of it).
 """
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ import pytest
 
 import mlab.core
 import mlab.core.agentkit
+import mlab.core.bridge
 
 REPO = Path(__file__).resolve().parents[1]
-# Not plugins/bridges: a bridge plugs mlab into another framework (Inspect) and drives the harness as cli/ does.
-SCANNED = [*(p for p in (REPO / "plugins").iterdir() if p.name != "bridges"), REPO / "examples"]
+SCANNED = [REPO / "plugins", REPO / "examples"]  # bridges too: they drive a run through mlab.core.bridge
 SKIPPED_PARTS = {"__pycache__", "build", "dist"}
 # Modules a plugin may import from, with the names each one exports.
 PUBLIC_MODULES: dict[str, set[str]] = {
     "mlab.core": set(mlab.core.__all__),
     "mlab.core.agentkit": set(mlab.core.agentkit.__all__),
+    "mlab.core.bridge": set(mlab.core.bridge.__all__),
 }
 
 
@@ -118,6 +120,8 @@ def test_the_scan_covers_every_plugin_and_the_example():
     assert len(files) > 40
     for expected in ("plugins/agents/research/mlab_agent_research/agent.py",
                      "plugins/llms/scripted/mlab_llm_scripted/__init__.py",
+                     "plugins/bridges/inspect/mlab_bridge_inspect/sandbox.py",
+                     "plugins/bridges/inspect/mlab_bridge_inspect/registry.py",
                      "examples/task-pack-example/mlab_example_tasks/line_fit.py",
                      "examples/task-pack-example/tests/test_line_fit.py"):
         assert expected in rel
@@ -141,6 +145,8 @@ def test_plugins_and_examples_import_only_the_public_api(path):
     ("def f():\n    from mlab.core.llm.client import LLMClient", "internal module mlab.core.llm.client"),
     ("import importlib\nimportlib.import_module('mlab.core.run.runner')", "internal module mlab.core.run.runner"),
     ("from mlab_agent_research.agent import DEFAULT_ACTIONS", "a package of another plugin"),
+    ("from mlab.core.bridge import Harness", "imports Harness from mlab.core.bridge"),
+    ("from mlab.core.run.harness import Harness", "internal module mlab.core.run.harness"),
 ])
 def test_the_check_catches_reaching_past_the_api(source, problem):
     problems = api_violations(source, own={"mlab_agent_autogpt"})
@@ -150,7 +156,7 @@ def test_the_check_catches_reaching_past_the_api(source, problem):
 def test_the_check_accepts_the_public_api():
     source = ("from mlab.core import Agent, LLMClient, hookimpl\nfrom mlab.core.agentkit import loads_lenient\n"
               "import mlab.core\nfrom mlab.core import agentkit\nmlab.core.Task\nfrom . import prompts\n"
-              "from mlab_agent_autogpt.x import y\n")
+              "from mlab_agent_autogpt.x import y\nfrom mlab.core.bridge import BridgedRun\n")
     assert api_violations(source, own={"mlab_agent_autogpt"}) == []
 
 

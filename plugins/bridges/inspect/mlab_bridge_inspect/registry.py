@@ -14,8 +14,7 @@ from inspect_ai.solver import TaskState, basic_agent
 from inspect_ai.tool import bash, python
 from inspect_ai.util import sandbox
 
-from mlab.core.bench.verdict import RunJudge
-from mlab.core.plugins.registry import load_registry
+from mlab.core.bridge import load_task, task_names
 
 from .calls import call_entries
 from .sandbox import MlabSandboxEnvironment
@@ -32,19 +31,18 @@ def mlab_scorer() -> Any:
         run = sandbox().as_type(MlabSandboxEnvironment).run
         entries = call_entries(transcript().events, [s.started_at for s in run.trace.steps])
         await asyncio.to_thread(run.record_calls, entries)
-        value, error = await asyncio.to_thread(run.finish, "the Inspect agent ended")
-        verdict = RunJudge(run.harness.home).judge(run.run_dir, run.task, value)
-        return Score(value={"final_score": value, "improvement": verdict.verdict.improvement,
-                            "success": bool(verdict.verdict.success), "valid": bool(verdict.verdict.valid)},
-                     answer=error, explanation=f"run folder: {run.run_dir}",
-                     metadata={"run_dir": str(run.run_dir), **verdict.fields()})
+        verdict = await asyncio.to_thread(run.finish, "the Inspect agent ended")
+        return Score(value={"final_score": verdict["score"], "improvement": verdict["improvement"],
+                            "success": bool(verdict["success"]), "valid": bool(verdict["valid"])},
+                     answer=verdict["error"], explanation=f"run folder: {run.run_dir}",
+                     metadata={"run_dir": str(run.run_dir), **verdict})
 
     return score
 
 
 def _register(name: str) -> None:
     def mlab_task(sandbox: str = "auto", message_limit: int = 30, tool_timeout: int = 600) -> Task:
-        problem = load_registry().get("tasks", name).research_problem
+        problem = load_task(name).research_problem
         return Task(
             dataset=[Sample(id=name, input=problem, metadata={"mlab_task": name, "mlab_sandbox": sandbox})],
             solver=basic_agent(tools=[bash(timeout=tool_timeout), python(timeout=tool_timeout)],
@@ -58,5 +56,5 @@ def _register(name: str) -> None:
     task(name=f"{NAMESPACE}/{name}")(mlab_task)
 
 
-for _name in sorted(load_registry().items["tasks"]):
+for _name in task_names():
     _register(_name)
