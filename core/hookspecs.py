@@ -1,6 +1,7 @@
 """Every hook a plugin can implement. Registration hooks take a `register` callback; lifecycle hooks observe."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,28 @@ if TYPE_CHECKING:  # annotations only: plugins import hookimpl from here without
 PROJECT = "mlab"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# A task is PACK/NAME: the pack is the entry-point name of the plugin registering it, so names are unique across
+# distributions and a third-party pack cannot claim another pack's tasks (lite/digits).
+NAME_PART = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+TASK_NAME = re.compile(rf"{NAME_PART}/{NAME_PART}")
+
+
+def task_name_problem(name: str, plugin: str) -> str | None:
+    """Why a plugin may not register a task under this name, or None."""
+    if not TASK_NAME.fullmatch(name):
+        return (f"task name {name!r} is not PACK/NAME in lowercase letters, digits and single hyphens "
+                f"(e.g. '{plugin}/my-task')")
+    pack = name.split("/", 1)[0]
+    if pack != plugin:
+        return (f"task {name!r} is outside its pack: plugin {plugin!r} (its entry-point name) may register only "
+                f"'{plugin}/...' tasks")
+    return None
+
+
+def has_hooks(module: object) -> bool:
+    """Whether a plugin module implements any hook (a package with none may be a declarative pack)."""
+    return any(hasattr(getattr(module, name, None), f"{PROJECT}_impl") for name in dir(module))
 
 
 @hookspec

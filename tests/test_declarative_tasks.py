@@ -14,11 +14,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from mlab.core import InvalidSubmission, MlabError, PrepareContext  # noqa: E402
+from mlab.core import ExecResult, ExecSpec, InvalidSubmission, Limits, MlabError, PrepareContext  # noqa: E402
 from mlab.core.declarative.pack import FOLDER_PACK  # noqa: E402
 from mlab.core.declarative.task import MAX_SCORE_BYTES, DeclarativeTask  # noqa: E402
 from mlab.core.declarative.yamlfile import TaskFileError  # noqa: E402
+from mlab.core.plugins.registry import load_registry  # noqa: E402
+from mlab.core.sandbox.local import UnconfinedSandbox  # noqa: E402
+from mlab.core.sandbox.resolve import resolve_sandbox  # noqa: E402
 from mlab.core.task import ValidationSplit  # noqa: E402
+from mlab.core.task_context import ScoringContext, scoring_with  # noqa: E402
 from tests.fixtures.agents_fixtures import edit_reply, research_response, write_script  # noqa: E402
 from tests.fixtures.cli import mlab, mlab_in_process  # noqa: E402
 from tests.fixtures.venvs import make_venv  # noqa: E402
@@ -57,11 +61,20 @@ def minimal_task(tmp_path: Path, metric: str = "accuracy", extra: str = "", answ
     return DeclarativeTask.from_folder(folder, FOLDER_PACK)
 
 
+def in_auto_sandbox(argv: list[str], spec: ExecSpec) -> ExecResult:
+    """What the harness hands a prepare as its run (PrepareContext.run): the confining sandbox `auto` picks."""
+    sandbox = resolve_sandbox(load_registry(), "auto")()
+    try:
+        return sandbox.run(argv, spec)
+    finally:
+        sandbox.close()
+
+
 def prepared(task: DeclarativeTask, root: Path) -> tuple[Path, Path]:
     public, hidden = root / "public", root / "hidden"
     public.mkdir(parents=True)
     hidden.mkdir(parents=True)
-    task.prepare(PrepareContext(public_dir=public, hidden_dir=hidden, log=lambda _m: None))
+    task.prepare(PrepareContext(public_dir=public, hidden_dir=hidden, log=lambda _m: None, run=in_auto_sandbox))
     return public, hidden
 
 
@@ -225,7 +238,37 @@ def test_a_scorer_script_scores_in_the_sandbox_and_its_output_is_checked(tmp_pat
     assert not (workspace / "written-here").exists()
 
 
+def test_a_packs_scorer_runs_only_in_a_confining_sandbox_it_is_handed(tmp_path):
+    """The scorer runs where the harness (here: the caller) hands it; an unconfined one is refused, never swapped
+    for one looked up in the registry."""
+    scorer = "import os\nopen(os.environ['MLAB_SCORE_FILE'], 'w').write('1')\n"
+    folder = task_folder(tmp_path / "scored", SCORED, {"score.py": scorer, "train.py": "", "answers.txt": "2"})
+    task = DeclarativeTask.from_folder(folder, FOLDER_PACK)
+    _public, hidden = prepared(task, tmp_path / "home")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    unconfined = ScoringContext(new_sandbox=UnconfinedSandbox, limits=Limits())
+    with scoring_with(unconfined), pytest.raises(MlabError, match="runs only confined"):
+        task.evaluate(workspace, hidden)
+    confining = resolve_sandbox(load_registry(), "auto")
+    with scoring_with(ScoringContext(new_sandbox=UnconfinedSandbox, limits=Limits(), task_sandbox=confining)):
+        assert task.evaluate(workspace, hidden) == 1.0
+
+
 # ---- prepare scripts, validation splits --------------------------------------------------------------------------
+
+def test_a_prepare_script_runs_only_in_the_sandbox_prepare_is_handed(tmp_path):
+    """Without the harness's run, a pack's prepare script is refused in one line, never run in a sandbox looked
+    up from the registry."""
+    task = minimal_task(tmp_path, extra="prepare: prepare.py\n",
+                        files={"prepare.py": "print('ran')\n"})
+    public, hidden = tmp_path / "public", tmp_path / "hidden"
+    public.mkdir()
+    hidden.mkdir()
+    with pytest.raises(MlabError, match="runs only in the sandbox the harness hands it") as raised:
+        task.prepare(PrepareContext(public_dir=public, hidden_dir=hidden, log=lambda _m: None))
+    assert "\n" not in str(raised.value)
+
 
 def test_a_failing_prepare_script_says_why_in_one_line(tmp_path):
     task = minimal_task(tmp_path, extra="prepare: prepare.py\n",

@@ -489,7 +489,7 @@ def test_the_head_links_only_large_read_only_files_of_its_own_copy(tmp_path):
     """Whatever the node names, the head links the files its task declares read-only and that a node links (1 MiB
     or more), from its own copy, where the arrived workspace lacks them."""
     from mlab.core.bench.ray_engine import RUN_MEMBER, SHARED_MEMBER, link_shared
-    from mlab.core.run.taskdata import SHARE_MIN_BYTES
+    from mlab.core.run.readonly import SHARE_MIN_BYTES
 
     public = tmp_path / "public"
     (public / "data").mkdir(parents=True)

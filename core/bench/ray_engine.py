@@ -44,8 +44,8 @@ from mlab.core.bench.evaluate import registry_from
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import MAX_ENTRIES
-from mlab.core.run.readonly import read_only_rule
-from mlab.core.run.taskdata import SHARE_MIN_BYTES, TaskHome
+from mlab.core.run.readonly import SHARE_MIN_BYTES, read_only_rule
+from mlab.core.run.taskdata import TaskHome
 
 CHUNK_BYTES = 8 << 20  # one object in the store: small enough to hold, big enough to amortize a round trip
 # The most a run folder may weigh on its way back; a run over it fails instead of filling the head's disk.

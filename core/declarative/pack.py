@@ -15,8 +15,7 @@ from mlab.core.declarative.spec import TASK_FILE
 from mlab.core.declarative.task import DeclarativeTask
 from mlab.core.declarative.yamlfile import TaskFileError
 from mlab.core.errors import MlabError
-from mlab.core.hookspecs import hookimpl
-from mlab.core.plugins.manager import has_hooks
+from mlab.core.hookspecs import has_hooks, hookimpl
 
 # The pack of a task folder checked or run straight from disk, not installed: its tasks are `folder/NAME`.
 FOLDER_PACK = "folder"

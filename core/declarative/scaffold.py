@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlab.core.declarative.metrics import METRICS
 from mlab.core.errors import MlabError
-from mlab.core.plugins.registry import NAME_PART
+from mlab.core.hookspecs import NAME_PART
 
 # The metrics the scaffold's synthetic data suits: a regression target, or two balanced classes.
 SCAFFOLD_METRICS = ("mse", "rmse", "mae", "accuracy", "balanced-accuracy", "f1-macro")

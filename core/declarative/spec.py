@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mlab.core.declarative.metrics import METRICS
 from mlab.core.declarative.packfiles import pack_problem
 from mlab.core.declarative.yamlfile import LocatedYaml, Location, load_located
-from mlab.core.plugins.registry import NAME_PART
+from mlab.core.hookspecs import NAME_PART
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Resources, Task
 
 TASK_FILE = "task.yaml"

@@ -20,10 +20,10 @@ from mlab.core.declarative.spec import Table, TaskSpec, load_spec
 from mlab.core.declarative.yamlfile import LocatedYaml
 from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.models import TaskParam
-from mlab.core.run.held_out import held_out_problem
-from mlab.core.run.scoring_context import ScoringContext, scoring_context
+from mlab.core.sandbox.limits import Limits
+from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.task import Metric, Task, ValidationSplit
-from mlab.core.task_context import PrepareContext
+from mlab.core.task_context import PrepareContext, ScoringContext, scoring_context
 
 # What a scorer may write as its score, and how much of its output an error message quotes: its output is the
 # submission's author's to influence, so it is read bounded.
@@ -92,23 +92,15 @@ class DeclarativeTask(Task):
                                       and (ctx.hidden_dir / split.answers).is_file()):
             raise MlabError(f"{self.name}: prepare wrote no validation split ({split.inputs} in the workspace and "
                             f"{split.answers} in the hidden folder, as validation: in {self.located.path} says)")
-        problem = held_out_problem(self, ctx.public_dir)
-        if problem:
-            raise self.located.error(("validation", "held_out"), problem)
         ctx.log(f"{self.name}: prepared from {self.folder}")
 
     def _run_prepare(self, ctx: PrepareContext) -> None:
-        """The pack author's prepare script, confined like agent code (taskdata.pack_sandbox): it runs in a fresh
-        folder holding a read-only copy of the task folder (`task/`, MLAB_TASK_DIR) and writes the public and
-        hidden folders; a --data-dir copy is shown too, and the parameters' values are JSON in MLAB_PARAMS.
-        Nothing else of the machine's files is there (no MLAB_HOME, no home folder), its environment is scrubbed,
-        and it has a loopback of its own unless the task declares network_for_prepare. PYTHONHASHSEED is fixed so
-        set and dict orders cannot make two prepares differ."""
-        from mlab.core.run.taskdata import TaskHome
-        from mlab.core.sandbox.limits import Limits
-        from mlab.core.sandbox.pack_code import pack_sandbox
-        from mlab.core.sandbox.spec import ExecSpec
-
+        """The pack author's prepare script, confined like agent code (ctx.run, the harness's sandbox for it): it
+        runs in a fresh folder holding a read-only copy of the task folder (`task/`, MLAB_TASK_DIR) and writes the
+        public and hidden folders; a --data-dir copy is shown too, and the parameters' values are JSON in
+        MLAB_PARAMS. Nothing else of the machine's files is there (no MLAB_HOME, no home folder), its environment
+        is scrubbed, and it has a loopback of its own unless the task declares network_for_prepare. PYTHONHASHSEED
+        is fixed so set and dict orders cannot make two prepares differ."""
         with tempfile.TemporaryDirectory(prefix="mlab-prepare-") as work_name:
             work = Path(work_name)
             folder = work / "task"
@@ -123,14 +115,9 @@ class DeclarativeTask(Task):
                 env["MLAB_SOURCE_DIR"] = str(ctx.source_dir)
                 writable.append(ctx.source_dir)
             limits = Limits(timeout_s=float(self.spec.prepare_timeout), memory_bytes=None, file_size_bytes=None)
-            # MLAB_HOME (every task's data, the LLM cache) stays covered should a shown folder hold it.
             spec = ExecSpec(cwd=work, env=env, limits=limits, read_only_paths=[folder], writable_paths=writable,
-                            hidden_paths=[TaskHome.from_env().root], network=self.resources.network_for_prepare)
-            sandbox = pack_sandbox()
-            try:
-                result = sandbox.run([sys.executable, str(folder / str(self.spec.prepare))], spec)
-            finally:
-                sandbox.close()
+                            network=self.resources.network_for_prepare)
+            result = ctx.run([sys.executable, str(folder / str(self.spec.prepare))], spec)
         for line in result.output.splitlines():
             ctx.log(line)
         if result.limit_hit == "timeout":
@@ -212,16 +199,17 @@ class DeclarativeTask(Task):
 
 
 def _confining(ctx: ScoringContext) -> ScoringContext:
-    """ctx, with a confining sandbox in place of one that does not confine (`--sandbox unconfined`): a pack's
-    scorer is its author's code, which the user chose to run no more than the agent's."""
-    from mlab.core.sandbox.pack_code import pack_sandbox
-
+    """ctx, running in the sandbox the harness hands the pack's own code (confining in a `--sandbox unconfined`
+    run too): a pack's scorer is its author's code, which the user chose to run no more than the agent's."""
+    ctx = dataclasses.replace(ctx, new_sandbox=ctx.task_sandbox or ctx.new_sandbox)
     sandbox = ctx.new_sandbox()
     try:
         confined = sandbox.confined
     finally:
         sandbox.close()
-    return ctx if confined else dataclasses.replace(ctx, new_sandbox=pack_sandbox)
+    if not confined:
+        raise MlabError("a pack's scorer runs only confined, and the sandbox given is not (--sandbox unconfined)")
+    return ctx
 
 
 def _last_line(output: str) -> str:

@@ -84,7 +84,7 @@ def _load(pm: pluggy.PluginManager, info: PluginInfo, load: Callable[[], object]
     except BaseException as exc:  # a plugin's import may raise anything, SystemExit included
         info.error = f"import failed: {type(exc).__name__}: {exc}"
         return
-    if hasattr(module, "__path__") and not has_hooks(module):
+    if hasattr(module, "__path__") and not hookspecs.has_hooks(module):
         # A package without hooks may be a declarative pack: a folder of task folders (task.yaml each).
         from mlab.core.declarative.pack import as_plugin
 
@@ -103,11 +103,6 @@ def _load(pm: pluggy.PluginManager, info: PluginInfo, load: Callable[[], object]
         info.error = f"invalid hook implementation: {_explained(exc)}"
         return
     info.hooks = sorted(caller.name for caller in pm.get_hookcallers(module) or [])
-
-
-def has_hooks(module: object) -> bool:
-    marker = f"{hookspecs.PROJECT}_impl"
-    return any(hasattr(getattr(module, name, None), marker) for name in dir(module))
 
 
 def _hook_names() -> list[str]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from dataclasses import dataclass, field
@@ -12,28 +11,11 @@ from typing import Any
 import pluggy
 
 from mlab.core.errors import MlabError
+from mlab.core.hookspecs import task_name_problem
 from mlab.core.plugins.lazy import Lazy
 from mlab.core.plugins.manager import PluginInfo, build_plugin_manager
 
 KINDS = {"tasks": "task", "agents": "agent", "llms": "LLM backend", "sandboxes": "sandbox"}
-
-
-# A task is PACK/NAME: the pack is the entry-point name of the plugin registering it, so names are unique across
-# distributions and a third-party pack cannot claim another pack's tasks (lite/digits).
-NAME_PART = r"[a-z0-9]+(?:-[a-z0-9]+)*"
-TASK_NAME = re.compile(rf"{NAME_PART}/{NAME_PART}")
-
-
-def task_name_problem(name: str, plugin: str) -> str | None:
-    """Why a plugin may not register a task under this name, or None."""
-    if not TASK_NAME.fullmatch(name):
-        return (f"task name {name!r} is not PACK/NAME in lowercase letters, digits and single hyphens "
-                f"(e.g. '{plugin}/my-task')")
-    pack = name.split("/", 1)[0]
-    if pack != plugin:
-        return (f"task {name!r} is outside its pack: plugin {plugin!r} (its entry-point name) may register only "
-                f"'{plugin}/...' tasks")
-    return None
 
 
 HOOKS = {"tasks": "register_tasks", "agents": "register_agents", "llms": "register_llms",

@@ -53,7 +53,8 @@ class Harness:
         self._confined: bool | None = None
         self.limits = limits or Limits()
         # Built lazily through new_sandbox: scoring needs a sandbox only when a task runs agent code.
-        self.scorer = Scorer(self.home, new_sandbox=self.new_sandbox, limits=self.limits)
+        self.scorer = Scorer(self.home, new_sandbox=self.new_sandbox, limits=self.limits,
+                             task_sandbox=self.pack_sandbox)  # the pack's own code (a declarative scorer)
         self.on_hook_error = on_hook_error
 
     @property

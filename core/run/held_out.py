@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from mlab.core.errors import MlabError
+from mlab.core.run.readonly import SHARE_MIN_BYTES
 from mlab.core.task import Task
 
 HELD_OUT_DIR = "without_validation"  # below the hidden folder: the held-out copies, at their workspace paths
@@ -100,8 +101,6 @@ def put_held_out(task: Task, hidden_dir: Path, workspace: Path, share: Callable[
     """Replace each held-out file of a freshly staged workspace with its copy without the validation rows, hard
     linked where `share` accepts it, as stage_workspace links the task's other large read-only files. Returns the
     replaced paths."""
-    from mlab.core.run.taskdata import SHARE_MIN_BYTES
-
     problem = missing_held_out(task, hidden_dir)
     if problem:
         raise MlabError(problem)

@@ -11,6 +11,9 @@ from pathlib import Path
 from mlab.core.errors import EnvError
 
 MAX_PATH_CHARS = 1024
+# Read-only files at least this large are left out of a run's archive (a receiver links its own copy, see
+# ray_engine.link_shared) and linked when held out; a workspace links every read-only file a sandbox protects.
+SHARE_MIN_BYTES = 1 << 20
 _NO_FILE_NAME = "\x00\x01\x02"  # a file name cannot hold NUL
 
 

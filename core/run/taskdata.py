@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
-from mlab.core.sandbox.pack_code import pack_sandbox_with
+from mlab.core.run.held_out import write_held_out
 from mlab.core.task import Task
-from mlab.core.task_context import PrepareContext
+from mlab.core.task_context import PrepareContext, default_home
 
 if TYPE_CHECKING:
     from mlab.core.sandbox.contract import Sandbox
+    from mlab.core.sandbox.spec import ExecResult, ExecSpec
 
 
 class Named(Protocol):
@@ -59,10 +60,7 @@ class TaskHome:
     @classmethod
     def from_env(cls) -> TaskHome:
         """MLAB_HOME, else $XDG_CACHE_HOME/mlab (~/.cache/mlab)."""
-        if os.environ.get("MLAB_HOME"):
-            return cls(os.environ["MLAB_HOME"])
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        return cls(Path(cache) / "mlab")
+        return cls(default_home())
 
     def __repr__(self) -> str:
         return f"TaskHome({str(self.root)!r})"
@@ -88,9 +86,10 @@ class TaskHome:
     def prepare(self, task: Task, data_dir: str | Path | None = None,
                 log: Callable[[str], None] = print, force: bool = False,
                 sandbox: Callable[[], Sandbox] | None = None) -> bool:
-        """Prepare the task unless already done (force: again, replacing it); True when work was done. A failure
-        leaves nothing behind, and with force the earlier preparation stays until the new one is complete.
-        Task code from a pack that prepare runs (a declarative prepare script) runs in `sandbox` (pack_sandbox)."""
+        """Prepare the task unless already done (force: again, replacing it), then hold its validation rows out
+        (held_out); True when work was done. A failure leaves nothing behind, and with force the earlier
+        preparation stays until the new one is complete. Code of the task's pack that prepare runs (ctx.run: a
+        declarative prepare script) runs in `sandbox`, the harness's choice for it, with this home hidden."""
         if self.is_prepared(task) and not force:
             return False
         final = self.task_dir(task)
@@ -99,15 +98,14 @@ class TaskHome:
         shutil.rmtree(staging, ignore_errors=True)
         ctx = PrepareContext(public_dir=staging / "public", hidden_dir=staging / "hidden",
                              source_dir=source_for(task, data_dir), log=log)
+        if sandbox is not None:
+            ctx.run = _task_code_runner(sandbox, [self.root, default_home()])
         ctx.public_dir.mkdir(parents=True)
         ctx.hidden_dir.mkdir(parents=True)
         os.chmod(ctx.hidden_dir, 0o700)
         started = time.time()
         try:
-            with pack_sandbox_with(sandbox):
-                task.prepare(ctx)
-            from mlab.core.run.held_out import write_held_out
-
+            task.prepare(ctx)
             write_held_out(task, ctx.public_dir, ctx.hidden_dir)  # the training files without validation rows
             write_atomic(staging / "prepared.json", json.dumps(
                 {"task": task.name, "prepared_at": started, "seconds": time.time() - started,
@@ -194,6 +192,18 @@ class TaskHome:
 SUPERSEDED_DIR = "superseded-baselines"
 
 
+def _task_code_runner(sandbox: Callable[[], Sandbox],
+                      hidden: list[Path]) -> Callable[[list[str], ExecSpec], ExecResult]:
+    """PrepareContext.run: a command in a fresh sandbox of the harness's choice, `hidden` hidden besides."""
+    def run(argv: list[str], spec: ExecSpec) -> ExecResult:
+        box = sandbox()
+        try:
+            return box.run(argv, spec.model_copy(update={"hidden_paths": [*spec.hidden_paths, *hidden]}))
+        finally:
+            box.close()
+    return run
+
+
 def inputs_fingerprint(task_dir: Path) -> str:
     """One sha256 over a prepared folder's public and hidden trees (names, kinds and contents)."""
     digest = hashlib.sha256()
@@ -257,11 +267,6 @@ def carry_references(task: Named, old: Path, new: Path, log: Callable[[str], Non
                     f"mlab check-task {task.name} measures it again")
                 continue
         shutil.copy2(path, new / path.name)
-
-
-# Read-only files at least this large are left out of a run's archive (a receiver links its own copy, see
-# ray_engine.link_shared) and linked when held out; a workspace links every read-only file a sandbox protects.
-SHARE_MIN_BYTES = 1 << 20
 
 
 def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool]) -> list[str]:
