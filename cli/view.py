@@ -1,7 +1,7 @@
 """Live views on a terminal: a run's steps (`mlab run`) and a bench's runs (`mlab bench`); one line per step or
 per ended run elsewhere (a pipe, a CI log).
 
-Both redraw a few times a second from what the run loop publishes (core/view/live.py), so the current action,
+Both redraw a few times a second from what the run loop publishes (core/run/live.py), so the current action,
 its elapsed time and a running script's last lines show while a step is still going.
 """
 from __future__ import annotations

@@ -217,7 +217,7 @@ def test_run_dir_holding_something_else_is_refused_with_one_line(tmp_path):
 
 # ---- the live state itself ----------------------------------------------------------------------------------
 def test_output_tail_keeps_the_last_lines_as_a_terminal_shows_them():
-    from mlab.core.view.live import output_tail
+    from mlab.core.run.live import output_tail
 
     data = b"".join(f"line {i}\n".encode() for i in range(30)) + b"progress 10%\rprogress 50%\rprogress 90%"
     assert output_tail(data, lines=3) == "line 28\nline 29\nprogress 90%"
@@ -226,7 +226,8 @@ def test_output_tail_keeps_the_last_lines_as_a_terminal_shows_them():
 
 def test_live_state_follows_a_step_and_is_gone_when_it_ends(tmp_path):
     from mlab.core.models import Action
-    from mlab.core.view.live import LiveStep, read_live
+    from mlab.core.run.live import LiveStep
+    from mlab.core.view.live import read_live
 
     live = LiveStep(tmp_path)
     live.begin(3)
@@ -250,7 +251,8 @@ def test_short_steps_are_never_written_and_a_new_step_hides_the_last_one(tmp_pat
     """A step shorter than SHOW_AFTER_S costs no file write (hundreds of runs on a few cores take a step each
     every second or two); a longer one shows, and the next step's start removes it at once."""
     from mlab.core.models import Action
-    from mlab.core.view.live import SHOW_AFTER_S, LiveStep, read_live
+    from mlab.core.run.live import SHOW_AFTER_S, LiveStep
+    from mlab.core.view.live import read_live
 
     live = LiveStep(tmp_path)
     for index in range(1, 6):

@@ -28,7 +28,7 @@ from mlab.core.agentkit.tools import (
     require_tools,
     tool_name,
 )
-from mlab.core.run.validation import read_validation
+from mlab.core.agentkit.validation_observation import read_validation
 
 __all__ = [
     "ACTION", "ACTION_INPUT", "ActionNames", "AgentOptions", "Attempts", "InvalidResponse", "MAX_ATTEMPTS",

@@ -546,5 +546,5 @@ def write(data: ReportData, out_dir: Path, plots: bool = True, html: bool = True
     if html:
         from mlab.core.bench.report_html import write_html
 
-        written["html"] = write_html(data, out_dir, images)
+        written["html"] = write_html(data, out_dir, images, tables(data), LEGEND)
     return written

@@ -73,7 +73,10 @@ def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
             "of_reference": full.of_reference if full else None}
 
 
-def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:
+def write_html(data: ReportData, out_dir: Path, images: list[Path], tables: list[RichTable],
+               legend: dict[str, str]) -> Path:
+    """The report's page in out_dir: the terminal report's tables and legend (given by report.write, so the two
+    never drift apart), its figures, and every run as the viewer shows it."""
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     catalog = Catalog(data.bench_dir)
@@ -100,18 +103,17 @@ def write_html(data: ReportData, out_dir: Path, images: list[Path]) -> Path:
     figures = "".join(f'<figure><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}"></figure>'
                       for p in images)
     page = fill_page({"TITLE": html.escape(f"mlab bench {data.bench_dir.name}"),
-                      "CSP": html.escape(assets.CSP, quote=False), "SUMMARY": _summary(data), "FIGURES": figures})
+                      "CSP": html.escape(assets.CSP, quote=False), "SUMMARY": _summary(data, tables, legend),
+                      "FIGURES": figures})
     path = out_dir / "index.html"
     path.write_text(page, encoding="utf-8")
     return path
 
 
-def _summary(data: ReportData) -> str:
-    """Every table the terminal report prints (the same rich Tables, so the two never drift apart), then the
-    baselines' sources, an unconfined-run warning when there is one, and the legend."""
-    from mlab.core.bench.report import LEGEND, tables
-
-    parts = [rich_table_html(t) for t in tables(data)]
+def _summary(data: ReportData, tables: list[RichTable], legend: dict[str, str]) -> str:
+    """Every table the terminal report prints, then the baselines' sources, an unconfined-run warning when there
+    is one, and the legend."""
+    parts = [rich_table_html(t) for t in tables]
     if data.baseline_sources:
         parts.append("<p class='baselines'>baselines — " + html.escape(", ".join(
             f"{task}: {source}" for task, source in data.baseline_sources.items())) + "</p>")
@@ -124,7 +126,7 @@ def _summary(data: ReportData) -> str:
     if line := data.hardware_line():
         parts.append(f"<p class='hardware'>{html.escape(line)}</p>")
     parts.append("<dl class='legend'>" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
-                                                 for k, v in LEGEND.items()) + "</dl>")
+                                                 for k, v in legend.items()) + "</dl>")
     return "".join(parts)
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from mlab.core.bench.judged import Judged, judged
 from mlab.core.bench.metrics import RunRecord, name_methods
-from mlab.core.bench.verdict import Judged, judged, recorded_reference
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.run.baseline import bench_baseline
-from mlab.core.run.scoring import is_valid
+from mlab.core.run.scoring import is_valid, recorded_reference
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.run.validation import calls_made
 from mlab.core.task import DEFAULT_SUCCESS_MARGIN, Task

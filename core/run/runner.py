@@ -36,6 +36,7 @@ from mlab.core.run.compute import sliced
 from mlab.core.run.environment import is_final
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import held_out_files
+from mlab.core.run.live import RUN_LOCK_FILE, LiveStep
 from mlab.core.run.packages import package_versions
 from mlab.core.run.program_agent import ProgramLoop
 from mlab.core.run.readonly import is_read_only
@@ -54,7 +55,6 @@ from mlab.core.run.trace_log import TraceLog, unresolved
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.rootfs import gpu_devices
 from mlab.core.task import Task
-from mlab.core.view.live import RUN_LOCK_FILE, LiveStep
 
 INITIAL_SNAPSHOT = "step_0000"
 

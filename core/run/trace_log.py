@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,16 +34,55 @@ from typing import Any
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
-from mlab.core.fs.dirfd import pwrite_all
+from mlab.core.fs.dirfd import NotRegular, pwrite_all, read_regular_at
 from mlab.core.models import Step, Trace
-from mlab.core.run.trace import TRACE_FILE, RefusedFile, json_safe, read_run_file
 
+TRACE_FILE = "trace.json"
 STEPS_FILE = "steps.jsonl"
+MAX_STORED_CHARS = 200_000  # longer strings an agent sent are shortened in the trace (read whole by viewers)
 STATE_REF = "$state"  # {"$state": digest} stands for a state stored as an object of the log
 STATE_FIELDS = ("agent_state", "env_state", "llm_state")
 # Fields of trace.json written after the steps: they change every step, the header before the steps does not.
 TAIL_FIELDS = ("status", "end_reason", "total_time_s", "usage", "final_snapshot", "final_score",
                "final_score_error")
+
+
+def json_safe(value: Any, limit: int | None = MAX_STORED_CHARS, depth: int = 0) -> Any:
+    """value as plain JSON data: valid UTF-8 strings (shortened past limit), finite numbers, str keys;
+    anything else becomes its repr."""
+    if isinstance(value, str):
+        text = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        if limit is not None and len(text) > limit:
+            text = text[:limit] + f"[... {len(text) - limit} characters left out of the trace]"
+        return text
+    if value is None or isinstance(value, bool) or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if depth > 50:
+        return "[... nested too deeply]"
+    if isinstance(value, dict):
+        return {json_safe(k if isinstance(k, str) else repr(k), limit): json_safe(v, limit, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, limit, depth + 1) for v in value]
+    return json_safe(repr(value)[:1000], limit)
+
+
+class RefusedFile(MlabError):
+    """A run file that is a symlink or not a regular file: a run folder is untrusted, so it is never read."""
+
+
+def read_run_file(run_dir: Path, name: str, limit: int | None = None) -> bytes | None:
+    """A file of the run folder, never through a symlink (core.fs.dirfd.read_regular_at, as `mlab view` reads):
+    None when it is missing, RefusedFile when it is a link or no regular file, MlabError when it is unreadable."""
+    path = Path(run_dir) / name
+    try:
+        return read_regular_at(run_dir, name, limit)
+    except NotRegular:
+        raise RefusedFile(f"{path} is a symlink or not a regular file, so it was not read") from None
+    except OSError as exc:
+        raise MlabError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def state_ref(digest: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ evaluate, without the test answers in reach."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlab.core.actions import OPT_IN_FLAGS, OPT_IN_SPECS, VALIDATE_SUBMISSION, ActionSpec
+from mlab.core.agentkit.validation_observation import scored_observation
 from mlab.core.errors import EnvError, InvalidSubmission, MlabError
 from mlab.core.run.held_out import missing_held_out
 from mlab.core.run.readonly import is_read_only
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 ALLOW_VALIDATE_FLAG = OPT_IN_FLAGS[VALIDATE_SUBMISSION]
 _COPY_CHUNK = 1 << 20
-# The observation of a scored validation, which agents read their node's fitness from (read_validation).
-_SCORED = re.compile(r"^Validation .+ of .+: (\S+) \((higher|lower) is better\), on the rows of ")
 # A score is told to this many significant digits: enough to compare models, fewer bits about the labels a call.
 SIGNIFICANT_DIGITS = 3
 # How a call that reached the scorer but scored nothing begins (after the environment's "EnvError: "): such calls
@@ -39,18 +37,6 @@ def calls_made(steps: Iterable[Step]) -> int:
     error of the action (a missing file, no calls left) begins with the harness's own words, never the agent's."""
     return sum(1 for step in steps if step.action.name == VALIDATE_SUBMISSION and (
         step.observation.startswith("Validation ") or step.observation.startswith(f"EnvError: {_COUNTED_ERROR}")))
-
-
-def read_validation(observation: str) -> tuple[float, str] | None:
-    """(score, "higher" or "lower" is better) from a Validate Submission observation, None when it scored
-    nothing (an EnvError)."""
-    found = _SCORED.match(observation)
-    if found is None:
-        return None
-    try:
-        return float(found.group(1)), found.group(2)
-    except ValueError:
-        return None
 
 
 def validation_split(task: Task) -> ValidationSplit:
@@ -131,11 +117,8 @@ class Validator:
                                f"{self._in_terms_of(str(exc), given)}") from None
             except Exception as exc:
                 raise EnvError(f"{self._counted()}: validation failed: {type(exc).__name__}: {exc}") from None
-        direction = "higher" if self.task.metric.higher_is_better else "lower"
-        rounded = float(f"{score:.{SIGNIFICANT_DIGITS}g}")
-        return (f"Validation {self.task.metric.name} of {given}: {rounded:.6g} ({direction} is better), on the rows "
-                f"of {self.split.inputs} (labels held by the harness; the test set was not used). Validate "
-                f"Submission call {self.calls} of {self.max_calls}.")
+        return scored_observation(self.task.metric.name, given, float(f"{score:.{SIGNIFICANT_DIGITS}g}"),
+                                  self.task.metric.higher_is_better, self.split.inputs, self.calls, self.max_calls)
 
     def resume(self, steps: Iterable[Step]) -> None:
         """A resumed run goes on with the calls its trace shows used."""
