@@ -75,8 +75,7 @@ def _judged(data: ReportData, row: Row, n: int, found: bool) -> dict[str, Any]:
 
 def write_html(data: ReportData, out_dir: Path, images: list[Path], tables: list[RichTable],
                legend: dict[str, str]) -> Path:
-    """The report's page in out_dir: the terminal report's tables and legend (given by report.write, so the two
-    never drift apart), its figures, and every run as the viewer shows it."""
+    """The report's page in out_dir, showing the terminal report's own tables and legend (never drifting apart)."""
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     catalog = Catalog(data.bench_dir)

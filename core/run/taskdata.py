@@ -393,11 +393,3 @@ def is_prepared(task: Named) -> bool:
 def prepare(task: Task, data_dir: str | Path | None = None, log: Callable[[str], None] = print,
             force: bool = False) -> bool:
     return TaskHome.from_env().prepare(task, data_dir, log, force=force)
-
-
-def baseline_path(task: Named) -> Path:
-    return TaskHome.from_env().baseline_path(task)
-
-
-def recorded_baseline(task: Named) -> float | None:
-    return TaskHome.from_env().recorded_baseline(task)
