@@ -4,7 +4,7 @@ run's end, which also shows the improvement; `--resume` of a run still going say
 from __future__ import annotations
 
 from tests.fixtures.cli import mlab_in_process
-from tests.test_researcher_round3_day import _param_task
+from tests.fixtures.param_task import param_task
 
 
 # ---- item 11: --resume of a run still going says so in one line, before anything else --------------------------
@@ -35,7 +35,7 @@ def test_resume_of_a_run_still_running_says_it_is_running_and_prints_nothing_els
 def test_grade_and_eval_hint_a_baseline_command_that_works_for_a_task_folder(tmp_path):
     from tests.fixtures.cli import mlab
 
-    folder = _param_task(tmp_path)
+    folder = param_task(tmp_path)
     home = tmp_path / "home"
     sub = tmp_path / "submission.csv"
     sub.write_text("id,y\n" + "".join(f"{i},1\n" for i in range(7, 12)))

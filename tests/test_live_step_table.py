@@ -1,24 +1,26 @@
 """`mlab run`'s live step table in a real terminal (tmux) at common widths: step, action and time stay whole,
-input and observation take what is left (issue 34, item 1)."""
+input and observation take what is left."""
 from __future__ import annotations
 
 import re
 import shlex
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.agents_fixtures import edit_reply, react_response, write_script
 from tests.fixtures.cli import REPO, cli_env, entry
+from tests.fixtures.tmux import Tmux
 
 GATED = entry("tests.fixtures.gated_run", "mlab")  # the CLI with the fixture task registered
+
 
 # waits for go.txt, so the test can read the screen while step 5 is in progress
 WAIT_SCRIPT = ("import os, time\nfor _ in range(1200):\n    if os.path.exists('go.txt'):\n        break\n"
                "    time.sleep(0.05)\nprint('released')\n")
+
+
 ACTIONS = ["List Files", "Inspect Script Lines", "Edit Script (AI)", "Copy File", "Execute Script", "Final Answer"]
 
 
@@ -35,31 +37,6 @@ def _script(path: Path) -> Path:
         react_response("Execute Script", {"script_name": "wait.py"}, 5),
         react_response("Final Answer", {"final_answer": "done"}, 6),
     ])
-
-
-class Tmux:
-    """A tmux server of the test's own (its own socket) running one command in a pane of a given size."""
-
-    def __init__(self, socket: Path, command: str, cols: int, rows: int):
-        self.base = ["tmux", "-S", str(socket), "-f", "/dev/null"]
-        subprocess.run([*self.base, "new-session", "-d", "-x", str(cols), "-y", str(rows), command], check=True)
-        subprocess.run([*self.base, "set-option", "-g", "history-limit", "5000"], check=True)
-
-    def screen(self) -> str:
-        return subprocess.run([*self.base, "capture-pane", "-p", "-J", "-S", "-"], check=True, text=True,
-                              capture_output=True).stdout
-
-    def wait_for(self, pattern: str, timeout_s: float = 120) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            screen = self.screen()
-            if re.search(pattern, screen):
-                return screen
-            assert time.monotonic() < deadline, f"{pattern!r} never showed; the screen had:\n{screen}"
-            time.sleep(0.2)
-
-    def close(self) -> None:
-        subprocess.run([*self.base, "kill-server"], capture_output=True)
 
 
 def _rows(table: str) -> dict[str, str]:
