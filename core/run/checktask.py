@@ -7,16 +7,19 @@ Everything runs through the harness given: its task home and its sandbox.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlab.core.errors import InvalidSubmission, MlabError
 from mlab.core.fs.bulk_remove import Removals, removals, remove_tree
+from mlab.core.fs.tree_sums import tree_sums
 from mlab.core.run.baseline import check_fixed_baseline
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import ScoreRule, is_valid, judge, record_reference
@@ -57,26 +60,38 @@ SHOWN_DIFFERENCES = 5
 
 
 def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Path | None, prepared_now: bool,
-                               log: Callable[[str], None] = lambda _m: None, later: Removals | None = None) -> str:
+                               log: Callable[[str], None] = lambda _m: None, later: Removals | None = None,
+                               home_digest: dict[str, tuple[str, str]] | None = None) -> str:
     """"ok" when two prepares in fresh homes write the same public and hidden files, else what differs.
 
     The harness's home counts as the first when it was prepared just now; one prepared earlier (a reused
     --home) may come from an older version of the task, so then both prepares are made here. The scratch
     homes sit beside the harness's home, on the same disk as the data, and are removed afterwards: by `later`
-    while the caller goes on, when given (a task's data may take minutes to remove)."""
+    while the caller goes on, when given (a task's data may take minutes to remove). The harness's home is
+    digested while the second prepare runs, once: `home_digest`, when given, receives it (inputs_of)."""
     harness.home.root.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".mlab-reprepare-", dir=harness.home.root)
     try:
         homes = [harness.home] if prepared_now else []
         homes += [TaskHome(Path(scratch) / f"home{i}") for i in range(2 - len(homes))]
-        for home in homes:
-            if home is harness.home:
-                continue
+        with ThreadPoolExecutor(1, thread_name_prefix="mlab-digest") as pool:
+            ahead = pool.submit(prepared_sums, harness.home, task) if prepared_now else None
             try:
-                home.prepare(task, data_dir, log=lambda msg: log(f"(again) {msg}"), sandbox=harness.pack_sandbox)
-            except Exception as exc:
-                return f"preparing again in a fresh home failed: {type(exc).__name__}: {exc}"
-        first, second = (home.prepared_digest(task) for home in homes)
+                for home in homes:
+                    if home is harness.home:
+                        continue
+                    try:
+                        home.prepare(task, data_dir, log=lambda msg: log(f"(again) {msg}"),
+                                     sandbox=harness.pack_sandbox)
+                    except Exception as exc:
+                        return f"preparing again in a fresh home failed: {type(exc).__name__}: {exc}"
+                first, second = (ahead.result() if home is harness.home and ahead else prepared_sums(home, task)
+                                 for home in homes)
+            finally:
+                if ahead is not None:
+                    ahead.cancel()
+        if prepared_now and home_digest is not None:
+            home_digest.update(first)
     finally:
         if later is not None:
             later.remove(_out_of_sight(harness.home, scratch))
@@ -92,6 +107,26 @@ def check_reproducible_prepare(harness: Harness, task: Task, data_dir: str | Pat
     more = f" and {len(tops) - SHOWN_DIFFERENCES} more" if len(tops) > SHOWN_DIFFERENCES else ""
     return (f"two prepares in fresh homes differ: {shown}{more}; prepare must write the same files every time "
             f"(seeded generators such as random.Random(seed), no OS randomness, times or host names)")
+
+
+PARTS = ("public", "hidden")
+
+
+def prepared_sums(home: TaskHome, task: Task) -> dict[str, tuple[str, str]]:
+    """TaskHome.prepared_digest's map (what prepare wrote, by "public/..." and "hidden/..." path), by fs.tree_sums."""
+    return {f"{part}/{path}": entry for part in PARTS
+            for path, entry in tree_sums(home.task_dir(task) / part).items()}
+
+
+def inputs_of(digest: dict[str, tuple[str, str]]) -> str:
+    """taskdata.inputs_fingerprint of a prepared folder, from its digest (prepared_sums): what a recorded
+    reference was measured on (carry_references compares it), without reading the files again."""
+    sha = hashlib.sha256()
+    for part in PARTS:
+        for path in sorted(p for p in digest if p.startswith(f"{part}/")):
+            kind, content = digest[path]
+            sha.update(f"{path}\0{kind}\0{content}\n".encode())
+    return sha.hexdigest()
 
 
 def _out_of_sight(home: TaskHome, scratch: str) -> str:
@@ -168,8 +203,9 @@ def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeo
     report.steps["prepare"] = "ok" if not again else "prepared a second time (should do nothing)"
     # 1b. a prepare in a fresh home must write the same files: baselines and scores then compare across machines
     started = time.monotonic()
+    home_digest: dict[str, tuple[str, str]] = {}
     report.steps[REPRODUCIBLE] = (
-        check_reproducible_prepare(harness, task, data_dir, prepared_now, log, later) if reprepare else
+        check_reproducible_prepare(harness, task, data_dir, prepared_now, log, later, home_digest) if reprepare else
         f"{NOT_CHECKED}: the task was prepared from a download, with no local copy to prepare again from "
         "(give --data-dir)")
     report.seconds[REPRODUCIBLE] = round(time.monotonic() - started, 2)
@@ -200,7 +236,9 @@ def _check_task(harness: Harness, task: Task, data_dir: str | Path | None, timeo
             report.output_tail[step] = _tail(outcome.output)
             if step == "reference":
                 report.reference = outcome.score
-                record_reference(harness.home, task, outcome.score, harness.sandbox_name)  # for "of reference"
+                if is_valid(outcome.score):  # for "of reference", with the data it was measured on
+                    inputs = inputs_of(home_digest or prepared_sums(harness.home, task))
+                    record_reference(harness.home, task, outcome.score, harness.sandbox_name, inputs=inputs)
             else:
                 report.starter = outcome.score if is_valid(outcome.score) else None
                 report.baseline = report.starter

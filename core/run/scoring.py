@@ -118,8 +118,9 @@ def reference_path(home: TaskHome, task_name: str) -> Path:
     return home.task_dir(_Named(name)) / file
 
 
-def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: str) -> None:
-    """Keep the reference solution's score (check-task measured it) beside the task's baseline record."""
+def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: str, inputs: str | None = None) -> None:
+    """Keep the reference solution's score (check-task measured it) beside the task's baseline record; `inputs`:
+    the prepared data's fingerprint when the caller has it (check-task digested the data already)."""
     if not is_valid(score):
         return
     from mlab.core.run.task_params import labelled
@@ -127,7 +128,8 @@ def record_reference(home: TaskHome, task: Task, score: float | None, sandbox: s
     path = reference_path(home, labelled(task))  # per -T values: another value may well score otherwise
     path.parent.mkdir(parents=True, exist_ok=True)
     # the data it was measured on: a later prepare keeps the score only for the same data (carry_references)
-    inputs = home.inputs_fingerprint(task) if home.is_prepared(task) else None
+    if inputs is None and home.is_prepared(task):
+        inputs = home.inputs_fingerprint(task)
     path.write_text(json.dumps({"task": task.name, "score": score, "sandbox": sandbox, "inputs": inputs}, indent=1))
 
 
@@ -156,6 +158,30 @@ def _scratch_root(size: int) -> str | None:
 
 
 Score = tuple[float | None, str | None]  # (score, why there is none)
+
+# A prepared folder is never changed in place (a prepare puts a new task folder, with a new prepared.json, in the
+# old one's place), so its read-only files are listed once per process (a bench's zygote lists them for every run
+# it forks), by (public folder, its and prepared.json's identity, the task's read-only patterns).
+_READ_ONLY_LISTED: dict[tuple[object, ...], list[Path]] = {}
+
+
+def read_only_files(home: TaskHome, task: Task) -> list[Path]:
+    """The task's read-only files in its prepared public folder (none when there is no such folder)."""
+    public = home.public_dir(task)
+    try:
+        folder = public.stat()
+    except OSError:
+        return []
+    try:
+        marker = (home.task_dir(task) / "prepared.json").stat()
+        prepared: tuple[int, int] | None = (marker.st_ino, marker.st_mtime_ns)
+    except OSError:
+        prepared = None
+    key = (str(public), folder.st_dev, folder.st_ino, folder.st_mtime_ns, prepared, tuple(task.read_only_files))
+    if key not in _READ_ONLY_LISTED:
+        _READ_ONLY_LISTED[key] = [p for p in public.rglob("*") if p.is_file() and is_read_only(
+            p.relative_to(public).as_posix(), list(task.read_only_files))] if public.is_dir() else []
+    return list(_READ_ONLY_LISTED[key])
 
 
 def _local_sandbox() -> Sandbox:
@@ -196,9 +222,7 @@ class Scorer:
 
     def _read_only_files(self, task: Task) -> list[Path]:
         if task.name not in self._read_only:  # listing a large public folder once per task, not per snapshot
-            public = self.home.public_dir(task)
-            self._read_only[task.name] = [p for p in public.rglob("*") if p.is_file() and is_read_only(
-                p.relative_to(public).as_posix(), task.read_only_files)] if public.is_dir() else []
+            self._read_only[task.name] = read_only_files(self.home, task)
         return self._read_only[task.name]
 
     def score_folder(self, task: Task, folder: Path) -> Score:
