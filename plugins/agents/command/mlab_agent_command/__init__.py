@@ -1,4 +1,4 @@
-"""The command agent (`--agent command -o command="python my_agent.py"`): a user's own agent program.
+"""The command agent (`--agent command --agent-option command="python my_agent.py"`): a user's own agent program.
 
 This module only registers it, by name; agent.py is imported when the agent is used.
 """

@@ -35,7 +35,7 @@ class CommandOptions(AgentOptions):
 
 class CommandAgent(ProgramAgent):
     name = "command"
-    description = ("Runs your own agent program (-o command=\"python my_agent.py\") in the sandbox; it "
+    description = ("Runs your own agent program (--agent-option command=\"python my_agent.py\") in the sandbox; it "
                    "reaches the run's model at $OPENAI_BASE_URL.")
     install = "nothing to install: your own program, given by --agent-option command=..."
     Options = CommandOptions
