@@ -30,7 +30,6 @@ from mlab.core.bench.evaluate import intermediate_steps, registry_from
 from mlab.core.bench.results import Row, summarize
 from mlab.core.bench.slices import Slices
 from mlab.core.errors import MlabError
-from mlab.core.fs.atomic import write_atomic
 from mlab.core.models import ComputeSlice, RunConfig, Step
 from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
@@ -188,8 +187,20 @@ def _run_child(job: JobSpec, registry: Registry, batch: _Batch) -> int:
         result = execute_job(job, registry, report=_pipe_reporter(progress, run_name(job)))
     except KeyboardInterrupt:
         return 130  # the trace still says "running"
-    write_atomic(Path(job["result"]), json.dumps(result).encode())
+    _hand_over(Path(job["result"]), json.dumps(result).encode())
     return 0
+
+
+def _hand_over(path: Path, data: bytes) -> None:
+    """The result for the driver, whole or not at all (renamed into place) and never synced: the run's trace is
+    already durable, and a driver that finds no result after a crash reads the trace instead (plan's collect)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class _StartUp:
@@ -199,6 +210,8 @@ class _StartUp:
         self.registry = registry
         self.sandboxes: set[str] = set()
         self.models: set[str] = set()
+        self.tasks: set[str] = set()
+        self.machine_known = False
 
     def warm(self, job: JobSpec) -> None:
         from mlab.core.run.packages import package_versions
@@ -215,6 +228,45 @@ class _StartUp:
         self._preload_models(job)
         package_versions()
         interpreter_prefixes()
+        self._machine()
+        self._task(job)
+
+    def _machine(self) -> None:
+        """The machine as every run reads it at its start: where cgroups can be made (mountinfo), the CPU model
+        and the GPUs (nvidia-smi: up to seconds), and the patterns the hardware line and the GPU devices are
+        found with."""
+        if self.machine_known:
+            return
+        self.machine_known = True
+        from mlab.core.hardware import measure
+        from mlab.core.sandbox.cgroups import cgroup_parents
+        from mlab.core.sandbox.rootfs import gpu_devices
+
+        try:
+            cgroup_parents()
+            measure().summary()
+            gpu_devices()
+        except Exception:
+            pass  # each run measures again and records what it finds
+
+    def _task(self, job: JobSpec) -> None:
+        """The run's task as its runs look it up (task_lookup caches it per process), its read-only rule compiled
+        and its read-only files listed (the scorer's), once per task and parameters."""
+        config = job["config"]
+        key = json.dumps([config.get(k) for k in ("task", "task_folder", "task_params")], sort_keys=True)
+        if key in self.tasks:
+            return
+        self.tasks.add(key)
+        from mlab.core.run.readonly import is_read_only
+        from mlab.core.run.scoring import read_only_files
+        from mlab.core.run.taskdata import TaskHome
+
+        try:
+            task = task_of_run(self.registry, RunConfig(**config))
+            is_read_only("", list(task.read_only_files))
+            read_only_files(TaskHome.from_env(), task)
+        except Exception:
+            pass  # the run looks its task up itself and says what is wrong
 
     def _preload_models(self, job: JobSpec) -> None:
         """The client libraries of the run's model backends (litellm: seconds to import), imported once here

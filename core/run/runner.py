@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import sys
 import time
@@ -392,8 +393,7 @@ class Runner:
 
     def _finish_writing(self, trace: Trace, status: RunStatus, reason: str | None, total: float) -> Trace:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
-        manifest = (self.run_dir / "snapshots" / f"{last}.json").read_bytes()
-        write_atomic(self.run_dir / "snapshots" / "final.json", manifest)
+        _name_again(self.run_dir / "snapshots" / f"{last}.json", self.run_dir / "snapshots" / "final.json")
         # the trace in memory changes only once it is on disk; only top-level fields change, so the steps are
         # shared, not copied (a deep copy cost more than the rest of a run's ending)
         final = trace.model_copy()
@@ -417,6 +417,25 @@ def stored_action(action: Action) -> Action:
                   args=json_safe(action.args if isinstance(action.args, dict) else {"(input)": action.args}),
                   entries=json_safe(action.entries if isinstance(action.entries, dict) else {}),
                   raw_response=json_safe(action.raw_response) if action.raw_response is not None else None)
+
+
+def _name_again(source: Path, name: Path) -> None:
+    """Give the snapshot file `source` a second name, as the snapshot store names an unchanged step: a hard link
+    put in place whole and made durable by one fsync of its folder (a copy, synced, where links cannot be made)."""
+    tmp = name.with_name(f".{name.name}.tmp{os.getpid()}")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(source, tmp)
+        os.replace(tmp, name)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        write_atomic(name, source.read_bytes())
+        return
+    folder = os.open(name.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _empty_folder(folder: Path) -> None:
