@@ -6,8 +6,9 @@ that sleeps 0.5 s, so one run takes >= 10 s of waiting. Target (issue 14): 256 c
 invocation against the same one-run bench, so the ratios are side by side, and then once more ("ratio_again").
 Besides the wall time, each count reports how long the runs took to start (first to last run's start), the CPU
 seconds the bench's processes used per run (and per step, start-up and scoring included), and of those the
-kernel's share and the driver's own. With --engine ray (needs Ray installed) the same bench runs as Ray tasks
-on a local Ray, whose start-up is reported separately.
+kernel's share and the driver's own; and the CPU per step against the run loop's own (the --in-process measure,
+taken in the same invocation before and after the benches, the least of both): target <= 1.5x. With --engine ray
+(needs Ray installed) the same bench runs as Ray tasks on a local Ray, whose start-up is reported separately.
 
 With --in-process, the same run (no latency) is instead done several times in this process, and its CPU
 per step (user and system apart, start-up and scoring included, the least of --rounds rounds: other load
@@ -62,7 +63,7 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
                   "cpu_ms_per_step": round(cpu / runs / steps * 1000, 2)}
 
 
-def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5) -> dict[str, object]:
+def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5) -> dict[str, float]:
     """CPU ms per step of runs done in this process, user and system apart: the least round of each."""
     from mlab.core.bench.engines import execute_job
     from mlab.core.models import RunConfig
@@ -72,12 +73,13 @@ def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5) -> 
     config = RunConfig(task="fixture/counter", agent="fixture-llm-stepper", llm="fixture-sleepy:0",
                        max_steps=steps + 5, agent_options={"steps": steps}).model_dump()
     made = 0
+    folder = Path(tempfile.mkdtemp(prefix="in-process-", dir=root))  # called more than once in an invocation
 
     def one_run() -> None:
         nonlocal made
         made += 1
-        result = execute_job({"mode": "start", "config": config, "run_dir": str(root / f"run-{made}"),
-                              "key": str(made)}, registry)
+        result = execute_job({"mode": "start", "config": config, "run_dir": str(folder / f"run-{made}"),
+                              "key": str(made)}, registry)  # type: ignore[typeddict-item]
         assert result["status"] == "finished" and result["steps"] == steps, result
 
     one_run()  # prepares the task data and imports what a run needs, outside the timings
@@ -130,6 +132,7 @@ def main() -> None:
             ray.init(include_dashboard=False, log_to_driver=False)  # kept up for both benches, timed apart
             ray_start = time.perf_counter() - t
         one_bench(root, 1, 2, 0.0, "local", "warm-up")  # prepares the task data once, outside the timings
+        loop = in_process(root, args.steps, 3)  # the run loop's own CPU per step, beside the benches' (and after)
         single, single_info = one_bench(root, 1, args.steps, args.latency, args.engine, "single")
         result: dict[str, object] = {
             "engine": args.engine, "cores": os.cpu_count(), "steps": args.steps, "latency_s": args.latency,
@@ -147,6 +150,18 @@ def main() -> None:
             again, again_info = one_bench(root, runs, args.steps, args.latency, args.engine, f"many-{number}-again")
             result[key]["ratio_again"] = round(again / single, 3)  # type: ignore[index]
             result[key]["cpu_s_per_run_again"] = again_info["cpu_s_per_run"]  # type: ignore[index]
+            result[key]["cpu_ms_per_step_again"] = again_info["cpu_ms_per_step"]  # type: ignore[index]
+        after = in_process(root, args.steps, 3)
+        # the loop's own: the least of both measures (other load only adds); each bench's CPU per step against it
+        # (target <= 1.5x), start-up, scoring, the fork, the exit and the driver included
+        own = min(loop["cpu_ms_per_step"], after["cpu_ms_per_step"])
+        result["loop_cpu_ms_per_step"] = own
+        result["loop_cpu_ms_per_step_before_after"] = [loop["cpu_ms_per_step"], after["cpu_ms_per_step"]]
+        for value in result.values():
+            if isinstance(value, dict) and "cpu_ms_per_step" in value:
+                value["cpu_per_step_vs_loop"] = round(value["cpu_ms_per_step"] / own, 2)
+                if "cpu_ms_per_step_again" in value:
+                    value["cpu_per_step_vs_loop_again"] = round(value["cpu_ms_per_step_again"] / own, 2)
         print(json.dumps(result, indent=1))
 
 
