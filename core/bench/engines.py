@@ -228,15 +228,15 @@ class _StartUp:
         self._preload_models(job)
         package_versions()
         interpreter_prefixes()
-        self._machine()
-        self._task(job)
+        if self._machine() | self._task(job):
+            gc.freeze()  # what was found is shared with the runs, untouched by their collectors
 
-    def _machine(self) -> None:
+    def _machine(self) -> bool:
         """The machine as every run reads it at its start: where cgroups can be made (mountinfo), the CPU model
         and the GPUs (nvidia-smi: up to seconds), and the patterns the hardware line and the GPU devices are
         found with."""
         if self.machine_known:
-            return
+            return False
         self.machine_known = True
         from mlab.core.hardware import measure
         from mlab.core.sandbox.cgroups import cgroup_parents
@@ -248,14 +248,15 @@ class _StartUp:
             gpu_devices()
         except Exception:
             pass  # each run measures again and records what it finds
+        return True
 
-    def _task(self, job: JobSpec) -> None:
+    def _task(self, job: JobSpec) -> bool:
         """The run's task as its runs look it up (task_lookup caches it per process), its read-only rule compiled
         and its read-only files listed (the scorer's), once per task and parameters."""
         config = job["config"]
         key = json.dumps([config.get(k) for k in ("task", "task_folder", "task_params")], sort_keys=True)
         if key in self.tasks:
-            return
+            return False
         self.tasks.add(key)
         from mlab.core.run.readonly import is_read_only
         from mlab.core.run.scoring import read_only_files
@@ -267,6 +268,7 @@ class _StartUp:
             read_only_files(TaskHome.from_env(), task)
         except Exception:
             pass  # the run looks its task up itself and says what is wrong
+        return True
 
     def _preload_models(self, job: JobSpec) -> None:
         """The client libraries of the run's model backends (litellm: seconds to import), imported once here
