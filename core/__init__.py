@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # the public names
         Usage,
     )
     from mlab.core.plugins.lazy import Lazy
-    from mlab.core.run.scoring_context import ScoringContext, scoring_context
     from mlab.core.run.taskdata import DataFile
     from mlab.core.sandbox.command import Command
     from mlab.core.sandbox.contract import Sandbox
@@ -56,7 +55,7 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
     from mlab.core.sandbox.spec import ExecResult, ExecSpec
     from mlab.core.task import Metric, Resources, Task, ValidationSplit
-    from mlab.core.task_context import BaselineContext, PrepareContext
+    from mlab.core.task_context import BaselineContext, PrepareContext, ScoringContext, scoring_context
 
 
 def _exports() -> dict[str, str]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.run.scoring_context import ScoringContext
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.local import LocalSandbox, UnconfinedSandbox
 from mlab.core.sandbox.rootfs import GPU_DEVICES_VAR
+from mlab.core.task_context import ScoringContext
 from tests.fixtures.bench_cli import db_rows
 from tests.fixtures.cli import mlab, mlab_in_process
 from tests.fixtures.compute_plugins import REGISTRY, THREAD_VARS, compute_registry, probe_of

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from mlab.core import InvalidSubmission
-from mlab.core.run.scoring_context import ScoringContext
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.sandbox.limits import Limits
+from mlab.core.task_context import ScoringContext
 from mlab_tasks_mlagentbench.base import REFERENCE_DIR
 from mlab_tasks_mlagentbench.timing import WHO, _timed_pair, stage_timer
 from tests.fixtures.sandboxes import make_sandbox

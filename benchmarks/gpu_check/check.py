@@ -430,7 +430,7 @@ def cifar10(registry: Any, home: Any, device: str, root: Path, per_batch: int,
 
 def llama(registry: Any, home: Any, device: str, root: Path, lines: int, budget: Budget) -> Outcome:
     from mlab.core import InvalidSubmission, ScoringContext
-    from mlab.core.run.scoring_context import scoring_with
+    from mlab.core.task_context import scoring_with
 
     harness, note = default_harness(registry, home)
     task = type(harness.task("mlagentbench/llama-inference"))()  # an instance of its own: the settings below
