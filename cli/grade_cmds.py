@@ -29,6 +29,7 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool, task_pa
     (its folder, workspace or a file there) with the run's task parameters unless -T is given. Prints the score,
     the baseline, the improvement and whether it counts as a success; exits 1 when the submission is invalid."""
     from mlab.core.bench.verdict import baseline_hint, judged, known_baseline, recorded_reference, success_text
+    from mlab.core.run.checktask import reference_hint
     from mlab.core.run.harness import Harness
     from mlab.core.run.scoring import ScoreRule
     from mlab.core.run.task_params import labelled
@@ -50,9 +51,12 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool, task_pa
     harness.scored(task, (score, error))
     verdict = judged(score, known_baseline(task, harness.home), ScoreRule.of(task),
                      recorded_reference(harness.home, labelled(task)))
+    # "of reference" stays unknown until check-task has measured the reference solution: say what measures it
+    hint = reference_hint(task) if verdict.reference is None else None
     result = {"task": task.name, "task_params": dict(task.param_values), "submission": str(submission),
               "metric": task.metric.name,
-              "higher_is_better": task.metric.higher_is_better, "score": score, "error": error, **verdict.fields()}
+              "higher_is_better": task.metric.higher_is_better, "score": score, "error": error, **verdict.fields(),
+              "reference_hint": hint}
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -70,6 +74,9 @@ def grade(task_name: str, submission: Path, sandbox: str, as_json: bool, task_pa
         else:
             console.print(f"baseline: {verdict.baseline:.6g} ({verdict.baseline_source})", highlight=False)
         console.print(success_text(verdict), highlight=False, soft_wrap=True)
+        if hint and score is not None:
+            console.print(f"of reference: - (no reference score recorded; run: {hint})", highlight=False,
+                          markup=False, soft_wrap=True)
     if score is None:
         sys.exit(1)
 

@@ -18,6 +18,7 @@ from mlab.core.bench.verdict import Judged, RunJudge, baseline_hint, spent
 from mlab.core.errors import MlabError
 from mlab.core.models import Trace
 from mlab.core.plugins.registry import Registry
+from mlab.core.run.checktask import reference_hint
 from mlab.core.run.harness import Harness
 from mlab.core.run.scoring import Score, judge
 from mlab.core.run.task_lookup import task_of_run
@@ -224,7 +225,9 @@ def _row(res: Evaluated, verdict: Judged, intermediate: bool) -> dict[str, Any]:
            "score": score, "error": error, **verdict.fields(), "failure": classify(trace),
            **spent(trace), "allow_validate": trace.config.allow_validate,
            # what measures the missing baseline, as typed (a task folder by its path)
-           "baseline_hint": baseline_hint(task) if verdict.baseline is None else None}
+           "baseline_hint": baseline_hint(task) if verdict.baseline is None else None,
+           # what records the reference score "of reference" needs, while none is recorded
+           "reference_hint": reference_hint(task) if verdict.reference is None else None}
     if intermediate:
         row.update({"best_step": best[0] if best else None, "best_score": best[1] if best else None,
                     "step_scores": [{"step": i, "score": s, "error": e} for i, _snap, s, e in steps]})

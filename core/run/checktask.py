@@ -50,6 +50,24 @@ class CheckReport:
         return asdict(self)
 
 
+def reference_hint(task: Task) -> str:
+    """The command that records the task's reference score ("of reference" compares with it), as a user types it:
+    a folder task by its path, with the -T values its reference is kept under (scoring.reference_path)."""
+    import json
+    import shlex
+
+    from mlab.core.run.task_lookup import FOLDER_DIGEST
+    from mlab.core.run.task_params import declared, typed_value
+
+    folder = getattr(task, "folder", None) if hasattr(task, FOLDER_DIGEST) else None
+    words = ["mlab", "check-task", str(folder) if folder else task.name]
+    for name, param in declared(task).items():
+        value = task.param_values.get(name)
+        if name in task.param_values and value != typed_value(param.default, param.type):
+            words += ["-T", f"{name}={json.dumps(value) if isinstance(value, bool) else value}"]
+    return shlex.join(words)
+
+
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join((text or "").rstrip().splitlines()[-lines:])
 

@@ -390,7 +390,10 @@
       el('p', null, 'final score ', el('b', {id: 'run-score'}, num(s.final_score)),
          s.final_score_error ? [' ', el('span', {class: 'err'}, text(s.final_score_error))] : null,
          'improvement' in s ? ['; improvement ', el('b', {id: 'run-improvement'}, pct(s.improvement))] : null,
-         isNum(s.of_reference) ? ['; ', el('b', {id: 'run-of-reference'}, num(s.of_reference, 3)), ' of reference'] : null,
+         isNum(s.of_reference) ? ['; ', el('b', {id: 'run-of-reference'}, num(s.of_reference, 3)), ' of reference'] :
+           isNum(s.final_score) && 'of_reference' in s ? ['; of reference ', el('b', {id: 'run-no-reference'}, '-'), ' ',
+             el('span', {class: 'muted', id: 'run-reference-hint'}, '(no reference score recorded: mlab check-task ' +
+                text(cfg.task_folder || cfg.task || s.task) + ')')] : null,
          ' · ' + n + (s.max_steps ? '/' + text(s.max_steps) : '') + ' steps · ' + text(s.tokens || 0) + ' tokens · cost ',
          el('span', {id: 'run-cost'}, s.calls ? costText(s) : 'none (no model calls)'),
          s.calls && s.unpriced_calls >= s.calls ? [' ', el('span', {class: 'muted'}, '(no call has a price)')] : null,
