@@ -10,6 +10,8 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from mlab.core.fs.dirfd import FILE_FLAGS
+
 WORKERS = 4  # files read at once: waits on a cold disk overlap; warm, the hashing holds the interpreter anyway
 BATCH = 512  # files a worker hashes in one task
 CHUNK = 1 << 20
@@ -53,7 +55,7 @@ def _hash_all(paths: list[str]) -> list[str]:
 
 def _sha256(path: str) -> str:
     sha = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, FILE_FLAGS)  # listed as a file: never a link followed or a FIFO waited on
     try:
         while chunk := os.read(fd, CHUNK):
             sha.update(chunk)
