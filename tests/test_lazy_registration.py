@@ -174,15 +174,3 @@ def test_a_zip_on_sys_path_is_left_to_importlib_metadata(tmp_path, monkeypatch):
     assert discovery.EntryPoint("zipped", "mlab_zipped", "mlab-zipped", "1.2") in found
     assert found == discovery.metadata_entry_points("mlab")
     assert discovery.distribution_version("mlab-zipped") == "1.2"
-
-
-@pytest.mark.slow
-def test_load_all_imports_every_registered_object_once_and_drops_the_broken(venv):
-    # What a process that forks runs (the bench's zygote) does first, so that no run imports a plugin body itself.
-    probe = ("from mlab.core.plugins.registry import load_registry\nr = load_registry()\nr.load_all()\n"
-             "print(sorted(k + ':' + n for k in r.items for n in r.items[k] if not r.items[k].is_loaded(n)))\n"
-             "print(sorted(n for n in r.items['tasks'] if n.startswith('lazykit/')))\n"
-             "print(r.items['tasks']['lazykit/good'] is r.get('tasks', 'good'))")
-    result = venv.run("-c", probe)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["[]", "['lazykit/good']", "True"]

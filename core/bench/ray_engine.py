@@ -264,7 +264,7 @@ def _stops_on(board: Any) -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
-def _linked_to_task(workspace: Path, public: Path, read_only: list[str]) -> Callable[[str, os.stat_result], bool]:
+def _linked_to_task(public: Path, read_only: list[str]) -> Callable[[str, os.stat_result], bool]:
     """Files of the workspace that are hard links to the sender's copy of the task at the same path, of those
     the task declares read-only: the receiver has the same file (the same shipped archive) and links its own,
     so they are not sent."""
@@ -358,7 +358,7 @@ def pack_run(archive: Path, run_dir: Path | None, public: Path | None, log: Path
     leave_out = None
     if run_dir is not None:
         shared_list = archive.with_name(f"{archive.name}.shared.json")
-        leave_out = _linked_to_task(run_dir / "workspace", public, read_only or []) if public is not None else None
+        leave_out = _linked_to_task(public, read_only or []) if public is not None else None
         shared = [] if leave_out is None else sorted(
             name[len(f"{RUN_MEMBER}/workspace/"):] for name in _left_out(run_dir, leave_out))
         write_atomic(shared_list, json.dumps(shared).encode())

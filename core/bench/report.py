@@ -268,10 +268,6 @@ def load_any(folder: Path, compare: tuple[str, str] | None = None) -> ReportData
     return load(folder, compare) if is_bench(folder) else load_runs(folder, compare)
 
 
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1%}"
-
-
 def _p(value: float | None) -> str:
     return "-" if value is None else pvalue(value)
 

@@ -48,9 +48,6 @@ METRICS: dict[str, BuiltinMetric] = {m.name: m for m in [
 
 # What a task's description and research problem may say through the spec, so the metric is named in one place:
 # changing `metric:` in task.yaml changes what the agent is told.
-METRIC_WORDS = ("{metric}", "{metric_description}", "{direction}")
-
-
 def with_metric_words(text: str, name: str, higher_is_better: bool) -> str:
     """`text` with {metric} (the metric's name), {metric_description} (what it measures) and {direction}
     ("higher" or "lower", as in "{direction} is better") filled in from the task's spec; other braces stay."""

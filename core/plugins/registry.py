@@ -207,13 +207,6 @@ class Registry:
             if info.name == plugin:
                 info.error = "; ".join(filter(None, [info.error, message]))
 
-    def load_all(self) -> None:
-        """Import every object registered by name now (a process that forks runs does it once, before forking);
-        those that fail become their plugins' errors."""
-        for items in self.items.values():
-            for _name, _obj in items.items():
-                pass
-
     def get(self, kind: str, name: str) -> Any:
         """Find by exact name, or by the part after 'pack/' when only one item has it."""
         items = self.items[kind]
