@@ -198,7 +198,9 @@ class BenchView:
         status = self.status
         if status is None:
             return Text(f"{self.title}: starting", style="bold")
-        return Group(counts(self.title, status), running_table(status, width=self.console.width))
+        # the lines Live shows below the counts (two at most at a narrow terminal); the rest it would crop
+        shown = max(3, self.console.height - 2)
+        return Group(counts(self.title, status), running_table(status, width=self.console.width, lines=shown))
 
 
 def counts(title: str, status: BenchStatus) -> Text:
@@ -219,12 +221,17 @@ LEFT_OUT_FIRST = ("tokens", "for", "run time", "cost", "current action")  # whil
 RUN_KEY_MIN = 24  # the least the run column gets before other columns are left out
 
 
-def running_table(status: BenchStatus, now: float | None = None, width: int | None = None) -> Table:
+def running_table(status: BenchStatus, now: float | None = None, width: int | None = None,
+                  lines: int | None = None) -> Table:
     """The running runs, one line each. At `width` columns the run's key is cut from its front (its seed is at
-    the end) and the least needed columns are left out while it would get under RUN_KEY_MIN."""
+    the end) and the least needed columns are left out while it would get under RUN_KEY_MIN. With `lines`, no more
+    than fit in that many lines (a terminal shows no more): a refresh costs the rows shown, not every run's."""
     now = now or time.time()
+    running = status.running
+    if lines is not None and len(running) > lines - 2:  # the header and the line saying how many more
+        running = running[:max(1, lines - 2)]
     rows = []
-    for r in status.running:
+    for r in running:
         action = r.action or ("starting" if not r.started else "waiting for the agent")
         rows.append((r.key, f"{r.step}/{r.max_steps}", _short(action, 40),
                      elapsed(now - r.step_started) if r.step_started else "", f"{r.tokens:,}",
@@ -250,6 +257,8 @@ def running_table(status: BenchStatus, now: float | None = None, width: int | No
                          min_width=None if room is None else max([len(RUNNING_COLUMNS[i]), *(len(c[i]) for c in cut)]))
     for cells in cut:
         table.add_row(*(cells[i] for i in kept))
+    if len(running) < len(status.running):
+        table.caption, table.caption_justify = f"... and {len(status.running) - len(running)} more running", "left"
     return table
 
 

@@ -154,3 +154,26 @@ def test_runs_of_a_task_list_its_read_only_files_once_until_it_is_prepared_again
     harness.prepare(task, force=True)  # a new prepared folder: listed again
     assert Scorer(home)._read_only_files(task) == [public / "data" / "big.bin"] and len(listed) > first
     assert RunConfig(task="fixture/counter", agent="x").task == "fixture/counter"
+
+
+def test_the_live_block_formats_the_running_runs_a_terminal_shows_not_every_one():
+    import io
+    import time
+
+    from rich.console import Console
+
+    from mlab.cli.view import BenchView
+    from mlab.core.bench.driver import BenchStatus, RunProgress
+
+    status = BenchStatus(total=1024, running=[RunProgress(key=f"fixture/counter|fixture-llm-stepper|-|s{seed}", step=3,
+                                                          max_steps=25, action="Append File", started=time.time())
+                                              for seed in range(1024)])
+    view = BenchView("bench b")
+    view.console = Console(file=io.StringIO(), width=120, height=30, force_terminal=True, color_system=None)
+    view.status = status
+    view.console.print(view._render())  # 4 times a second, and at every driver tick, while the bench runs
+    lines = view.console.file.getvalue().splitlines()
+    assert len(lines) <= 30, len(lines)  # 1,026 lines before: every running run formatted, the terminal cropping
+    shown = [line.split()[0] for line in lines[2:-1]]  # below the counts and the header, the first runs
+    assert shown == [f"fixture/counter|fixture-llm-stepper|-|s{seed}" for seed in range(len(shown))]
+    assert "1024 running" in lines[0] and lines[-1].strip() == f"... and {1024 - len(shown)} more running"
