@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.plugins.registry import load_registry
+from mlab.core.run.checktask import prepared_sums
 from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.mlagentbench import cifar, graph, images, kaggle, tabular, text
 
@@ -187,7 +188,7 @@ def test_prepare_writes_the_same_files_every_time(short, tmp_path, monkeypatch):
     for home in ("first", "second"):
         task_home = TaskHome(tmp_path / home)
         assert task_home.prepare(task, source, **QUIET)
-        digests.append(task_home.prepared_digest(task))
+        digests.append(prepared_sums(task_home, task))
     assert any(path.startswith("hidden/") for path in digests[0]) or short in (
         "vectorization", "bibtex-generation", "literature-review-tool")
     assert digests[0] == digests[1]

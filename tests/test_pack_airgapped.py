@@ -15,6 +15,7 @@ import pytest
 from mlab.core import Metric, MlabError, Task
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
+from mlab.core.run.checktask import prepared_sums
 from mlab_tasks_mlagentbench import acquire
 from tests.fixtures.cli import mlab
 from tests.fixtures.mlagentbench import cifar, graph, kaggle, tabular, text
@@ -108,13 +109,13 @@ def test_prepare_force_keeps_the_earlier_preparation_when_it_fails(tmp_path):
     task = get_task("house-price")
     source = tabular.house_prices(tmp_path / "src")
     taskdata.prepare(task, source, **QUIET)
-    before = taskdata.TaskHome.from_env().prepared_digest(task)
+    before = prepared_sums(taskdata.TaskHome.from_env(), task)
     with pytest.raises(MlabError):
         taskdata.prepare(task, tmp_path / "empty-does-not-exist", force=True, **QUIET)
     (tmp_path / "empty").mkdir()
     with pytest.raises(MlabError):
         taskdata.prepare(task, tmp_path / "empty", force=True, **QUIET)
-    assert taskdata.TaskHome.from_env().prepared_digest(task) == before
+    assert prepared_sums(taskdata.TaskHome.from_env(), task) == before
     assert not [p for p in taskdata.data_root().iterdir() if p.name.startswith(".")]  # no staging left
 
 

@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task
+from mlab.core.fs.tree_sums import tree_sums
+from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task, prepared_sums
 from mlab.core.run.harness import Harness
-from mlab.core.run.taskdata import TaskHome, tree_digest
+from mlab.core.run.taskdata import TaskHome
 from tests.fixtures.cli import mlab_in_process
 from tests.fixtures.harness import ReferenceTask, harness_registry
 from tests.fixtures.venvs import EXAMPLE_PACK
@@ -112,12 +113,12 @@ def test_kinds_of_difference_are_told_apart(tmp_path):
     homes = [TaskHome(tmp_path / name) for name in ("a", "b")]
     for home in homes:
         home.prepare(task, log=lambda _m: None)
-    first, second = (home.prepared_digest(task) for home in homes)
+    first, second = (prepared_sums(home, task) for home in homes)
     assert first["public/data/alias.bin"] == second["public/data/alias.bin"] == ("symlink", "big.bin")
     assert first["public/latest.bin"][0] == "symlink" and first["public/latest.bin"] != second["public/latest.bin"]
     assert first["public/data"] == ("dir", "") and first["hidden/answer.txt"] == second["hidden/answer.txt"]
     assert not any(key.startswith(("prepared", "baseline")) or "/" not in key for key in first)
-    assert tree_digest(homes[0].public_dir(task))["data/big.bin"] == first["public/data/big.bin"]
+    assert tree_sums(homes[0].public_dir(task))["data/big.bin"] == first["public/data/big.bin"]
 
 
 def test_a_home_prepared_earlier_is_not_what_a_fresh_prepare_is_compared_with(tmp_path):
@@ -171,7 +172,7 @@ def test_the_example_line_fit_prepares_identically_in_fresh_homes(tmp_path, line
     homes = [TaskHome(tmp_path / name) for name in ("a", "b")]
     for home in homes:
         home.prepare(line_fit, log=lambda _m: None)
-    first, second = (home.prepared_digest(line_fit) for home in homes)
+    first, second = (prepared_sums(home, line_fit) for home in homes)
     assert first == second and {"public/train.csv", "public/test.csv", "hidden/answers.csv"} <= set(first)
     report = check_task(Harness(registry(), TaskHome(tmp_path / "check")), line_fit, timeout_s=60)
     assert report.passed, report.reason
@@ -184,5 +185,5 @@ def test_the_lite_tasks_prepare_identically_in_fresh_homes(tmp_path, name):
     homes = [TaskHome(tmp_path / folder) for folder in ("a", "b")]
     for home in homes:
         home.prepare(task, log=lambda _m: None)
-    first, second = (home.prepared_digest(task) for home in homes)
+    first, second = (prepared_sums(home, task) for home in homes)
     assert first == second and "hidden/answers.csv" in first

@@ -17,7 +17,7 @@ from mlab.core.declarative.yamlfile import TaskFileError
 from mlab.core.errors import MlabError
 from mlab.core.models import Action, RunConfig
 from mlab.core.plugins.registry import load_registry
-from mlab.core.run.checktask import check_reproducible_prepare
+from mlab.core.run.checktask import check_reproducible_prepare, prepared_sums
 from mlab.core.run.harness import Harness
 from mlab.core.run.held_out import HELD_OUT_DIR, held_out_path
 from mlab.core.run.runner import Runner
@@ -176,7 +176,7 @@ def test_the_validate_action_says_the_rows_are_out_of_the_training_data(harness,
 def test_prepare_twice_writes_identical_held_out_files(harness, name):
     task = harness.task(name)
     harness.prepare(task)
-    digest = harness.home.prepared_digest(task)
+    digest = prepared_sums(harness.home, task)
     assert f"hidden/{HELD_OUT_DIR}/data/train.csv" in digest
     assert check_reproducible_prepare(harness, task, None, prepared_now=True) == "ok"
 

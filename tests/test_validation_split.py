@@ -13,7 +13,7 @@ import pytest
 from mlab.core.errors import MlabError
 from mlab.core.models import Action
 from mlab.core.plugins.registry import load_registry
-from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task
+from mlab.core.run.checktask import REPRODUCIBLE, check_reproducible_prepare, check_task, prepared_sums
 from mlab.core.run.environment import Environment
 from mlab.core.run.harness import Harness
 from mlab.core.run.snapshot import SnapshotStore
@@ -100,7 +100,7 @@ def test_reproducible_prepare_still_passes_check_task(tmp_path):
     task = harness.task("lite/wine")
     report = check_task(harness, task, timeout_s=120)
     assert report.steps[REPRODUCIBLE] == "ok" and report.passed, report.reason
-    digest = harness.home.prepared_digest(task)
+    digest = prepared_sums(harness.home, task)
     assert {"public/data/valid.csv", "hidden/valid_answers.csv"} <= set(digest)
     # two more prepares in fresh homes (not this home's) write the same bytes, the split included
     assert check_reproducible_prepare(harness, task, None, prepared_now=False) == "ok"

@@ -44,6 +44,7 @@ from mlab.core.bench.evaluate import registry_from
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import MAX_ENTRIES
+from mlab.core.fs.tree_sums import file_sha256
 from mlab.core.run.readonly import SHARE_MIN_BYTES, read_only_rule
 from mlab.core.run.taskdata import TaskHome
 
@@ -69,7 +70,7 @@ def pack(members: dict[str, Path], archive: Path, leave_out: Callable[[str, os.s
                 continue
             tar.add(path, arcname=name, recursive=True,
                     filter=(lambda info: _keep(info, members, leave_out)) if leave_out else None)
-    return _sha256(archive)
+    return file_sha256(archive)
 
 
 def _keep(info: tarfile.TarInfo, members: dict[str, Path],
@@ -79,14 +80,6 @@ def _keep(info: tarfile.TarInfo, members: dict[str, Path],
     top, _, rest = info.name.partition("/")
     path = members[top] / rest if rest else members[top]
     return None if leave_out(info.name, os.lstat(path)) else info
-
-
-def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def chunks(path: Path) -> Iterator[bytes]:
@@ -177,7 +170,7 @@ def install_task(home: TaskHome, shipment: dict[str, Any], fetch: Callable[[Any]
             with open(archive, "wb") as out:
                 for ref in shipment["refs"]:
                     out.write(fetch(ref))
-            if _sha256(archive) != shipment["sha256"]:
+            if file_sha256(archive) != shipment["sha256"]:
                 raise MlabError(f"task {shipment['task']!r} arrived damaged (sha256 differs)")
             refused = extract(archive, staging, max_bytes=1 << 62)
             if refused:

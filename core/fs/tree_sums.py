@@ -1,8 +1,8 @@
 """What a tree holds, entry by entry, with each file's sha256: fast enough for 200,000 small files.
 
-The same map as run.taskdata.tree_digest (relative path -> ("dir", ""), ("file", sha256), ("symlink", target) or
-("other", "")), built for less: the kinds come from each folder's listing (no stat per file), and the files are
-hashed by a few threads in batches (a task per file cost more than reading it), so the disk's waits overlap.
+Relative path -> ("dir", ""), ("file", sha256), ("symlink", target, unresolved) or ("other", ""), built for
+less: the kinds come from each folder's listing (no stat per file), and the files are hashed by a few threads in
+batches (a task per file cost more than reading it), so the disk's waits overlap.
 """
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ def tree_sums(root: str | os.PathLike[str], skip: frozenset[str] = frozenset()) 
 
 
 def _hash_all(paths: list[str]) -> list[str]:
-    return [_sha256(path) for path in paths]
+    return [file_sha256(path) for path in paths]
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
     sha = hashlib.sha256()
     fd = os.open(path, FILE_FLAGS)  # listed as a file: never a link followed or a FIFO waited on
     try:

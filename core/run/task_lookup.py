@@ -38,10 +38,10 @@ def folder_digest(folder: Path) -> str:
     """One sha256 over a task folder's entries (paths, kinds and file contents, symlinks by target), at any depth:
     task.yaml, its scripts, its data and any other file, so a change to any of them is a changed task. Folders
     named in NOT_THE_TASK (.git, .hg, .svn, __pycache__), wherever they lie, are left out."""
-    from mlab.core.run.taskdata import tree_digest
+    from mlab.core.fs.tree_sums import tree_sums
 
     digest = hashlib.sha256()
-    for path, (kind, content) in tree_digest(folder, skip=NOT_THE_TASK).items():
+    for path, (kind, content) in tree_sums(folder, skip=NOT_THE_TASK).items():
         digest.update(f"{path}\0{kind}\0{content}\n".encode())
     return digest.hexdigest()
 

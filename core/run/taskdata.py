@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.tree_sums import tree_sums
 from mlab.core.run.held_out import write_held_out
 from mlab.core.task import Task
 from mlab.core.task_context import PrepareContext, default_home
@@ -124,14 +125,6 @@ class TaskHome:
             raise
         return True
 
-    def prepared_digest(self, task: Named) -> dict[str, tuple[str, str]]:
-        """What prepare wrote, by path below the task's folder: its public and hidden trees (see tree_digest).
-        The folder's own records (prepared.json, baseline.json) are left out: they hold times and scores."""
-        digest: dict[str, tuple[str, str]] = {}
-        for part, folder in (("public", self.public_dir(task)), ("hidden", self.hidden_dir(task))):
-            digest.update({f"{part}/{path}": entry for path, entry in tree_digest(folder).items()})
-        return digest
-
     def baseline_path(self, task: Named) -> Path:
         return self.task_dir(task) / "baseline.json"
 
@@ -208,7 +201,7 @@ def inputs_fingerprint(task_dir: Path) -> str:
     """One sha256 over a prepared folder's public and hidden trees (names, kinds and contents)."""
     digest = hashlib.sha256()
     for part in ("public", "hidden"):
-        tree = tree_digest(task_dir / part) if (task_dir / part).is_dir() else {}
+        tree = tree_sums(task_dir / part) if (task_dir / part).is_dir() else {}
         for path, (kind, content) in sorted(tree.items()):
             digest.update(f"{part}/{path}\0{kind}\0{content}\n".encode())
     return digest.hexdigest()
@@ -290,53 +283,6 @@ def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool])
 
     shutil.copytree(public, workspace, symlinks=False, copy_function=copy)
     return linked
-
-
-DIGEST_WORKERS = 8  # files read at once: a prepared folder of 200,000 small files waits on the disk, not the CPU
-
-
-def tree_digest(root: Path, skip: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
-    """Every entry below root by relative path: ("dir", ""), ("file", sha256 of the content), ("symlink", its
-    target, unresolved) or ("other", ""). Files are read in chunks, so a tree of any size fits in memory, and
-    several at once. Folders named in skip (at any depth) are left out, and not read."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    digest: dict[str, tuple[str, str]] = {}
-    files: list[tuple[str, Path]] = []
-    pending = [Path(root)]
-    while pending:
-        folder = pending.pop()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                path = Path(entry.path)
-                name = path.relative_to(root).as_posix()
-                mode = entry.stat(follow_symlinks=False).st_mode
-                if stat.S_ISLNK(mode):
-                    digest[name] = ("symlink", os.readlink(path))
-                elif stat.S_ISDIR(mode):
-                    if entry.name in skip:
-                        continue
-                    digest[name] = ("dir", "")
-                    pending.append(path)
-                elif stat.S_ISREG(mode):
-                    files.append((name, path))
-                else:
-                    digest[name] = ("other", "")
-    if len(files) > DIGEST_WORKERS:
-        with ThreadPoolExecutor(DIGEST_WORKERS, thread_name_prefix="mlab-digest") as pool:
-            sums = list(pool.map(_file_sha256, (path for _name, path in files), chunksize=64))
-    else:
-        sums = [_file_sha256(path) for _name, path in files]
-    digest.update({name: ("file", sha) for (name, _path), sha in zip(files, sums, strict=True)})
-    return dict(sorted(digest.items()))
-
-
-def _file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def _data_folder(task: Named) -> str | None:
