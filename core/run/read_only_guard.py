@@ -8,7 +8,10 @@ read-only files (one mount per file would cost a command seconds, and past a few
 After the command the guard puts back whatever changed. In a confined sandbox a folder that was mounted
 read-only and is the same folder afterwards (device and inode) cannot have changed, so it is not walked: the
 mount is the protection, the walk only checks that the folder was not swapped out from under it (renaming a
-folder above it is allowed). The unconfined sandbox has no mounts: every read-only entry is compared.
+folder above it is allowed). Whether a folder counts as read-only as a whole is decided by the survey, never
+anew after the command (a folder grown past SEPARATE_MOUNTS_MAX is no new entry). The unconfined sandbox has no
+mounts: there the kernel's change events name what a command changed (mlab.core.run.read_only_watch), and only
+that is compared; where they cannot be had, every read-only entry is.
 """
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ import os
 import secrets
 import shutil
 import stat
+import threading
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
 from mlab.core.fs.dirfd import NotAFolder, open_dir_at, open_dirs, open_root, remove_at, walk
 from mlab.core.run.env_settings import EnvSettings
+from mlab.core.run.read_only_walk import entry_state, walk_read_only
+from mlab.core.run.read_only_watch import Journal, ReadOnlyWatch
 from mlab.core.run.readonly import ReadOnlyRule, read_only_rule
 from mlab.core.run.workspace import Workspace
 
@@ -29,7 +35,6 @@ ReadOnlyState = dict[str, tuple[int, ...]]
 FolderId = tuple[int, int]  # (device, inode)
 
 SEPARATE_MOUNTS_MAX = 32  # more read-only entries than this in one folder: the folder is mounted as one
-MAX_DEPTH = 64
 NOTE_NAMES_MAX = 20  # a note names this many files, then says how many more
 
 
@@ -40,6 +45,8 @@ class Survey:
     mounts: list[str] = field(default_factory=list)  # what the sandbox mounts read-only, workspace-relative
     sealed: dict[str, FolderId] = field(default_factory=dict)  # mounted folders not walked (confined only)
     state: ReadOnlyState = field(default_factory=dict)  # (type, size, mtime, ctime, inode) of what was walked
+    whole: set[str] = field(default_factory=set)  # folders judged read-only as a whole (many names, all read-only)
+    journal: Journal | None = None  # unconfined, watched: what changes from now on, in place of `state`
 
 
 @dataclass
@@ -49,15 +56,14 @@ class Outcome:
     removed: list[str] = field(default_factory=list)  # entries the command added under read-only folders
 
 
-def _state(st: os.stat_result) -> tuple[int, ...]:
-    return stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
-
-
 class ReadOnlyGuard:
     def __init__(self, settings: EnvSettings, workspace: Workspace):
         self.settings = settings
         self.workspace = workspace
         self._removed: set[str] = set()  # what the last restore removed, for its note
+        self._whole: set[str] = set()  # what the last survey judged read-only as a whole, for later looks
+        self._watch: ReadOnlyWatch | None = None  # unconfined: the record kept by change events
+        self._watch_lock = threading.Lock()
 
     def _rule(self) -> ReadOnlyRule:
         return read_only_rule(tuple(self.settings.read_only_patterns))
@@ -67,96 +73,118 @@ class ReadOnlyGuard:
 
     def paths(self) -> list[Path]:
         """What a sandbox mounts read-only: the topmost matching entries, or their folder when it holds many."""
-        return [self.workspace.root / rel for rel in self._survey(seal=False).mounts]
+        return [self.workspace.root / rel for rel in self._walk_all(seal=False).mounts]
 
     def survey(self) -> Survey:
-        """One walk through folder descriptors (never re-resolving a path): what to mount and the state to
-        compare after the command. Only folders that can hold a read-only entry are entered."""
-        return self._survey(seal=self._confined())
+        """What to mount, and the state to compare after the command: in a confined sandbox one walk through
+        folder descriptors (never re-resolving a path), entering only folders that can hold a read-only entry;
+        unconfined, the watched record brought up to date."""
+        watched = self._watched()
+        if watched is not None:
+            return watched
+        found = self._walk_all(seal=self._confined())
+        self._whole = found.whole
+        return found
 
-    def _survey(self, seal: bool) -> Survey:
+    def state(self) -> ReadOnlyState:
+        """The state of every read-only entry, unfollowed."""
+        return self._walk_all(seal=False).state
+
+    def look(self, sealed: dict[str, FolderId]) -> Survey:
+        """The state of every read-only entry, except below the folders of `sealed` still there as the same
+        folder: those are recorded but not entered, and are the returned survey's `sealed`. Folders count as read-
+        only as a whole as the last survey judged them."""
+        watched = self._watched()
+        if watched is not None:
+            return watched
+        return self._look(sealed, self._whole)
+
+    def _look(self, sealed: dict[str, FolderId], whole: set[str]) -> Survey:
+        found = Survey(whole=set(whole))
+        if self._rule():
+            self._walk(found, sealed=sealed, seal=False)
+        return found
+
+    def _walk_all(self, seal: bool) -> Survey:
+        """A survey: folders judged read-only as a whole by what they hold now; with `seal`, the folders mounted
+        sealed."""
         found = Survey()
         if self._rule():
             self._walk(found, sealed=None, seal=seal)
         found.mounts.sort()
         return found
 
-    def state(self) -> ReadOnlyState:
-        """The state of every read-only entry, unfollowed."""
-        return self.look({}).state
+    def _watched(self) -> Survey | None:
+        """Unconfined: the watched record brought up to date, as a survey whose journal tells what changes from
+        now on; None where it cannot be had (then every entry is walked, before and after)."""
+        rule = self._rule()
+        if self._confined() or not rule:
+            return None
+        with self._watch_lock:
+            watch = self._watch
+            if watch is not None and (watch.rule is not rule or watch.pid != os.getpid()):
+                watch.close()
+                watch = self._watch = None
+            try:
+                if watch is None:
+                    watch = self._watch = ReadOnlyWatch.start(self.workspace.root, rule, self._whole_size)
+                    if watch is None:
+                        return None
+                else:
+                    watch.refresh()
+            except OSError:  # no inotify instance to be had any more
+                if watch is not None:
+                    watch.close()
+                self._watch = None
+                return None
+            return Survey(mounts=watch.mounts(), journal=watch.journal())
 
-    def look(self, sealed: dict[str, FolderId]) -> Survey:
-        """The state of every read-only entry, except below the folders of `sealed` still there as the same
-        folder: those are recorded but not entered, and are the returned survey's `sealed`."""
-        found = Survey()
-        if self._rule():
-            self._walk(found, sealed=sealed, seal=False)
-        return found
+    def close(self) -> None:
+        """Stop watching (the record's inotify instance)."""
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
 
     def _walk(self, found: Survey, sealed: dict[str, FolderId] | None, seal: bool) -> None:
-        """Fill `found`. sealed None: a survey (decide mounts; with `seal`, seal the folders mounted); else a
-        later look that does not enter the folders of `sealed` still there as they were."""
-        rule = self._rule()
+        """Fill `found`. sealed None: a survey (decide mounts and which folders are read-only as a whole; with
+        `seal`, seal the folders mounted); else a later look that does not enter the folders of `sealed` still
+        there as they were, and takes found.whole as decided."""
         try:
             root = open_root(self.workspace.root)
         except OSError:
             return
-        # (descriptor, prefix, everything in it read-only, depth)
-        stack: list[tuple[int, str, bool, int]] = [(root, "", False, 0)]
-        try:
-            while stack:
-                fd, prefix, covered, depth = stack.pop()
-                try:
-                    with os.scandir(fd) as listing:
-                        entries = list(listing)
-                except OSError:
-                    entries = []
-                try:
-                    for entry in entries:
-                        rel = prefix + entry.name
-                        try:
-                            st = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        is_dir = stat.S_ISDIR(st.st_mode)
-                        identity = (st.st_dev, st.st_ino)
-                        if sealed and is_dir and sealed.get(rel) == identity:
-                            found.sealed[rel] = identity  # still the folder mounted read-only: not entered
-                            found.state[rel] = _state(st)
-                            continue
-                        matched = covered or rule.matches(rel)
-                        whole = False
-                        if not matched:
-                            if not (is_dir and rule.may_hold(rel)):
-                                continue
-                            whole = self._whole_folder(rule, fd, entry.name, rel)
-                        if not covered and (matched or whole):
-                            if sealed is None:
-                                found.mounts.append(rel)
-                        read_only = matched or whole
-                        if read_only:
-                            found.state[rel] = _state(st)
-                        if not is_dir or depth + 1 >= MAX_DEPTH:
-                            continue
-                        if seal and read_only and not covered:
-                            found.sealed[rel] = identity  # mounted read-only: nothing below can change
-                            continue
-                        try:
-                            child = open_dir_at(fd, entry.name)
-                        except (NotAFolder, PermissionError):
-                            continue
-                        stack.append((child, rel + "/", read_only, depth + 1))
-                finally:
-                    os.close(fd)
-        finally:
-            for fd, *_rest in stack:
-                os.close(fd)
+
+        def whole(fd: int, name: str, rel: str) -> bool:
+            if sealed is not None:
+                return rel in found.whole
+            if self._whole_size(fd, name, rel):
+                found.whole.add(rel)
+                return True
+            return False
+
+        def visit(fd: int, name: str, rel: str, st: os.stat_result, read_only: bool, covered: bool) -> bool:
+            is_dir = stat.S_ISDIR(st.st_mode)
+            identity = (st.st_dev, st.st_ino)
+            if sealed and is_dir and sealed.get(rel) == identity:
+                found.sealed[rel] = identity  # still the folder mounted read-only: not entered
+                found.state[rel] = entry_state(st)
+                return False
+            if not read_only:
+                return True  # a folder that may hold read-only entries
+            if not covered and sealed is None:
+                found.mounts.append(rel)
+            found.state[rel] = entry_state(st)
+            if seal and is_dir and not covered:
+                found.sealed[rel] = identity  # mounted read-only: nothing below can change
+                return False
+            return True
+
+        walk_read_only(self._rule(), root, "", False, 0, whole, visit)
 
     @staticmethod
-    def _whole_folder(rule: ReadOnlyRule, parent: int, name: str, rel: str) -> bool:
-        """Whether the folder rel is mounted as one: every name in it is read-only, and it holds many."""
-        if not rule.any_name_matches(rel):
-            return False
+    def _whole_size(parent: int, name: str, rel: str) -> bool:
+        """Whether the folder rel, every name in which is read-only, is mounted as one: it holds many."""
         try:
             fd = open_dir_at(parent, name)
         except (NotAFolder, PermissionError):
@@ -171,17 +199,35 @@ class ReadOnlyGuard:
 
     def restore(self, before: Survey) -> Outcome:
         """Belt and braces: put back what changed since `before` (a survey, or a look)."""
-        after = self.look(before.sealed)
+        if before.journal is not None:
+            watch = self._watch
+            if watch is None:  # stopped since the survey: what happened since cannot be told
+                return Outcome([], {})
+            with self._watch_lock:
+                try:
+                    watch.refresh()
+                except OSError:
+                    self._watch = None
+                    watch.close()
+                    return Outcome([], {})
+                then, now = watch.changes(before.journal)
+            return self._put_back(then, now, {}, {})
+        after = self._look(before.sealed, before.whole)
         for rel in after.sealed:
             after.state[rel] = before.state[rel]  # mounted read-only and still there: vouched for by the mount
-        changed = sorted(rel for rel in set(before.state) | set(after.state)
-                         if before.state.get(rel) != after.state.get(rel))
-        replaced = [rel for rel in before.sealed if rel not in after.sealed]  # swapped out: every file below
-        self._unshare_moved(before, after, replaced)
+        return self._put_back(before.state, after.state, before.sealed, after.sealed)
+
+    def _put_back(self, before: ReadOnlyState, after: ReadOnlyState, sealed: dict[str, FolderId],
+                  intact: dict[str, FolderId]) -> Outcome:
+        """Put back what differs between before and after (states of the entries in question), given the
+        folders sealed before and those found intact after."""
+        changed = sorted(rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel))
+        replaced = [rel for rel in sealed if rel not in intact]  # swapped out: every file below
+        self._unshare_moved(before, after, sealed, intact, replaced)
         # Entries the command added under a read-only folder go, whole (the topmost of them), pristine copy or not;
         # below a swapped sealed folder everything is put back whole anyway.
         swapped = tuple(f"{rel}/" for rel in replaced)
-        added = [rel for rel in changed if rel not in before.state and not rel.startswith(swapped)]
+        added = [rel for rel in changed if rel not in before and not rel.startswith(swapped)]
         added_set = set(added)
         removed = [rel for rel in added if not any("/".join(rel.split("/")[:i]) in added_set
                                                    for i in range(1, rel.count("/") + 1))]
@@ -189,7 +235,7 @@ class ReadOnlyGuard:
             self._remove(rel)
         changed = [rel for rel in changed if rel not in added]
         # Folders only change because something below them did; name the files.
-        dirs = {rel for rel in changed if (before.state.get(rel) or after.state[rel])[0] == stat.S_IFDIR}
+        dirs = {rel for rel in changed if (before.get(rel) or after[rel])[0] == stat.S_IFDIR}
         files = [rel for rel in changed if rel not in dirs]
         pristine = self.settings.pristine_dir
         if pristine:
@@ -201,16 +247,17 @@ class ReadOnlyGuard:
         self._removed = set(removed)
         # A folder's own change is news only when nothing below it explains it (a file put back, an entry removed).
         shown = files or ([] if removed else sorted(dirs))
-        return Outcome(sorted(shown + removed), after.sealed, removed)
+        return Outcome(sorted(shown + removed), intact, removed)
 
-    def _unshare_moved(self, before: Survey, after: Survey, replaced: list[str]) -> None:
+    def _unshare_moved(self, before: ReadOnlyState, after: ReadOnlyState, sealed: dict[str, FolderId],
+                       intact: dict[str, FolderId], replaced: list[str]) -> None:
         """A confined command may rename a folder above a read-only mount: the mount moves with it, and once the
         command ends its files (hard links of the task's prepared copy, see stage_workspace) would sit at a path
         the next command may write. Wherever a sealed folder or a mounted file went, each of its files with
         other links becomes a copy of its own. Costs a walk of the workspace, only after such a move."""
-        moved_dirs = {before.sealed[rel] for rel in replaced}
-        moved_files = {state[4] for rel, state in before.state.items()
-                       if state[0] == stat.S_IFREG and (after.state.get(rel) or (0,) * 5)[4] != state[4]}
+        moved_dirs = {sealed[rel] for rel in replaced}
+        moved_files = {state[4] for rel, state in before.items()
+                       if state[0] == stat.S_IFREG and (after.get(rel) or (0,) * 5)[4] != state[4]}
         if not moved_dirs and not moved_files:
             return
         try:
@@ -220,7 +267,7 @@ class ReadOnlyGuard:
         inside_moved: list[str] = []  # the moved sealed folders, where the walk found them
         try:
             # sealed folders still in place are the mount's: nothing below can have moved
-            for entry in walk(root, skip=lambda rel: rel in after.sealed):
+            for entry in walk(root, skip=lambda rel: rel in intact):
                 st = entry.st
                 if stat.S_ISDIR(st.st_mode):
                     if (st.st_dev, st.st_ino) in moved_dirs:

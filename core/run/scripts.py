@@ -165,3 +165,4 @@ class ScriptRunner:
         if self.repl is not None:
             self.repl.close()
             self.repl = None
+        self.guard.close()

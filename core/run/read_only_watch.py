@@ -1,0 +1,566 @@
+"""The unconfined sandbox's record of a workspace's read-only entries, kept current by the kernel's change events.
+
+A confining sandbox mounts the read-only entries read-only, so after a command the guard need not look at them.
+The unconfined sandbox mounts nothing, and comparing every read-only entry before and after every command cost a
+command two stat calls per entry (200,000 files: 51x a bare child). Instead the first survey walks them once and
+watches (inotify) each read-only file's inode and each folder the walk entered; a command then costs what its
+events name, each named entry looked at again through folder descriptors.
+
+- A file's watch is on its inode: a write through any hard link, made before or during the command, anywhere,
+  reaches it. A folder's watch names what was created, removed or renamed in it (and, for a read-only folder,
+  its own attributes), so a swapped file or folder is found.
+- Writes through a shared writable mapping have no event. Opens and last closes of read-only files are counted
+  (IN_OPEN, IN_CLOSE_*): a file still open after a command (the REPL, or a process outliving its command) is
+  looked at after every command until its last close, as the stat comparison did.
+- A watch past the user's limit (fs.inotify.max_user_watches): that file is looked at, that folder listed, after
+  every command.
+- Events lost (the queue overflowed) or a watch that broke: the record is walked again with a new instance. Opens
+  before the watches are unknown (also at the first walk), so the open descriptors and mappings of every process
+  the harness can read (/proc) name the read-only files held; those are looked at, and /proc read again, until
+  none is held. A descriptor in flight through a Unix socket at that instant is in no process's table.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlab.core.fs.dirfd import NotAFolder, lstat_at, open_dir_at, open_root
+from mlab.core.run.read_only_walk import MAX_DEPTH, State, Whole, entry_state, walk_read_only
+from mlab.core.run.readonly import ReadOnlyRule
+
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x2, 0x4, 0x8, 0x10, 0x20
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+IN_ONLYDIR, IN_DONT_FOLLOW = 0x1000000, 0x2000000
+LISTING = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+FOLDER_MASK = LISTING | IN_ONLYDIR  # added through /proc/self/fd/N, a link to follow
+READ_ONLY_FOLDER_MASK = FOLDER_MASK | IN_ATTRIB
+CHANGED = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
+FILE_MASK = CHANGED | IN_OPEN | IN_CLOSE_NOWRITE | IN_DONT_FOLLOW
+_HEADER_SIZE = 16  # wd, mask, cookie, len
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+    except (OSError, AttributeError):  # not Linux, or a libc without inotify
+        return None
+    return libc
+
+
+_libc = _load_libc()
+
+
+class Journal:
+    """What changed since a survey: each entry's state when the survey was taken (None: absent then)."""
+
+    __slots__ = ("entries", "__weakref__")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, State | None] = {}
+
+
+@dataclass
+class _Folder:
+    identity: tuple[int, int]  # (device, inode)
+    covered: bool  # read-only itself: every entry in it is
+    depth: int  # of its entries
+    wd: int | None  # None: past the watch limit, listed at every refresh
+
+
+class _Gone(Exception):
+    """The workspace's root is not the folder recorded: the record is walked again."""
+
+
+class ReadOnlyWatch:
+    """The read-only entries of one workspace (`state`, by workspace-relative name) and their watches."""
+
+    def __init__(self, root: Path, rule: ReadOnlyRule, whole: Whole):
+        self.root, self.rule, self._whole_rule = root, rule, whole
+        self.pid = os.getpid()  # a forked copy shares the instance: it makes its own
+        self.state: dict[str, State] = {}
+        self._fd = -1
+        self._lock = threading.RLock()
+        self._journals: weakref.WeakSet[Journal] = weakref.WeakSet()
+        self._recording = True  # False while a rebuild fills a new record (compared with the old one after)
+        # folders the first walk judged read-only as a whole; kept by later walks, so that a folder grown past
+        # SEPARATE_MOUNTS_MAX names is no new read-only entry (which would be removed)
+        self._whole: set[str] = set()
+        self._walked = False
+        self._reset()
+
+    @classmethod
+    def start(cls, root: Path, rule: ReadOnlyRule, whole: Whole) -> ReadOnlyWatch | None:
+        """The record, walked and watched; None where inotify cannot be had (no Linux, the instance limit)."""
+        if not os.path.isdir("/proc/self/fd"):  # watches are added through it
+            return None
+        watch = cls(root, rule, whole)
+        if not watch._rebuild():
+            return None
+        return watch
+
+    def _reset(self) -> None:
+        self._folders: dict[str, _Folder] = {}
+        self._wd_folder: dict[int, str] = {}
+        self._children: dict[str, set[str]] = {}  # folder -> the entries recorded in it (read-only, or folders)
+        self._rel_wd: dict[str, int] = {}
+        self._wd_rels: dict[int, set[str]] = {}  # a file's inode may have several read-only names
+        self._opens: dict[int, int] = {}  # open file descriptions per file watch, from IN_OPEN and IN_CLOSE_*
+        self._unwatched_files: set[str] = set()
+        self._unwatched_folders: set[str] = set()
+        self._mounts: set[str] = set()  # the topmost read-only entries
+        self._mount_list: list[str] | None = []
+        self._held: set[str] | None = None  # None: opens before the watches unknown; else files found held
+
+    # ---- the record ---------------------------------------------------------------------------------------------
+
+    def journal(self) -> Journal:
+        """A journal of what changes from now on (a survey's)."""
+        with self._lock:
+            journal = Journal()
+            self._journals.add(journal)
+            return journal
+
+    def changes(self, journal: Journal) -> tuple[dict[str, State], dict[str, State]]:
+        """The state before and now of each entry that changed since journal's survey (after a refresh), which
+        it then stops recording."""
+        with self._lock:
+            self._journals.discard(journal)
+            before = {rel: old for rel, old in journal.entries.items() if old is not None}
+            now = {rel: self.state[rel] for rel in journal.entries if rel in self.state}
+            return before, now
+
+    def mounts(self) -> list[str]:
+        with self._lock:
+            if self._mount_list is None:
+                self._mount_list = sorted(self._mounts)
+            return list(self._mount_list)
+
+    def _set(self, rel: str, value: State | None) -> None:
+        old = self.state.get(rel)
+        if old == value:
+            return
+        if self._recording and len(self._journals):
+            for journal in self._journals:
+                journal.entries.setdefault(rel, old)
+        if value is None:
+            del self.state[rel]
+        else:
+            self.state[rel] = value
+
+    # ---- watches -------------------------------------------------------------------------------------------------
+
+    def _add(self, path: str, mask: int) -> int | None:
+        """A watch on path (through /proc/self/fd, never re-resolving a workspace path); None past the watch limit
+        or where the file may not be read (then it is looked at every time); FileNotFoundError when it went."""
+        assert _libc is not None
+        wd = int(_libc.inotify_add_watch(self._fd, os.fsencode(path), mask))
+        if wd >= 0:
+            return wd
+        code = ctypes.get_errno()
+        if code in (errno.ENOENT, errno.ENOTDIR):
+            raise FileNotFoundError(code, os.strerror(code), path)
+        return None
+
+    def _remove_watch(self, wd: int) -> None:
+        assert _libc is not None
+        _libc.inotify_rm_watch(self._fd, wd)  # its IN_IGNORED then finds the watch already forgotten
+        self._opens.pop(wd, None)
+
+    def _watch_file(self, dir_fd: int, name: str, rel: str) -> None:
+        wd = self._add(f"/proc/self/fd/{dir_fd}/{name}", FILE_MASK)
+        old = self._rel_wd.get(rel)
+        if old == wd and wd is not None:
+            return
+        self._unwatch_file(rel)
+        if wd is None:
+            self._unwatched_files.add(rel)
+            return
+        self._rel_wd[rel] = wd
+        self._wd_rels.setdefault(wd, set()).add(rel)
+
+    def _unwatch_file(self, rel: str) -> None:
+        self._unwatched_files.discard(rel)
+        wd = self._rel_wd.pop(rel, None)
+        if wd is None:
+            return
+        rels = self._wd_rels.get(wd)
+        if rels is not None:
+            rels.discard(rel)
+            if not rels:
+                del self._wd_rels[wd]
+                self._remove_watch(wd)
+
+    # ---- walking -------------------------------------------------------------------------------------------------
+
+    def _decide(self, fd: int, name: str, rel: str) -> bool:
+        whole = self._whole_rule(fd, name, rel)
+        if whole:
+            self._whole.add(rel)
+        return whole
+
+    def _decided(self, fd: int, name: str, rel: str) -> bool:
+        return rel in self._whole
+
+    def _entered(self, fd: int, prefix: str, covered: bool, depth: int) -> None:
+        rel = prefix[:-1]
+        try:
+            wd = self._add(f"/proc/self/fd/{fd}", READ_ONLY_FOLDER_MASK if covered else FOLDER_MASK)
+        except FileNotFoundError:
+            wd = None
+        st = os.fstat(fd)  # after the watch: a later change has an event
+        if covered:
+            self._set(rel, entry_state(st))
+        self._folders[rel] = _Folder((st.st_dev, st.st_ino), covered, depth, wd)
+        self._children.setdefault(rel, set())
+        if wd is None:
+            self._unwatched_folders.add(rel)
+        else:
+            self._wd_folder[wd] = rel
+
+    def _visit(self, fd: int, name: str, rel: str, st: os.stat_result, read_only: bool, covered: bool) -> bool:
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if read_only and not is_dir:
+            try:
+                self._watch_file(fd, name, rel)
+            except FileNotFoundError:
+                return False  # gone since the listing: its folder's event says so
+            now = lstat_at(fd, name)  # after the watch: a later change has an event
+            if now is None:
+                self._unwatch_file(rel)
+                return False
+            st = now
+        self._children.setdefault(rel.rpartition("/")[0], set()).add(rel)
+        if read_only:
+            self._set(rel, entry_state(st))
+            if not covered and rel not in self._mounts:
+                self._mounts.add(rel)
+                self._mount_list = None
+        return is_dir
+
+    def _walk_from(self, fd: int, prefix: str, covered: bool, depth: int, decide: bool) -> None:
+        walk_read_only(self.rule, fd, prefix, covered, depth, self._decide if decide else self._decided,
+                       self._visit, self._entered)
+
+    def _drop(self, rel: str) -> None:
+        """Forget rel and everything recorded below it (their watches too)."""
+        self._children.get(rel.rpartition("/")[0], set()).discard(rel)
+        todo = [rel]
+        while todo:
+            current = todo.pop()
+            self._set(current, None)
+            if current in self._mounts:
+                self._mounts.discard(current)
+                self._mount_list = None
+            self._unwatch_file(current)
+            folder = self._folders.pop(current, None)
+            if folder is not None:
+                self._unwatched_folders.discard(current)
+                if folder.wd is not None and self._wd_folder.pop(folder.wd, None) is not None:
+                    self._remove_watch(folder.wd)
+            todo.extend(self._children.pop(current, ()))
+
+    def _rebuild(self) -> bool:
+        """Walk the whole record again with a new instance; False where inotify cannot be had."""
+        old = self.state
+        self.close()
+        self._fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC) if _libc is not None else -1
+        if self._fd < 0:
+            return False
+        self.pid = os.getpid()
+        self._reset()
+        self.state = {}
+        self._recording = False
+        try:
+            try:
+                root = open_root(self.root)
+            except OSError:
+                pass  # no workspace (removed, to be made again): nothing is recorded
+            else:
+                self._walk_from(root, "", False, 0, decide=not self._walked)
+                self._walked = True
+        finally:
+            self._recording = True
+        if len(self._journals):
+            new = self.state
+            for rel in old.keys() | new.keys():
+                if old.get(rel) != new.get(rel):
+                    for journal in self._journals:
+                        journal.entries.setdefault(rel, old.get(rel))
+        self._check_held()  # before the next look: a file held from before is looked at from then on
+        return True
+
+    # ---- after a command -----------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring the record up to date: look again at what the events since the last refresh name, at open files
+        and at what is not watched."""
+        with self._lock:
+            if self.pid != os.getpid() or self._fd < 0:
+                self._rebuild_or_fail()
+            else:
+                dirty = self._drain()
+                if dirty is None:
+                    self._rebuild_or_fail()
+                else:
+                    self._look_at(dirty)
+                    self._check_held()
+
+    def _rebuild_or_fail(self) -> None:
+        if not self._rebuild():
+            raise OSError(errno.EMFILE, "no inotify instance can be had for the read-only watch")
+
+    def _look_at(self, dirty: set[str]) -> None:
+        for wd, count in self._opens.items():
+            if count > 0:
+                dirty |= self._wd_rels.get(wd, set())
+        dirty |= self._unwatched_files | (self._held or set())
+        folders = _Descriptors(self)
+        try:
+            for folder in list(self._unwatched_folders):
+                fd = folders.open(folder)
+                if fd is None:
+                    dirty.add(folder)
+                    continue
+                try:
+                    names = os.listdir(fd)
+                except OSError:
+                    names = []
+                prefix = folder + "/" if folder else ""
+                dirty.update(prefix + name for name in names)
+                dirty |= self._children.get(folder, set())
+            for rel in sorted(dirty, key=lambda rel: rel.count("/")):  # a folder before what it holds
+                self._examine(rel, folders)
+        except _Gone:
+            folders.close()
+            self._rebuild_or_fail()
+        finally:
+            folders.close()
+
+    def _examine(self, rel: str, folders: _Descriptors) -> None:
+        """Look at rel again and update the record: what stands there now, recorded (walked, for a new folder)."""
+        if not rel:
+            raise _Gone()
+        parent_rel, _, name = rel.rpartition("/")
+        parent = self._folders.get(parent_rel)
+        if parent is None:
+            return  # not recorded, or its folder went earlier in this refresh
+        fd = folders.open(parent_rel)
+        if fd is None:  # its folder is no longer the one recorded: that folder first, with all below it
+            self._examine(parent_rel, folders)
+            return
+        if parent.covered:  # a read-only folder changes with what it holds
+            self._set(parent_rel, entry_state(os.fstat(fd)))
+        try:
+            st = lstat_at(fd, name)
+        except OSError:
+            st = None
+        is_dir = st is not None and stat.S_ISDIR(st.st_mode)
+        known = self._folders.get(rel)
+        if known is not None:
+            if is_dir and st is not None and (st.st_dev, st.st_ino) == known.identity:
+                if known.covered:
+                    self._set(rel, entry_state(st))  # its own attributes
+                return
+            self._drop(rel)
+        elif rel in self._children.get(parent_rel, ()):
+            old = self.state.get(rel)
+            if st is None or is_dir or old is None or (old[0], old[4]) != (stat.S_IFMT(st.st_mode), st.st_ino):
+                self._drop(rel)  # another entry stands there now (a file recorded as a file is looked at again)
+        if st is None:
+            return
+        read_only = parent.covered or self.rule.matches(rel)
+        if not read_only:
+            if not (is_dir and self.rule.may_hold(rel)):
+                return
+            read_only = rel in self._whole and self.rule.any_name_matches(rel)
+        if self._visit(fd, name, rel, st, read_only, parent.covered) and parent.depth + 1 < MAX_DEPTH:
+            try:
+                child = open_dir_at(fd, name)
+            except (NotAFolder, PermissionError):
+                return
+            self._walk_from(child, rel + "/", read_only, parent.depth + 1, decide=False)
+
+    def _drain(self) -> set[str] | None:
+        """The entries the events since the last drain name; None when events were lost."""
+        dirty: set[str] = set()
+        lost = False
+        while True:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            except OSError:
+                return None
+            if not data:
+                break
+            lost = self._parse(data, dirty) or lost
+        return None if lost else dirty
+
+    def _parse(self, data: bytes, dirty: set[str]) -> bool:
+        """Add what the events in data name to dirty; True when events were lost."""
+        lost = False
+        offset = 0
+        while offset + _HEADER_SIZE <= len(data):
+            wd, mask, _cookie, length = _unpack(data, offset)
+            name = data[offset + _HEADER_SIZE:offset + _HEADER_SIZE + length].rstrip(b"\0")
+            offset += _HEADER_SIZE + length
+            if mask & IN_Q_OVERFLOW:
+                lost = True
+                continue
+            folder = self._wd_folder.get(wd)
+            if folder is not None:
+                if mask & IN_IGNORED:  # the folder went (its parent's event names it), or its watch did
+                    del self._wd_folder[wd]
+                    record = self._folders.get(folder)
+                    if record is not None and record.wd == wd:
+                        record.wd = None
+                        self._unwatched_folders.add(folder)
+                    dirty.add(folder)
+                elif name:
+                    dirty.add(f"{folder}/{os.fsdecode(name)}" if folder else os.fsdecode(name))
+                else:
+                    dirty.add(folder)  # the folder itself: its attributes changed, or it moved or went
+                continue
+            rels = self._wd_rels.get(wd)
+            if rels is None:
+                continue
+            if mask & IN_IGNORED:  # the inode went: looked at again, watched again if a file stands there
+                del self._wd_rels[wd]
+                self._opens.pop(wd, None)
+                for rel in rels:
+                    self._rel_wd.pop(rel, None)
+                dirty |= rels
+                continue
+            if mask & IN_OPEN:
+                self._opens[wd] = self._opens.get(wd, 0) + 1
+            if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
+                # a description opened before the watch closes unopened: never below 0 (see _check_held)
+                count = self._opens.get(wd, 0) - 1
+                if count > 0:
+                    self._opens[wd] = count
+                else:
+                    self._opens.pop(wd, None)
+            if mask & CHANGED:
+                dirty |= rels
+        return lost
+
+    # ---- files held open from before the watches -----------------------------------------------------------------
+
+    def _check_held(self) -> None:
+        """While opens before the watches may be outstanding, find which recorded files any process holds (open
+        or mapped). A file none holds has no open description: its count starts again from 0."""
+        if self._held is not None and not self._held:
+            return
+        if self._held is None:
+            targets = {rel for rel, value in self.state.items() if value[0] != stat.S_IFDIR}
+        else:
+            targets = {rel for rel in self._held if rel in self.state}
+        inodes: dict[int, set[str]] = {}
+        for rel in targets:
+            inodes.setdefault(self.state[rel][4], set()).add(rel)
+        held_inodes = held_by_processes(set(inodes)) if inodes else set()
+        self._held = {rel for inode in held_inodes for rel in inodes.get(inode, ())}
+        for rel in targets - self._held:
+            wd = self._rel_wd.get(rel)
+            if wd is not None:
+                self._opens.pop(wd, None)
+
+    def close(self) -> None:
+        if self._fd >= 0 and self.pid == os.getpid():
+            os.close(self._fd)
+        self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _unpack(data: bytes, offset: int) -> tuple[int, int, int, int]:
+    return (int.from_bytes(data[offset:offset + 4], "little", signed=True),
+            int.from_bytes(data[offset + 4:offset + 8], "little"),
+            int.from_bytes(data[offset + 8:offset + 12], "little"),
+            int.from_bytes(data[offset + 12:offset + 16], "little"))
+
+
+class _Descriptors:
+    """Recorded folders opened in one refresh, each checked to be the folder recorded; closed at its end."""
+
+    def __init__(self, watch: ReadOnlyWatch):
+        self.watch = watch
+        self.open_fds: dict[str, int | None] = {}
+
+    def open(self, rel: str) -> int | None:
+        """The descriptor of the recorded folder rel; None when what stands there is not that folder (the root:
+        _Gone)."""
+        if rel in self.open_fds:
+            return self.open_fds[rel]
+        record = self.watch._folders.get(rel)
+        fd: int | None = None
+        if record is not None:
+            try:
+                if rel:
+                    parent_rel, _, name = rel.rpartition("/")
+                    parent = self.open(parent_rel)
+                    fd = open_dir_at(parent, name) if parent is not None else None
+                else:
+                    fd = open_root(self.watch.root)
+            except OSError:
+                fd = None
+            if fd is not None:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != record.identity:
+                    os.close(fd)
+                    fd = None
+        if fd is None and not rel:
+            raise _Gone()
+        self.open_fds[rel] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self.open_fds.values():
+            if fd is not None:
+                os.close(fd)
+        self.open_fds.clear()
+
+
+def held_by_processes(inodes: set[int]) -> set[int]:
+    """Which of these inodes an open descriptor or a mapping of any process this one may read refers to (a mapping
+    by inode alone: /proc/PID/maps may give another device number than stat)."""
+    found: set[int] = set()
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return set(inodes)  # nothing can be known: every one may be held
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # gone, or another user's
+        for number in descriptors:
+            try:
+                inode = os.stat(f"/proc/{pid}/fd/{number}").st_ino
+            except OSError:
+                continue
+            if inode in inodes:
+                found.add(inode)
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as maps:
+                lines = maps.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split(None, 5)
+            if len(fields) >= 5 and fields[4].isdigit() and int(fields[4]) in inodes:
+                found.add(int(fields[4]))
+    return found

@@ -1,0 +1,210 @@
+"""The unconfined sandbox mounts nothing read-only, so its guard learns what a command did to the read-only files
+from the kernel's change events (mlab.core.run.read_only_watch): a command costs the guard what it changed, not
+what the workspace holds (issue 42 item 4), and what agent code does to them is still undone, through a hard link
+or a mapping too. Also: a read-only folder that grows past SEPARATE_MOUNTS_MAX names during a command is not
+taken for a new entry and removed."""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
+from tests.fixtures.sandboxes import CONFINING
+from tests.test_read_only_scale import IMAGES, image_bytes, make_images_env, run
+
+UNCONFINED = ["unconfined", "fallback"]  # the unconfined sandbox, and the local one without namespaces
+
+
+class Examined:
+    """Entries the harness listed (os.scandir) or looked at (os.stat, os.lstat) while it counted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.count = 0
+        self.on = False
+        real_scandir, real_stat, real_lstat = os.scandir, os.stat, os.lstat
+        examined = self
+
+        class Listing:
+            def __init__(self, *args, **kwargs):
+                self.inner = real_scandir(*args, **kwargs)
+
+            def __enter__(self):
+                self.inner.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self.inner.__exit__(*exc)
+
+            def __iter__(self):
+                for entry in self.inner:
+                    examined.count += examined.on
+                    yield entry
+
+        def counted(real):
+            def call(*args, **kwargs):
+                examined.count += examined.on
+                return real(*args, **kwargs)
+            return call
+
+        monkeypatch.setattr(os, "scandir", Listing)
+        monkeypatch.setattr(os, "stat", counted(real_stat))
+        monkeypatch.setattr(os, "lstat", counted(real_lstat))
+
+
+@pytest.mark.parametrize("sandbox", UNCONFINED)
+def test_a_command_costs_the_unconfined_guard_what_it_changed(tmp_path, monkeypatch, sandbox):
+    """Before, the guard listed and compared all 3,000 read-only images before and after every command; now the
+    first command's survey walks them once, and a later command costs the entries its events name."""
+    env = make_images_env(tmp_path, sandbox)
+    examined = Examined(monkeypatch)
+    try:
+        obs, err = run(env, "print('first')\n")
+        assert not err and "first" in obs, obs
+        watching(env)
+        examined.on = True
+        obs, err = run(env, "open('data/images/00007.png', 'a').write('x')\nprint('wrote')\n")
+        examined.on = False
+        assert not err and "wrote" in obs, obs
+        assert "[read-only files were changed and have been restored: data/images/00007.png]" in obs, obs
+        assert (env.workspace / "data" / "images" / "00007.png").read_bytes() == image_bytes(7)
+        assert examined.count < 60, examined.count  # before: more than twice the 3,000 images
+        examined.count = 0
+        examined.on = True
+        obs, err = run(env, "print('idle')\n")
+        examined.on = False
+        assert not err and "idle" in obs and "read-only" not in obs, obs
+        assert examined.count < 30, examined.count
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sandbox", UNCONFINED)
+def test_writes_through_a_hard_link_are_undone(tmp_path, sandbox):
+    """A file's watch is on its inode: a write through another name reaches it, and so does the link itself
+    (the file's link count and change time), which is undone too: a link made outside the workspace is left
+    with the old file, and a later write through it changes nothing of the workspace."""
+    env = make_images_env(tmp_path, sandbox)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    images = env.workspace / "data" / "images"
+    try:
+        obs, err = run(env, "import os\nos.link('data/images/00001.png', 'mine.png')\n"
+                            "open('mine.png', 'r+').write('hacked')\nprint('linked')\n")
+        assert not err and "have been restored: data/images/00001.png]" in obs, obs
+        obs, err = run(env, f"import os\nos.link('data/images/00002.png', {str(outside / 'far.png')!r})\n"
+                            "print('linked')\n")
+        assert not err and "have been restored: data/images/00002.png]" in obs, obs
+        obs, err = run(env, f"open({str(outside / 'far.png')!r}, 'r+').write('hacked')\nprint('wrote')\n")
+        assert not err and "wrote" in obs and "read-only" not in obs, obs
+        assert (outside / "far.png").read_bytes().startswith(b"hacked")
+        assert (images / "00001.png").read_bytes() == image_bytes(1)
+        assert (images / "00002.png").read_bytes() == image_bytes(2)
+        assert os.stat(images / "00002.png").st_nlink == 1
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sandbox", UNCONFINED)
+def test_a_write_through_a_mapping_the_repl_keeps_is_undone(tmp_path, sandbox):
+    """A write through a shared mapping has no event. The REPL maps a read-only image in one command and writes
+    it through the mapping in the next: the open file is looked at after every command, so the write is found."""
+    env = make_images_env(tmp_path, sandbox)
+    images = env.workspace / "data" / "images"
+    try:
+        obs, err = act_repl(env, "import mmap\nf = open('data/images/00003.png', 'r+b')\n"
+                                 "m = mmap.mmap(f.fileno(), 0)\nf.close()\nprint('mapped')")
+        assert not err and "mapped" in obs and "read-only" not in obs, obs
+        obs, err = act_repl(env, "m[:6] = b'HACKED'\nm.flush()\nprint('wrote')")
+        assert not err and "have been restored: data/images/00003.png]" in obs, obs
+        assert (images / "00003.png").read_bytes() == image_bytes(3)
+    finally:
+        env.close()
+
+
+def test_a_mapping_made_before_the_guard_watched_is_found_through_proc(tmp_path, monkeypatch):
+    """Opens before the watches are unknown: when the first survey had no watch (no inotify instance then), the
+    REPL mapped a file without an event. The survey that starts watching reads which files processes hold open
+    or mapped (/proc), and looks at those after every command."""
+    from mlab.core.run.read_only_watch import ReadOnlyWatch
+
+    env = make_images_env(tmp_path, "unconfined")
+    images = env.workspace / "data" / "images"
+    start = ReadOnlyWatch.start
+    monkeypatch.setattr(ReadOnlyWatch, "start", classmethod(lambda cls, *args: None))
+    try:
+        obs, err = act_repl(env, "import mmap\nf = open('data/images/00006.png', 'r+b')\n"
+                                 "m = mmap.mmap(f.fileno(), 0)\nf.close()\nprint('mapped')")
+        assert not err and "mapped" in obs, obs
+        assert env.scripts.guard._watch is None
+        monkeypatch.setattr(ReadOnlyWatch, "start", start)
+        obs, err = act_repl(env, "m[:6] = b'HACKED'\nm.flush()\nprint('wrote')")
+        watching(env)
+        assert not err and "have been restored: data/images/00006.png]" in obs, obs
+        assert (images / "00006.png").read_bytes() == image_bytes(6)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sandbox", UNCONFINED)
+def test_a_command_whose_events_overflow_the_queue_is_still_checked(tmp_path, sandbox):
+    """Opening the images over and over fills the kernel's event queue (16,384 events by default) after the
+    write: the events are lost, so the record is walked again, and the write is found."""
+    env = make_images_env(tmp_path, sandbox)
+    images = env.workspace / "data" / "images"
+    try:
+        obs, err = run(env, "print('first')\n")
+        assert not err, obs
+        obs, err = run(env, "import os\nopen('data/images/00004.png', 'a').write('x')\n"
+                            "for _ in range(4):\n    for name in os.listdir('data/images'):\n"
+                            "        open(os.path.join('data/images', name), 'rb').close()\nprint('read')\n")
+        assert not err and "have been restored: data/images/00004.png]" in obs, obs
+        assert (images / "00004.png").read_bytes() == image_bytes(4)
+        obs, err = run(env, "open('data/images/00005.png', 'w').write('x')\nprint('again')\n")
+        assert not err and "have been restored: data/images/00005.png]" in obs, obs
+        assert len(os.listdir(images)) == IMAGES
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sandbox", [*UNCONFINED, *CONFINING])
+def test_a_read_only_folder_growing_past_the_mount_limit_stays(tmp_path, sandbox):
+    """data/images/* with exactly SEPARATE_MOUNTS_MAX images is not mounted as one folder: agent code may add an
+    image. Before, the look after the command judged the folder anew, now holding more names, as read-only
+    itself, found it missing from the survey and removed it as a new entry, every image with it."""
+    env = make_images_env(tmp_path, sandbox, count=SEPARATE_MOUNTS_MAX)
+    images = env.workspace / "data" / "images"
+    try:
+        obs, err = run(env, "open('data/images/new.png', 'w').write('x')\nprint('added')\n")
+        assert "added" in obs, obs
+        assert "have been removed: data/images/new.png]" in obs, obs
+        assert sorted(os.listdir(images)) == [f"{n:05d}.png" for n in range(SEPARATE_MOUNTS_MAX)]
+        assert all((images / f"{n:05d}.png").read_bytes() == image_bytes(n) for n in range(SEPARATE_MOUNTS_MAX))
+        if sandbox in UNCONFINED:  # also when the events overflow the queue and the record is walked again
+            obs, err = run(env, "import os\nopen('data/images/new.png', 'w').write('x')\n"
+                                "for _ in range(300):\n    for name in os.listdir('data/images'):\n"
+                                "        open(os.path.join('data/images', name), 'rb').close()\nprint('added')\n")
+            assert "added" in obs and "have been removed: data/images/new.png]" in obs, obs
+            assert len(os.listdir(images)) == SEPARATE_MOUNTS_MAX
+    finally:
+        env.close()
+
+
+def watching(env) -> None:
+    """Skip when the guard has no watch because no inotify instance can be had now (fs.inotify.max_user_instances,
+    128 on many machines, shared by all the user's processes: parallel test workers may hold them all)."""
+    if env.scripts.guard._watch is not None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        pytest.skip("no inotify instance can be had here now: the guard compares every entry instead")
+    os.close(fd)
+    pytest.fail("the unconfined guard has no watch although inotify instances can be had")
+
+
+def act_repl(env, command: str) -> tuple[str, bool]:
+    from mlab.core.models import Action
+
+    return env.execute(Action(name="Python REPL", args={"command": command}))
