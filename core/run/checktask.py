@@ -131,7 +131,8 @@ PARTS = ("public", "hidden")
 
 
 def prepared_sums(home: TaskHome, task: Task) -> dict[str, tuple[str, str]]:
-    """TaskHome.prepared_digest's map (what prepare wrote, by "public/..." and "hidden/..." path), by fs.tree_sums."""
+    """What prepare wrote, by "public/..." and "hidden/..." path (fs.tree_sums of each); the folder's own records
+    (prepared.json, baseline.json) are left out: they hold times and scores."""
     return {f"{part}/{path}": entry for part in PARTS
             for path, entry in tree_sums(home.task_dir(task) / part).items()}
 
