@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at
+from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at, open_dirs
 
 Entry = dict[str, Any]
 StatKey = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
@@ -316,7 +316,7 @@ class Scanner:
         if leaf in folder.folders:
             return False
         try:
-            fd = _open_path(root_fd, parts)
+            fd = open_dirs(root_fd, parts)
         except OSError:  # not a folder any more, or not readable: the walk copes with either
             return False
         try:
@@ -393,16 +393,3 @@ def _forget(folder: Folder, name: str) -> None:
     """Drop the recorded file, link or subfolder `name`, if there is one."""
     if folder.files.pop(name, None) is not None or folder.folders.pop(name, None) is not None:
         folder.touched(name)
-
-
-def _open_path(root_fd: int, parts: list[str]) -> int:
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            child = open_dir_at(fd, part)
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise

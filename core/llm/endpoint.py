@@ -82,12 +82,12 @@ class _Handler(JsonHandler):
 class ModelEndpoint:
     """The endpoint's server in a thread while the block runs; `socket_path` is where it listens."""
 
-    def __init__(self, serve: Serve, folder: Path, folder_fd: int | None = None):
+    def __init__(self, serve: Serve, folder: Path):
         self.serve = serve
         self.folder = Path(folder)
         self.socket_path = self.folder / SOCKET_NAME
         handler = type("EndpointHandler", (_Handler,), {"serve": staticmethod(serve)})
-        self._server = UnixSocketServer(self.socket_path, handler, "mlab-model-endpoint", folder_fd)
+        self._server = UnixSocketServer(self.socket_path, handler, "mlab-model-endpoint")
 
     def __enter__(self) -> ModelEndpoint:
         self._server.start()

@@ -117,25 +117,19 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class UnixSocketServer:
     """Serves `handler` on `socket_path` (made anew, open to any user: sandboxed code may run as another)
-    from `start` until `stop`; `stop` removes the socket. `folder_fd`, when given, is the folder's descriptor
-    (the caller's to close) and is used instead of the folder's path."""
+    from `start` until `stop`; `stop` removes the socket."""
 
-    def __init__(self, socket_path: Path, handler: type[http.server.BaseHTTPRequestHandler], name: str,
-                 folder_fd: int | None = None):
+    def __init__(self, socket_path: Path, handler: type[http.server.BaseHTTPRequestHandler], name: str):
         self.socket_path = socket_path
         self.handler = handler
         self.name = name
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        self._given_fd = folder_fd
         self._dir_fd: int | None = None
 
     def start(self) -> None:
-        if self._given_fd is not None:
-            self._dir_fd = os.dup(self._given_fd)
-        else:
-            self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-            self._dir_fd = os.open(self.socket_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self._dir_fd = os.open(self.socket_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         name = self.socket_path.name
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=self._dir_fd)

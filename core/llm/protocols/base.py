@@ -93,3 +93,8 @@ def sse(events: list[tuple[str | None, Any]]) -> bytes:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}{time.time_ns():x}"
+
+
+def now() -> int:
+    """A response's creation time: whole seconds since the epoch."""
+    return int(time.time())

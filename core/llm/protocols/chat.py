@@ -13,6 +13,7 @@ from mlab.core.llm.protocols.base import (
     bad,
     checked_messages,
     new_id,
+    now,
     param,
     sse,
 )
@@ -71,13 +72,13 @@ def reply(completion: Completion, model: str, request: ChatRequest) -> dict[str,
         message["tool_calls"] = _calls(completion)
     elif message["content"] is None:
         message["content"] = ""
-    return {"id": new_id("chatcmpl-mlab-"), "object": "chat.completion", "created": _now(), "model": model,
+    return {"id": new_id("chatcmpl-mlab-"), "object": "chat.completion", "created": now(), "model": model,
             "choices": [{"index": 0, "finish_reason": _finish(completion), "message": message}],
             "usage": _usage(completion)}
 
 
 def stream(completion: Completion, model: str, request: ChatRequest) -> bytes:
-    base = {"id": new_id("chatcmpl-mlab-"), "object": "chat.completion.chunk", "created": _now(), "model": model}
+    base = {"id": new_id("chatcmpl-mlab-"), "object": "chat.completion.chunk", "created": now(), "model": model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -97,12 +98,6 @@ def stream(completion: Completion, model: str, request: ChatRequest) -> bytes:
 
 def error(exc: EndpointError) -> dict[str, Any]:
     return {"error": {"type": exc.kind, "code": exc.kind, "message": " ".join(str(exc).split())}}
-
-
-def _now() -> int:
-    import time
-
-    return int(time.time())
 
 
 CHAT = Protocol("chat-completions", ("/v1/chat/completions", "/chat/completions"), parse, reply, stream, error)

@@ -15,6 +15,7 @@ from mlab.core.llm.protocols.base import (
     bad,
     checked_messages,
     new_id,
+    now,
     param,
     sse,
 )
@@ -151,7 +152,7 @@ def _items(completion: Completion, request: ChatRequest) -> list[dict[str, Any]]
 def _response(completion: Completion, model: str, request: ChatRequest, items: list, status: str) -> dict[str, Any]:
     incomplete = completion.finish_reason == "length"
     return {"id": request.extra.setdefault("response_id", new_id("resp_")), "object": "response",
-            "created_at": _now(), "status": "incomplete" if incomplete and status == "completed" else status,
+            "created_at": now(), "status": "incomplete" if incomplete and status == "completed" else status,
             "model": model, "output": items, "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "parallel_tool_calls": True, "tool_choice": request.params.get("tool_choice", "auto"), "tools": [],
@@ -211,12 +212,6 @@ def stream(completion: Completion, model: str, request: ChatRequest) -> bytes:
 
 def error(exc: EndpointError) -> dict[str, Any]:
     return {"error": {"type": exc.kind, "code": exc.kind, "message": " ".join(str(exc).split()), "param": None}}
-
-
-def _now() -> int:
-    import time
-
-    return int(time.time())
 
 
 RESPONSES = Protocol("responses", ("/v1/responses", "/responses"), parse, reply, stream, error)
