@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from contextlib import suppress
 from typing import Any
 
 from mlab.core.bench.results import ResultsDB
@@ -33,10 +34,8 @@ def bench_sandbox(registry: Any, choice: str, db: ResultsDB) -> tuple[str, str |
         name = None
         if len(earlier) == 1:
             (used,) = earlier
-            try:
+            with suppress(MlabError):  # gone since: auto picks again, and the line below says so
                 name = resolve_sandbox(registry, used).name
-            except MlabError:
-                pass  # gone since: auto picks again, and the line below says so
         if name is None:
             name = resolve_sandbox(registry, AUTO).name
     else:

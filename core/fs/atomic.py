@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+from contextlib import suppress
 from pathlib import Path
 from typing import TypeGuard
 
@@ -28,23 +29,17 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     _sync_folder(path.parent)
 
 
 def _sync_folder(folder: Path) -> None:
     """Make the rename itself durable (best effort: not every file system allows fsync on a folder)."""
-    try:
+    with suppress(OSError):
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -13,7 +13,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -64,10 +64,8 @@ def _open_part(fd: int, part: str, create: bool, replace: bool) -> int:
         if st is None:
             if not create:
                 raise NotAFolder(errno.ENOENT, f"{part!r} does not exist", part)
-            try:
+            with suppress(FileExistsError):  # made meanwhile: opening it below checks what it is
                 os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass  # made meanwhile: opening it below checks what it is
         try:
             return open_dir_at(fd, part)
         except NotAFolder:

@@ -18,6 +18,7 @@ import os
 import signal
 import warnings
 from collections.abc import Container, Iterator
+from contextlib import suppress
 
 from mlab.core.fs.dirfd import open_dir_at
 from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries, listing_room
@@ -120,15 +121,11 @@ class SplitWalk:
             os.close(self._read_fd)
             self._read_fd = -1
         if self._pid and kill:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)  # it may still be listing a folder of millions of entries
-            except ProcessLookupError:
-                pass
         if self._pid:
-            try:
+            with suppress(ChildProcessError):
                 os.waitpid(self._pid, 0)
-            except ChildProcessError:
-                pass
             self._pid = 0
         if self._answers is None:
             self._answers = {}

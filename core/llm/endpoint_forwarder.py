@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+from contextlib import suppress
 
 
 def _connect(path: str) -> socket.socket:
@@ -38,10 +39,8 @@ def _pipe(source: socket.socket, target: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        try:
+        with suppress(OSError):
             target.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 def _serve(listener: socket.socket, path: str) -> None:

@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,10 +225,8 @@ class LLMProxy:
     def __exit__(self, *exc: object) -> None:
         self._server.stop()
         if self._own_folder:
-            try:
+            with suppress(OSError):
                 self.folder.rmdir()
-            except OSError:
-                pass
 
 
 # ---- an upstream over HTTP: the endpoint and key stay in the harness ----------------------------------

@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -138,10 +139,8 @@ class LiveStep:
 
     def _remove(self) -> None:
         self._on_disk = False
-        try:
+        with suppress(OSError):
             self.path.unlink(missing_ok=True)
-        except OSError:
-            pass
 
     def _write(self) -> None:
         """Replace the file whole (a reader never sees half of it) without syncing it to disk: it only matters

@@ -18,6 +18,7 @@ import re
 import secrets
 import stat
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 
 from mlab.core.fs.dirfd import pwrite_all
@@ -122,10 +123,8 @@ class PackWriter:
             pwrite_all(self._idx, line, self._idx_size)
         except BaseException:
             for fd, size in ((self._pack, self._pack_size), (self._idx, self._idx_size)):
-                try:
+                with suppress(OSError):  # left longer: a reader skips bytes no whole index line names
                     os.ftruncate(fd, size)
-                except OSError:
-                    pass  # left longer: a reader skips bytes no whole index line names
             raise
         self._pack_size += len(data)
         self._idx_size += len(line)

@@ -8,6 +8,7 @@ import secrets
 import sys
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
@@ -143,10 +144,8 @@ class Repl:
         if proc is None:
             return
         self.sandbox.kill(proc)
-        try:
+        with suppress(Exception):
             proc.wait(timeout=5)
-        except Exception:
-            pass
         self.sandbox.release(proc)
         try:
             if proc.stdin is not None:

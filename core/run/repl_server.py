@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from contextlib import suppress
 
 
 def serve() -> None:
@@ -32,10 +33,8 @@ def serve() -> None:
         mend_stdio(control.fileno())
         run_command(request.pop("code"), namespace)
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         control.write(end)
         del end
 

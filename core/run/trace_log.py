@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -505,10 +506,8 @@ class TraceLog:
 
     def _truncate_log(self, size: int) -> None:
         if self._log_fd is not None:
-            try:
+            with suppress(OSError):  # left torn: the next begin() cuts it
                 os.ftruncate(self._log_fd, size)
-            except OSError:
-                pass  # left torn: the next begin() cuts it
             self._log_size = size
 
     def _update_json(self, moving: bytes, last: bytes, tail: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from contextlib import suppress
 from pathlib import Path
 
 from mlab.core.errors import EnvError
@@ -154,10 +155,8 @@ class Workspace:
                     f.write(data)
                 os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
-                try:
+                with suppress(OSError):
                     os.unlink(tmp, dir_fd=dir_fd)
-                except OSError:
-                    pass
                 raise
         finally:
             os.close(dir_fd)

@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import time
+from contextlib import suppress
 
 from mlab.core.sandbox.limits import Limits
 
@@ -158,17 +159,13 @@ class CommandCgroup:
     def join(self) -> None:
         """In the child before exec, single-threaded (as after fork): move itself into the cgroup."""
         for fd in self.fds:
-            try:
+            with suppress(OSError):
                 os.write(fd, b"0")
-            except OSError:
-                pass
 
     def close_fds(self) -> None:
         for fd in self.fds:
-            try:
+            with suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.fds = []
 
     def _read(self, controller: str, filename: str) -> str:
@@ -210,10 +207,8 @@ class CommandCgroup:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
             time.sleep(0.002)
 
     def remove(self) -> None:
@@ -288,10 +283,8 @@ def _sweep_stale(parent: str) -> None:
         owner = name[len(_CGROUP_PREFIX):].split("-", 1)[0]
         if not owner.isdigit() or pid_alive(int(owner)):
             continue
-        try:
+        with suppress(OSError):
             os.rmdir(os.path.join(parent, name))
-        except OSError:
-            pass
 
 
 def pid_alive(pid: int) -> bool:

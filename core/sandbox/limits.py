@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+from contextlib import suppress
 
 from pydantic import BaseModel, Field
 
@@ -58,10 +59,8 @@ def slice_env(limits: Limits) -> dict[str, str]:
 def set_affinity(pid: int, limits: Limits) -> None:
     """Pin process pid (0: this one) to limits' CPU set; what it starts afterwards inherits it."""
     if limits.cpu_set:
-        try:
+        with suppress(OSError):  # a CPU this process may not use (a cgroup's cpuset): left as it is
             os.sched_setaffinity(pid, limits.cpu_set)
-        except OSError:  # a CPU this process may not use (a cgroup's cpuset): left as it is
-            pass
 
 
 def rlimit_values(limits: Limits, nproc: int | None) -> list[tuple[int, int, int]]:
@@ -81,20 +80,16 @@ def rlimit_values(limits: Limits, nproc: int | None) -> list[tuple[int, int, int
 def apply_rlimits(limits: Limits, nproc: int | None) -> None:
     """In the child before exec: set the rlimits of limits (RLIMIT_NPROC to nproc when given)."""
     for which, soft, hard in rlimit_values(limits, nproc):
-        try:
+        with suppress(ValueError, OSError):
             resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError):
-            pass
 
 
 def set_rlimits_of(pid: int, limits: Limits, nproc: int | None) -> None:
     """From the harness: set the rlimits of limits on process pid (prlimit), which must not have started the
     command yet: what it forks before this does not inherit them."""
     for which, soft, hard in rlimit_values(limits, nproc):
-        try:
+        with suppress(ValueError, OSError):  # as apply_rlimits: a hard limit above the harness's own is left as is
             resource.prlimit(pid, which, (soft, hard))
-        except (ValueError, OSError):  # as apply_rlimits: a hard limit above the harness's own is left as is
-            pass
 
 
 def nproc_fallback(max_processes: int | None) -> int | None:

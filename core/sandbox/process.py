@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from contextlib import suppress
 from typing import IO, TypeVar, overload
 
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
@@ -152,10 +153,8 @@ class ProcessSandbox(Sandbox):
         return disk_limit_hit(command.disk, spec.cwd, spec.limits)
 
     def kill(self, command: Command) -> None:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(command.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         if isinstance(command, ProcessCommand):
             if command.cgroup is not None:
                 command.cgroup.kill()

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,10 +186,8 @@ def _end(sandbox: Sandbox, command: Command) -> None:
         sandbox.release(command)
         for pipe in (command.stdin, command.stdout):
             if pipe is not None:
-                try:
+                with suppress(OSError):
                     pipe.close()
-                except OSError:
-                    pass
 
 
 def cleanup(b: Bench) -> None:

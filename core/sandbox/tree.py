@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import suppress
 
 from mlab.core.sandbox.cgroups import CommandCgroup
 
@@ -67,17 +68,13 @@ def signal_tree(leader: int, cgroup: CommandCgroup | None, sig: int, rounds: int
     signalled: set[int] = {leader}
     me = os.getpid()
     for _round in range(rounds):
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         members = (cgroup.pids() if cgroup is not None else set()) - {me}
         fresh = members - signalled
         for pid in fresh:
-            try:
+            with suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
         signalled |= fresh
         if not fresh:
             break
