@@ -3,11 +3,15 @@ files, and `mlab check-task` of a task holding thousands of them, per sandbox.
 
 1. Execute Script (the real action, in a run's environment: the guard's survey, the sandbox, the guard's look
    after) of a script that reads one image, with N read-only files in `data/images/` (`data/images/*`), per
-   sandbox; sizes and sandboxes alternate round by round, and each size is reported as a ratio to the same
-   sandbox with none. Target: 200,000 files <= 1.2x none.
+   sandbox, beside a bare child running the same script in its own session (setsid, as mlab starts every
+   command: with sched_autogroup a child left in this script's session would share its CPU); sizes, sandboxes
+   and the bare child alternate round by round. Each size is reported as a ratio to the same sandbox with none
+   and to the bare child (the median of each round's own ratio). Targets: 200,000 files <= 1.2x none, and for
+   the unconfined sandbox <= 1.2x the bare child.
 2. The harness's CPU for a step after a script (the guard before and after, and the snapshot a run takes), in the
-   local sandbox: 200,000 read-only files in the contrails layout (train/ of 20,000 record folders of 10 files)
-   beside 1,000 writable ones (target <= 10 ms), and 50,000 writable files in folders of 100 (target <= 50 ms).
+   local and the unconfined sandbox (--step-sandboxes): 200,000 read-only files in the contrails layout (train/ of
+   20,000 record folders of 10 files) beside 1,000 writable ones (target <= 10 ms), and 50,000 writable files in
+   folders of 100 (target <= 50 ms).
    The script changes one writable file; the sandbox's own CPU (the command's start and wait) is not counted.
 3. `mlab check-task` of a declarative task (`mlab new-task`) whose prepare also writes N images and declares
    `images/*` read-only, per sandbox: PASSED or not, and its time.
@@ -18,12 +22,15 @@ Measured (2 shared cores, ext4 mounted with discard, other work running; load 4-
 docker unfinished after 34 min). At 20,000: local 36.9 / bwrap 98.6 / docker 219.5 s before, 18.9-34.7 /
 23.3-53.0 / 46.6-50.6 s after (two runs).
 
-    python benchmarks/read_only_scale.py [--sizes 0,1000,20000,200000] [--rounds 5] [--sandboxes local,bwrap,docker]
-                                         [--check-sizes 3000,200000] [--skip-curve] [--skip-steps] [--skip-check]
+    python benchmarks/read_only_scale.py [--sizes 0,1000,20000,200000] [--rounds 5]
+                                         [--sandboxes unconfined,local,bwrap,docker]
+                                         [--step-sandboxes local,unconfined] [--check-sizes 3000,200000]
+                                         [--skip-curve] [--skip-steps] [--skip-check]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import signal
@@ -33,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +54,7 @@ from mlab.core.run.readonly import is_read_only  # noqa: E402
 from mlab.core.run.snapshot import SnapshotStore  # noqa: E402
 from mlab.core.sandbox.contract import Sandbox  # noqa: E402
 from mlab.core.sandbox.limits import Limits  # noqa: E402
-from mlab.core.sandbox.local import LocalSandbox, namespace_prefix  # noqa: E402
+from mlab.core.sandbox.local import LocalSandbox, UnconfinedSandbox, namespace_prefix  # noqa: E402
 from tests.fixtures.read_only_task import make_read_only_task  # noqa: E402
 
 CURVE_TARGET = 1.2
@@ -55,6 +63,8 @@ IMAGE = b"\x89PNG" + bytes(60)
 
 
 def sandbox_named(name: str) -> Sandbox | None:
+    if name == "unconfined":
+        return UnconfinedSandbox()
     if name == "local":
         return LocalSandbox() if namespace_prefix() is not None else None
     cls = load_registry().items["sandboxes"].get(name)
@@ -93,9 +103,25 @@ def execute(env: Environment) -> float:
     return time.perf_counter() - started
 
 
+def bare_child(env: Environment) -> Callable[[], float]:
+    """The script as a plain child process in a session of its own, as the sandboxes start it."""
+    spec = env.exec_spec()
+    argv = [sys.executable, "-u", "read.py"]
+
+    def run() -> float:
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False, start_new_session=True)
+        if b"ok" not in done.stdout:
+            raise SystemExit(f"the bare child failed: {done.stdout!r}")
+        return time.perf_counter() - started
+    return run
+
+
 def curve(scratch: Path, sizes: list[int], names: list[str], rounds: int) -> None:
     print(f"== Execute Script with N read-only files in data/images (median of {rounds} rounds, ms)")
-    envs: dict[tuple[str, int], Environment] = {}
+    runners: dict[tuple[str, int], Callable[[], float]] = {}
+    envs: list[Environment] = []
     for size in sizes:
         source = scratch / f"curve-{size}"
         write_files(source / "ws" / "data" / "images", size)
@@ -108,27 +134,45 @@ def curve(scratch: Path, sizes: list[int], names: list[str], rounds: int) -> Non
             root = scratch / f"env-{name}-{size}"
             root.mkdir()
             # one workspace per size, shared by the sandboxes: the script only reads
-            envs[name, size] = env = environment(root, sandbox, ["data/images/*"], source / "ws")
-            execute(env)  # warm: the zygote, the container
-    times: dict[tuple[str, int], list[float]] = {key: [] for key in envs}
-    keys = list(envs)
+            env = environment(root, sandbox, ["data/images/*"], source / "ws")
+            envs.append(env)
+            execute(env)  # warm: the zygote, the container, the unconfined guard's watches
+            runners[name, size] = functools.partial(execute, env)
+            if ("bare", 0) not in runners:
+                runners["bare", 0] = bare_child(env)
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in runners}
+    keys = list(runners)
     for round_number in range(rounds):
         for key in keys[round_number % len(keys):] + keys[:round_number % len(keys)]:
-            times[key].append(execute(envs[key]))
+            times[key].append(runners[key]())
+    bare = times.get(("bare", 0))
+    if bare:
+        print(f"{'bare':>10}: {statistics.median(bare) * 1000:7.1f} ms (a plain child, setsid)")
     for name in names:
-        row = [(size, statistics.median(times[name, size]) * 1000) for size in sizes if (name, size) in times]
+        row = [(size, times[name, size]) for size in sizes if (name, size) in times]
         if not row:
             print(f"{name}: not usable here")
             continue
-        base = row[0][1] if row[0][0] == 0 else None
-        cells = [f"{size:>7,}: {ms:7.1f} ms" + (f" ({ms / base:.2f}x)" if base else "") for size, ms in row]
+        base = statistics.median(row[0][1]) if row[0][0] == 0 else None
+        cells = []
+        for size, values in row:
+            ms = statistics.median(values) * 1000
+            cell = f"{size:>7,}: {ms:7.1f} ms" + (f" ({ms / base / 1000:.2f}x)" if base else "")
+            if bare:
+                cell += f" [{statistics.median(a / b for a, b in zip(values, bare, strict=True)):.2f}x bare]"
+            cells.append(cell)
         verdict = ""
-        if base and row[-1][0] >= 200_000:
-            ratio = row[-1][1] / base
-            met = "met" if ratio <= CURVE_TARGET else "NOT met"
-            verdict = f"  -> 200k/none {ratio:.2f}x {met} (<= {CURVE_TARGET}x)"
-        print(f"{name:>7}: " + " | ".join(cells) + verdict)
-    for env in envs.values():
+        if row[-1][0] >= 200_000:
+            last = statistics.median(row[-1][1])
+            if base:
+                met = "met" if last / base <= CURVE_TARGET else "NOT met"
+                verdict = f"  -> 200k/none {last / base:.2f}x {met} (<= {CURVE_TARGET}x)"
+            if bare and name == "unconfined":
+                ratio = statistics.median(a / b for a, b in zip(row[-1][1], bare, strict=True))
+                met = "met" if ratio <= CURVE_TARGET else "NOT met"
+                verdict += f"; 200k/bare {ratio:.2f}x {met} (<= {CURVE_TARGET}x)"
+        print(f"{name:>10}: " + " | ".join(cells) + verdict)
+    for env in envs:
         env.close()
 
 
@@ -142,8 +186,8 @@ def timed(function, spent: list[float]):  # the guard's CPU inside Execute Scrip
     return wrapper
 
 
-def step_costs(scratch: Path, steps: int) -> None:
-    print(f"== harness CPU of a step after a script, local sandbox (median of {steps} steps)")
+def step_costs(scratch: Path, steps: int, names: list[str]) -> None:
+    print(f"== harness CPU of a step after a script (median of {steps} steps)")
     layouts = {"200k read-only + 1k writable": (20_000, 10, 1_000), "50k writable": (0, 0, 50_000),
                "1k writable": (0, 0, 1_000)}
     for label, (records, per_record, writable) in layouts.items():
@@ -155,28 +199,36 @@ def step_costs(scratch: Path, steps: int) -> None:
             write_files(ws / "src" / f"p{folder:03d}", min(100, writable))
         (ws / "read.py").write_text("open('src/p000/000000.png', 'ab').write(b'x')\nprint('ok')\n")
         patterns = ["train/*"]
-        env = environment(root, LocalSandbox(), patterns)
-        store = env.s.store
-        guard = env.scripts.guard
-        spent: list[float] = []
-        guard.survey, guard.restore = timed(guard.survey, spent), timed(guard.restore, spent)
+        for name in names:
+            sandbox = sandbox_named(name)
+            if sandbox is None:
+                print(f"{label:>30}, {name}: not usable here")
+                continue
+            shutil.rmtree(root / "store", ignore_errors=True)
+            env = environment(root, sandbox, patterns)
+            store = env.s.store
+            guard = env.scripts.guard
+            spent: list[float] = []
+            guard.survey, guard.restore = timed(guard.survey, spent), timed(guard.restore, spent)
 
-        def skip(rel: str, patterns: list[str] = patterns) -> bool:
-            return is_read_only(rel, patterns)  # as a run's snapshots leave read-only files out
+            def skip(rel: str, patterns: list[str] = patterns) -> bool:
+                return is_read_only(rel, patterns)  # as a run's snapshots leave read-only files out
 
-        store.record(ws, "s0", skip=skip, changes=store.changes)
-        cpu = []
-        for number in range(1, steps + 1):
-            spent.clear()
-            execute(env)
-            started = time.process_time()
-            store.record(ws, f"s{number}", skip=skip, changes=store.changes)
-            cpu.append((time.process_time() - started + sum(spent)) * 1000)
-        env.close()
-        median = statistics.median(cpu)
-        target = STEP_TARGET_MS.get(label)
-        verdict = f" ({'met' if median <= target else 'NOT met'}: <= {target:g} ms)" if target else ""
-        print(f"{label:>30}: {median:6.2f} ms CPU (min {min(cpu):.2f}, max {max(cpu):.2f}){verdict}")
+            store.record(ws, "s0", skip=skip, changes=store.changes)
+            cpu, guard_cpu = [], []
+            for number in range(1, steps + 1):
+                spent.clear()
+                execute(env)
+                started = time.process_time()
+                store.record(ws, f"s{number}", skip=skip, changes=store.changes)
+                cpu.append((time.process_time() - started + sum(spent)) * 1000)
+                guard_cpu.append(sum(spent) * 1000)
+            env.close()
+            median = statistics.median(cpu)
+            target = STEP_TARGET_MS.get(label)
+            verdict = f" ({'met' if median <= target else 'NOT met'}: <= {target:g} ms)" if target else ""
+            print(f"{label:>30}, {name:>10}: {median:7.2f} ms CPU (min {min(cpu):.2f}, max {max(cpu):.2f}; the "
+                  f"guard {statistics.median(guard_cpu):.2f}){verdict}", flush=True)
         remove_tree(root)
 
 
@@ -204,7 +256,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="0,1000,20000,200000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--sandboxes", default="local,bwrap,docker")
+    parser.add_argument("--sandboxes", default="unconfined,local,bwrap,docker")
+    parser.add_argument("--step-sandboxes", default="local,unconfined")
     parser.add_argument("--check-sizes", default="3000,200000")
     parser.add_argument("--skip-curve", action="store_true")
     parser.add_argument("--skip-steps", action="store_true")
@@ -218,7 +271,7 @@ def main() -> int:
         if not args.skip_curve:
             curve(scratch, [int(s) for s in args.sizes.split(",")], names, args.rounds)
         if not args.skip_steps:
-            step_costs(scratch, args.steps)
+            step_costs(scratch, args.steps, [n for n in args.step_sandboxes.split(",") if n])
         if not args.skip_check:
             check_task(scratch, [int(s) for s in args.check_sizes.split(",")], names)
     finally:

@@ -92,6 +92,7 @@ class ReadOnlyWatch:
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[Journal] = weakref.WeakSet()
         self._recording = True  # False while a rebuild fills a new record (compared with the old one after)
+        self._polls = 0
         # folders the first walk judged read-only as a whole; kept by later walks, so that a folder grown past
         # SEPARATE_MOUNTS_MAX names is no new read-only entry (which would be removed)
         self._whole: set[str] = set()
@@ -301,9 +302,10 @@ class ReadOnlyWatch:
 
     # ---- after a command -----------------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Bring the record up to date: look again at what the events since the last refresh name, at open files
-        and at what is not watched."""
+    def refresh(self, poll: bool = True) -> None:
+        """Bring the record up to date: look again at what the events since the last refresh name and, with
+        `poll` (after a command; before one, a change there is the next command's), at open files and at what
+        is not watched."""
         with self._lock:
             if self.pid != os.getpid() or self._fd < 0:
                 self._rebuild_or_fail()
@@ -312,32 +314,26 @@ class ReadOnlyWatch:
                 if dirty is None:
                     self._rebuild_or_fail()
                 else:
-                    self._look_at(dirty)
-                    self._check_held()
+                    self._look_at(dirty, poll)
+                    if poll:
+                        self._check_held()
 
     def _rebuild_or_fail(self) -> None:
         if not self._rebuild():
             raise OSError(errno.EMFILE, "no inotify instance can be had for the read-only watch")
 
-    def _look_at(self, dirty: set[str]) -> None:
-        for wd, count in self._opens.items():
-            if count > 0:
-                dirty |= self._wd_rels.get(wd, set())
-        dirty |= self._unwatched_files | (self._held or set())
+    def _look_at(self, dirty: set[str], poll: bool) -> None:
         folders = _Descriptors(self)
         try:
-            for folder in list(self._unwatched_folders):
-                fd = folders.open(folder)
-                if fd is None:
-                    dirty.add(folder)
-                    continue
-                try:
-                    names = os.listdir(fd)
-                except OSError:
-                    names = []
-                prefix = folder + "/" if folder else ""
-                dirty.update(prefix + name for name in names)
-                dirty |= self._children.get(folder, set())
+            if poll:
+                self._polls += 1
+                for wd, count in self._opens.items():
+                    if count > 0:
+                        dirty |= self._wd_rels.get(wd, set())
+                dirty |= self._held or set()
+                for folder in list(self._unwatched_folders):
+                    self._list(folder, folders, dirty)
+                self._poll(dirty, folders)
             for rel in sorted(dirty, key=lambda rel: rel.count("/")):  # a folder before what it holds
                 self._examine(rel, folders)
         except _Gone:
@@ -345,6 +341,40 @@ class ReadOnlyWatch:
             self._rebuild_or_fail()
         finally:
             folders.close()
+
+    def _list(self, folder: str, folders: _Descriptors, dirty: set[str]) -> None:
+        """An unwatched folder: each name in it, and each recorded, is looked at."""
+        fd = folders.open(folder)
+        if fd is None:
+            dirty.add(folder)
+            return
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            names = []
+        prefix = folder + "/" if folder else ""
+        dirty.update(prefix + name for name in names)
+        dirty |= self._children.get(folder, set())
+
+    def _poll(self, dirty: set[str], folders: _Descriptors) -> None:
+        """Unwatched files (past the watch limit): one stat each; a file replaced is looked at in full, and every
+        so often all are, to watch them where watches have come free."""
+        if self._polls % 64 == 0:
+            dirty |= self._unwatched_files
+            return
+        for rel in self._unwatched_files - dirty:
+            parent_rel, _, name = rel.rpartition("/")
+            fd = folders.open(parent_rel)
+            old = self.state.get(rel)
+            try:
+                st = lstat_at(fd, name) if fd is not None else None
+            except OSError:
+                st = None
+            if st is None or old is None or (old[0], old[4]) != (stat.S_IFMT(st.st_mode), st.st_ino):
+                dirty.add(rel)
+                continue
+            self._set(rel, entry_state(st))
+            folders.restate(parent_rel)
 
     def _examine(self, rel: str, folders: _Descriptors) -> None:
         """Look at rel again and update the record: what stands there now, recorded (walked, for a new folder)."""
@@ -358,8 +388,7 @@ class ReadOnlyWatch:
         if fd is None:  # its folder is no longer the one recorded: that folder first, with all below it
             self._examine(parent_rel, folders)
             return
-        if parent.covered:  # a read-only folder changes with what it holds
-            self._set(parent_rel, entry_state(os.fstat(fd)))
+        folders.restate(parent_rel)
         try:
             st = lstat_at(fd, name)
         except OSError:
@@ -499,6 +528,7 @@ class _Descriptors:
     def __init__(self, watch: ReadOnlyWatch):
         self.watch = watch
         self.open_fds: dict[str, int | None] = {}
+        self.restated: set[str] = set()
 
     def open(self, rel: str) -> int | None:
         """The descriptor of the recorded folder rel; None when what stands there is not that folder (the root:
@@ -526,6 +556,15 @@ class _Descriptors:
             raise _Gone()
         self.open_fds[rel] = fd
         return fd
+
+    def restate(self, rel: str) -> None:
+        """A read-only folder changes with what it holds: its state is taken again (once a refresh)."""
+        record = self.watch._folders.get(rel)
+        fd = self.open_fds.get(rel)
+        if record is None or not record.covered or fd is None or rel in self.restated:
+            return
+        self.restated.add(rel)
+        self.watch._set(rel, entry_state(os.fstat(fd)))
 
     def close(self) -> None:
         for fd in self.open_fds.values():
