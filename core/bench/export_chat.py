@@ -80,7 +80,6 @@ def export(path: Path, out_dir: Path, warn: Warn = quiet) -> Path:
     target = out_dir / FILE_NAME
     tmp = target.with_suffix(".jsonl.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for record in chat_records(path, warn):
-            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        f.writelines(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in chat_records(path, warn))
     tmp.replace(target)
     return target

@@ -168,8 +168,7 @@ def install_task(home: TaskHome, shipment: dict[str, Any], fetch: Callable[[Any]
         shutil.rmtree(staging, ignore_errors=True)
         try:
             with open(archive, "wb") as out:
-                for ref in shipment["refs"]:
-                    out.write(fetch(ref))
+                out.writelines(fetch(ref) for ref in shipment["refs"])
             if file_sha256(archive) != shipment["sha256"]:
                 raise MlabError(f"task {shipment['task']!r} arrived damaged (sha256 differs)")
             refused = extract(archive, staging, max_bytes=1 << 62)
@@ -300,8 +299,7 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
             if run_refs:
                 incoming = space / "incoming.tar"
                 with open(incoming, "wb") as out:
-                    for ref in run_refs:
-                        out.write(ray.get(ref))
+                    out.writelines(ray.get(ref) for ref in run_refs)
                 extract(incoming, space / "incoming")
                 link_shared(space / "incoming", home.public_dir(SimpleNamespace(name=task["task"])),
                             task.get("read_only", []))

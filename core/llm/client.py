@@ -44,10 +44,8 @@ def prompt_token_bound(texts: Iterable[str]) -> int:
 def prompt_texts(messages: list[Message], params: dict[str, Any]) -> list[str]:
     """Everything of a call that the model reads as its prompt: texts, tool calls and results, tool definitions
     (an image's URL stands for it: an image's own token cost is the provider's)."""
-    texts = []
-    for m in messages:
-        texts.append(m.content + "".join(c.name + c.arguments for c in m.tool_calls)
-                     + "".join(p.image_url for p in m.parts))
+    texts = [m.content + "".join(c.name + c.arguments for c in m.tool_calls) + "".join(p.image_url for p in m.parts)
+             for m in messages]
     if params.get("tools"):
         texts.append(json.dumps(params["tools"], ensure_ascii=False))
     return texts

@@ -111,8 +111,7 @@ class ObjectStore:
         location = self._packs.find(digest)
         if location is not None:
             return read_at(self._pack_fd(location.pack), location)
-        with open(self._file(digest), "rb") as f:
-            return f.read()
+        return Path(self._file(digest)).read_bytes()
 
     def location(self, digest: str) -> tuple[Path, int, int] | None:
         """Where an object's bytes are: (file, offset, size), None when the store does not hold it."""

@@ -10,6 +10,7 @@ import secrets
 import signal
 import time
 from contextlib import suppress
+from pathlib import Path
 
 from mlab.core.sandbox.limits import Limits
 
@@ -24,10 +25,8 @@ def cgroup_parents() -> dict[str, tuple[str, int]]:
     """controller (one of CONTROLLERS) -> (this process's cgroup folder in which to make children, version),
     for the controllers that can be used here (root, or a delegated cgroup v2 subtree)."""
     try:
-        with open("/proc/self/cgroup") as f:
-            own_lines = f.read().splitlines()
-        with open("/proc/self/mountinfo") as f:
-            mounts = f.read().splitlines()
+        own_lines = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return {}
     own_v1: dict[str, str] = {}
@@ -84,14 +83,11 @@ def _folder_of(mount_root: str, mount_point: str, own: str) -> str | None:
 
 def _enable_v2(folder: str, controller: str) -> bool:
     try:
-        with open(os.path.join(folder, "cgroup.controllers")) as f:
-            if controller not in f.read().split():
-                return False
-        with open(os.path.join(folder, "cgroup.subtree_control")) as f:
-            if controller in f.read().split():
-                return True
-        with open(os.path.join(folder, "cgroup.subtree_control"), "w") as f:
-            f.write(f"+{controller}")  # refused (EBUSY) when this cgroup holds processes and is not the root
+        if controller not in Path(folder, "cgroup.controllers").read_text().split():
+            return False
+        if controller not in Path(folder, "cgroup.subtree_control").read_text().split():
+            # refused (EBUSY) when this cgroup holds processes and is not the root
+            Path(folder, "cgroup.subtree_control").write_text(f"+{controller}")
         return True
     except OSError:
         return False
@@ -173,8 +169,7 @@ class CommandCgroup:
         if entry is None:
             return ""
         try:
-            with open(os.path.join(entry[0], filename)) as f:
-                return f.read()
+            return Path(entry[0], filename).read_text()
         except OSError:
             return ""
 
@@ -241,8 +236,7 @@ def _cpu_bounds(controller: str, folder: str, version: int, parent: str, quota: 
     if controller == "cpuset" and cpu_set:
         if version == 1:  # a v1 cpuset takes no task until it has memory nodes: its parent's
             try:
-                with open(os.path.join(parent, "cpuset.mems")) as f:
-                    mems = f.read().strip()
+                mems = Path(parent, "cpuset.mems").read_text().strip()
             except OSError:
                 return False
             if not _write(os.path.join(folder, "cpuset.mems"), mems, required=False):
@@ -253,8 +247,7 @@ def _cpu_bounds(controller: str, folder: str, version: int, parent: str, quota: 
 
 def _write(path: str, value: str, required: bool = True) -> bool:
     try:
-        with open(path, "w") as f:
-            f.write(value)
+        Path(path).write_text(value)
         return True
     except OSError:
         if required:

@@ -21,8 +21,7 @@ def _namespace(pid: int | str) -> int | None:
 def _gone(pid: int) -> bool:
     """Exited, or a zombie (it can write nothing more)."""
     try:
-        with open(PROC / str(pid) / "stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
     except OSError:
         return True
 
