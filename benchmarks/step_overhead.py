@@ -55,7 +55,7 @@ def main() -> None:
         trace = Trace(run_id="bench", config=RunConfig(task="bench", agent="bench"), started_at=time.time())
         trace_log = TraceLog(run_dir)  # as the run loop writes it: one appended, fdatasynced line a step
         trace_log.begin(trace)
-        objects_before = SnapshotStore(run_dir).digests()
+        objects_before = SnapshotStore(run_dir).objects.digests()
         wall: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
         cpu: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
         snapshot_cpu: dict[str, list[float]] = {kind: [] for kind in TARGET_CPU_MS}
@@ -81,7 +81,7 @@ def main() -> None:
                 wall[kind].append(time.perf_counter() - started)
                 cpu[kind].append(time.process_time() - started_cpu)
         reader = SnapshotStore(run_dir)
-        new_objects = [reader.read_object(digest) for digest in reader.digests() - objects_before]
+        new_objects = [reader.read_object(digest) for digest in reader.objects.digests() - objects_before]
         listings = sum(len(data) for data in new_objects if data[:2] in (b'{"', b"{}"))
         growth = sum(len(data) for data in new_objects)
         print(f"per-step overhead (snapshot + trace), {FILES} x {FILE_BYTES // 1000} KB files + "

@@ -462,7 +462,7 @@ def test_script_corrupting_its_files_leaves_earlier_snapshots_intact(tmp_path):
     assert before["model.txt"]["sha256"] != after["model.txt"]["sha256"]  # the in-place change was seen
     assert after["notes.txt"]["link"] == "/etc/passwd"
     # Every stored object still holds exactly the bytes its name promises.
-    for digest in store.digests():
+    for digest in store.objects.digests():
         assert hashlib.sha256(store.read_object(digest)).hexdigest() == digest
     scratch = tmp_path / "step4"
     scratch.mkdir()

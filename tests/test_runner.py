@@ -74,7 +74,7 @@ def test_unchanged_files_are_stored_once(tmp_path, mlab_home):
     run_dir = tmp_path / "run"
     finish(start_harness(run_dir, "--steps", "6"))
     store = SnapshotStore(run_dir)
-    digests = store.digests()
+    digests = store.objects.digests()
     manifests = [json.loads(p.read_text()) for p in (run_dir / "snapshots").glob("step_*.json")]
     referenced = {entry["sha256"] for m in manifests for entry in m.values()}
     assert referenced <= digests

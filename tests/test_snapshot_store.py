@@ -86,23 +86,23 @@ def test_snapshots_are_trees_of_folder_listings_and_unchanged_folders_are_shared
     root = json.loads(raw)
     assert root["top.py"]["sha256"] and set(root["d0"]) == {"tree"}
     assert raw == json.dumps(root, sort_keys=True, separators=(",", ":")).encode()  # one encoding per content
-    objects_before = SnapshotStore(tmp_path / "run").digests()
+    objects_before = SnapshotStore(tmp_path / "run").objects.digests()
     (ws / "d3" / "inner" / "x.bin").write_bytes(b"changed")
     second = store.take(ws, "s1")
     assert manifest_state(second) == state(ws) and store.manifest("s1") == second
     reopened = SnapshotStore(tmp_path / "run")
-    new_objects = reopened.digests() - objects_before
+    new_objects = reopened.objects.digests() - objects_before
     # the new file, and the listings of d3/inner and d3: nothing for the four other folders
     assert len(new_objects) == 3
     after = json.loads((tmp_path / "run" / "snapshots" / "s1.json").read_text())
     assert after["d0"] == root["d0"] and after["d3"] != root["d3"]
-    for digest in reopened.digests():
+    for digest in reopened.objects.digests():
         assert hashlib.sha256(reopened.read_object(digest)).hexdigest() == digest
 
 
 def tear(store_root: Path, digest: str, data: bytes) -> None:
     """Overwrite a stored object's bytes in place, as a crash before the sync can leave them."""
-    found = SnapshotStore(store_root).object_location(digest)
+    found = SnapshotStore(store_root).objects.location(digest)
     assert found is not None
     path, offset, size = found
     path.chmod(0o644)
@@ -116,7 +116,7 @@ def test_small_objects_go_into_one_pack_not_a_file_each(ws, tmp_path):
     manifest = store.take(ws, "s0")
     objects = tmp_path / "run" / "objects"
     assert sorted(p.suffix for p in objects.rglob("*") if p.is_file()) == [".idx", ".pack"]
-    assert {e["sha256"] for e in manifest.values()} <= SnapshotStore(tmp_path / "run").digests()
+    assert {e["sha256"] for e in manifest.values()} <= SnapshotStore(tmp_path / "run").objects.digests()
     # a later process adds its own pack; the first is never written again
     first = {p.name: p.stat().st_size for p in objects.rglob("*") if p.is_file()}
     (ws / "d1" / "f1.txt").write_text("changed\n")
@@ -436,14 +436,14 @@ def test_a_torn_object_is_found_by_verify_and_never_reused_by_its_name(ws, tmp_p
     store = SnapshotStore(tmp_path / "run")
     manifest = store.take(ws, "s0")
     digest = manifest["d2/f7.txt"]["sha256"]
-    torn_at = store.object_location(digest)
+    torn_at = store.objects.location(digest)
     tear(tmp_path / "run", digest, b"")  # as a crash before the sync can leave it
     reopened = SnapshotStore(tmp_path / "run")  # a resumed run: a new process
     assert reopened.verify("s0") == ["d2/f7.txt"]
     # The same content met again is stored again, not trusted because the index names it.
     (ws / "copy.txt").write_text("folder 2 file 7\n")
     reopened.take(ws, "s1")
-    assert reopened.object_location(digest) != torn_at
+    assert reopened.objects.location(digest) != torn_at
     assert reopened.verify("s1") == [] and SnapshotStore(tmp_path / "run").verify("s0") == []
     assert SnapshotStore(tmp_path / "run").read_object(digest) == b"folder 2 file 7\n"  # the later copy wins
 

@@ -246,7 +246,7 @@ def test_view_checks_packed_objects_against_their_digest_and_never_follows_a_lin
     shutil.copytree(root / "plain", run, symlinks=True)
     store = SnapshotStore(run)
     digest = store.manifest("step_0002")["log.txt"]["sha256"]  # step 2 ran step.py, which wrote log.txt
-    found = store.object_location(digest)
+    found = store.objects.location(digest)
     assert found is not None and found[0].suffix == ".pack"
     path, offset, size = found
     outside = tmp_path / "outside.pack"  # the object's true bytes, outside the run: reachable only through links

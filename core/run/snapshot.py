@@ -355,12 +355,6 @@ class SnapshotStore:
     def read_object(self, digest: str) -> bytes:
         return self.objects.read(digest)
 
-    def object_location(self, digest: str) -> tuple[Path, int, int] | None:
-        return self.objects.location(digest)
-
-    def digests(self) -> set[str]:
-        return self.objects.digests()
-
     # ---- putting a snapshot back ----------------------------------------------------------------
     def restore(self, name: str, workspace: Path, skip: Callable[[str], bool] = keep_all) -> None:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
