@@ -220,46 +220,41 @@ def _bar_width(data: ReportData) -> float:
     return COLUMN_WIDTH_IN if bars <= MAX_BARS_IN_A_COLUMN else TEXT_WIDTH_IN
 
 
-def _success_rate(data: ReportData) -> Figure:
+def _percent_bars(data: ReportData, group_field: Literal["success_rate", "improvement"],
+                  overall_key: Literal["success", "improvement"], ylabel: str, title: str) -> tuple[Figure, Axes]:
+    """Bars per task and agent of a group's estimate, in percent, and over tasks (`average`) the agent's overall
+    one."""
     groups = {(g.task, g.label): g for g in data.groups if g.runs}
 
-    def success(task: str, label: str) -> Estimate | None:
+    def value(task: str, label: str) -> Estimate | None:
         if task == "average":
             o = data.overall.get(label)
-            return Estimate(**o["success"]) if o else None
+            return Estimate(**o[overall_key]) if o else None
         g = groups.get((task, label))
-        return g.success_rate if g else None
+        return getattr(g, group_field) if g else None
 
     width = _bar_width(data)
     fig, (ax,) = _figure(width, PANEL_HEIGHT_IN + 0.4)
-    _grouped_bars(ax, _bar_tasks(data), data.labels, success)
-    ax.set_ylim(0, 1.05)
+    _grouped_bars(ax, _bar_tasks(data), data.labels, value)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylabel(_wrap(f"success rate, >{DEFAULT_SUCCESS_MARGIN:.0%} over baseline ({direction(True)})",
-                        PANEL_HEIGHT_IN))
-    ax.set_title(_wrap("Success rate per task and agent (all runs), 95% CI", width))
+    ax.set_ylabel(_wrap(ylabel, PANEL_HEIGHT_IN))
+    ax.set_title(_wrap(title, width))
     _legend_below(fig, [ax], 3)
+    return fig, ax
+
+
+def _success_rate(data: ReportData) -> Figure:
+    fig, ax = _percent_bars(data, "success_rate", "success",
+                            f"success rate, >{DEFAULT_SUCCESS_MARGIN:.0%} over baseline ({direction(True)})",
+                            "Success rate per task and agent (all runs), 95% CI")
+    ax.set_ylim(0, 1.05)
     return fig
 
 
 def _improvement(data: ReportData) -> Figure:
-    groups = {(g.task, g.label): g for g in data.groups if g.runs}
-
-    def improvement(task: str, label: str) -> Estimate | None:
-        if task == "average":
-            o = data.overall.get(label)
-            return Estimate(**o["improvement"]) if o else None
-        g = groups.get((task, label))
-        return g.improvement if g else None
-
-    width = _bar_width(data)
-    fig, (ax,) = _figure(width, PANEL_HEIGHT_IN + 0.4)
-    _grouped_bars(ax, _bar_tasks(data), data.labels, improvement)
+    fig, ax = _percent_bars(data, "improvement", "improvement", f"improvement over baseline ({direction(True)})",
+                            "Mean improvement (runs with a valid final submission), 95% CI")
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylabel(_wrap(f"improvement over baseline ({direction(True)})", PANEL_HEIGHT_IN))
-    ax.set_title(_wrap("Mean improvement (runs with a valid final submission), 95% CI", width))
-    _legend_below(fig, [ax], 3)
     return fig
 
 
