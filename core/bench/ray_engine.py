@@ -42,7 +42,7 @@ from typing import IO, Any
 from mlab.core.bench.engines import JobSpec, Result, execute_job
 from mlab.core.bench.evaluate import registry_from
 from mlab.core.errors import MlabError
-from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.atomic import replace_folder, write_atomic
 from mlab.core.fs.dirfd import MAX_ENTRIES
 from mlab.core.fs.tree_sums import file_sha256
 from mlab.core.run.readonly import SHARE_MIN_BYTES, read_only_rule
@@ -176,13 +176,7 @@ def install_task(home: TaskHome, shipment: dict[str, Any], fetch: Callable[[Any]
                 raise MlabError(f"task {shipment['task']!r}: refused archive members: {'; '.join(refused[:3])}")
             shipped = staging / shipment["dir"]
             write_atomic(shipped / SHIPPED_FILE, json.dumps({"sha256": shipment["sha256"]}).encode())
-            if final.exists():  # an older version: runs that hard-linked its files keep their inodes
-                retired = root / f".retired-{shipment['dir']}-ray-{os.getpid()}"
-                os.replace(final, retired)
-                os.replace(shipped, final)
-                shutil.rmtree(retired, ignore_errors=True)
-            else:
-                os.replace(shipped, final)
+            replace_folder(shipped, final)  # an older version's files stay with the runs that hard-linked them
         finally:
             archive.unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
@@ -590,12 +584,7 @@ class RayEngine:
                 if refused:
                     _note(staging / RUN_MEMBER, "[bench] left out of the run folder shipped from its Ray node "
                           "(unsafe): " + "; ".join(refused))
-                retired = run_dir.with_name(f".{run_dir.name}.retired")
-                shutil.rmtree(retired, ignore_errors=True)
-                if run_dir.exists():
-                    os.replace(run_dir, retired)
-                os.replace(staging / RUN_MEMBER, run_dir)
-                shutil.rmtree(retired, ignore_errors=True)
+                replace_folder(staging / RUN_MEMBER, run_dir)
         except MlabError as exc:
             result = _failure(f"its run folder was refused: {exc}")
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 from contextlib import suppress
 from pathlib import Path
 from typing import TypeGuard
@@ -33,6 +34,17 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _sync_folder(path.parent)
+
+
+def replace_folder(new: Path, final: Path) -> None:
+    """Move the folder `new` to `final`. A folder already there is moved aside first and removed after, so
+    `final` is always one whole folder, and files hard-linked to the old one keep their inodes."""
+    retired = final.with_name(f".retired-{final.name}-{os.getpid()}")
+    shutil.rmtree(retired, ignore_errors=True)  # left by a crash
+    if final.exists():
+        os.replace(final, retired)
+    os.replace(new, final)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _sync_folder(folder: Path) -> None:

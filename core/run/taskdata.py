@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
-from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.atomic import replace_folder, write_atomic
 from mlab.core.fs.tree_sums import tree_sums
 from mlab.core.run.held_out import write_held_out
 from mlab.core.task import Task
@@ -114,12 +114,7 @@ class TaskHome:
             if final.exists():  # replaced: a stale, unfinished folder, or (force) the earlier preparation
                 carry_baselines(task, final, staging, log)  # a baseline is kept, never lost with the old data
                 carry_references(task, final, staging, log)  # and check-task's reference, where it still applies
-                retired = final.parent / f".retired-{final.name}-{os.getpid()}"
-                os.replace(final, retired)
-                os.replace(staging, final)
-                shutil.rmtree(retired, ignore_errors=True)
-            else:
-                os.replace(staging, final)
+            replace_folder(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
