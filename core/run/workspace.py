@@ -48,14 +48,17 @@ class Workspace:
             raise EnvError(f"{given!r} is a folder")
         return path
 
-    def verify_fd(self, fd: int, given: str) -> None:
-        """Refuse an opened file that is not in the workspace after all (a path swapped while we looked)."""
+    def _verified(self, fd: int, given: str) -> int:
+        """fd, unless the file opened is not in the workspace after all (a path swapped while we looked): then fd
+        is closed and the path refused."""
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            return  # no /proc: the resolved-path check already ran
+            return fd  # no /proc: the resolved-path check already ran
         if not inside(self._real_root, real):
+            os.close(fd)
             raise EnvError(f"path {given!r} points outside the workspace")
+        return fd
 
     def _open_at(self, path: Path, given: str, flags: int) -> int:
         """Open the resolved workspace path one component at a time from the workspace root, following no
@@ -81,12 +84,7 @@ class Workspace:
             raise EnvError(f"{given!r} cannot be opened: {exc.strerror}") from exc
         finally:
             os.close(dir_fd)
-        try:
-            self.verify_fd(fd, given)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return self._verified(fd, given)
 
     def open_regular(self, given: str) -> tuple[int, os.stat_result]:
         """An fd of the regular workspace file `given`, opened without following a last-moment symlink."""
@@ -177,12 +175,7 @@ class Workspace:
                            "link") from None
         finally:
             os.close(root)
-        try:
-            self.verify_fd(dir_fd, given)
-        except BaseException:
-            os.close(dir_fd)
-            raise
-        return dir_fd
+        return self._verified(dir_fd, given)
 
     def recreate_if_removed(self) -> None:
         """A confined script cannot remove the workspace folder (a mount point), an unconfined one can."""
