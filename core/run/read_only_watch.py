@@ -362,19 +362,35 @@ class ReadOnlyWatch:
         if self._polls % 64 == 0:
             dirty |= self._unwatched_files
             return
+        by_folder: dict[str, list[str]] = {}
         for rel in self._unwatched_files - dirty:
-            parent_rel, _, name = rel.rpartition("/")
-            fd = folders.open(parent_rel)
-            old = self.state.get(rel)
-            try:
-                st = lstat_at(fd, name) if fd is not None else None
-            except OSError:
-                st = None
-            if st is None or old is None or (old[0], old[4]) != (stat.S_IFMT(st.st_mode), st.st_ino):
-                dirty.add(rel)
+            by_folder.setdefault(rel.rpartition("/")[0], []).append(rel)
+        state, journaled, ifmt = self.state, self._journals, stat.S_IFMT
+        for folder, rels in by_folder.items():
+            fd = folders.open(folder)
+            if fd is None:
+                dirty.update(rels)
                 continue
-            self._set(rel, entry_state(st))
-            folders.restate(parent_rel)
+            start = len(folder) + 1 if folder else 0
+            changed = False
+            for rel in rels:
+                old = state.get(rel)
+                try:
+                    st = os.stat(rel[start:], dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    st = None
+                if st is None or old is None or old[0] != ifmt(st.st_mode) or old[4] != st.st_ino:
+                    dirty.add(rel)
+                    continue
+                now = (old[0], st.st_size, st.st_mtime_ns, st.st_ctime_ns, old[4])
+                if now != old:
+                    changed = True
+                    if len(journaled):
+                        self._set(rel, now)
+                    else:
+                        state[rel] = now
+            if changed:
+                folders.restate(folder)
 
     def _examine(self, rel: str, folders: _Descriptors) -> None:
         """Look at rel again and update the record: what stands there now, recorded (walked, for a new folder)."""
