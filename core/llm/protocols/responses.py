@@ -185,22 +185,14 @@ def stream(completion: Completion, model: str, request: ChatRequest) -> bytes:
                  "content_index": 0, "text": text},
                 {"type": "response.content_part.done", "item_id": item["id"], "output_index": index,
                  "content_index": 0, "part": item["content"][0]}]
-        elif item["type"] == "function_call":
+        else:  # a function call's arguments, or a custom tool call's input, streamed alike
+            field, events_of = (("arguments", "response.function_call_arguments") if item["type"] == "function_call"
+                                else ("input", "response.custom_tool_call_input"))
             events += [
                 {"type": "response.output_item.added", "output_index": index,
-                 "item": {**item, "status": "in_progress", "arguments": ""}},
-                {"type": "response.function_call_arguments.delta", "item_id": item["id"], "output_index": index,
-                 "delta": item["arguments"]},
-                {"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index,
-                 "arguments": item["arguments"]}]
-        else:
-            events += [
-                {"type": "response.output_item.added", "output_index": index,
-                 "item": {**item, "status": "in_progress", "input": ""}},
-                {"type": "response.custom_tool_call_input.delta", "item_id": item["id"], "output_index": index,
-                 "delta": item["input"]},
-                {"type": "response.custom_tool_call_input.done", "item_id": item["id"], "output_index": index,
-                 "input": item["input"]}]
+                 "item": {**item, "status": "in_progress", field: ""}},
+                {"type": f"{events_of}.delta", "item_id": item["id"], "output_index": index, "delta": item[field]},
+                {"type": f"{events_of}.done", "item_id": item["id"], "output_index": index, field: item[field]}]
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     done = _response(completion, model, request, items, "completed")
     events.append({"type": "response.completed" if done["status"] == "completed" else "response.incomplete",
