@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
+import tenacity
+
 from mlab.core.errors import LLMError
 
 log = logging.getLogger("mlab.llm")
@@ -64,34 +66,66 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, describe: str = 
     A final failure is raised as LLMError naming the tries made; its `retries` attribute lists the retried ones.
     """
     started = time.monotonic()
+    # The first try outside tenacity: most calls succeed at once, and setting up a Retrying costs more than a
+    # fast call's own bookkeeping.
+    try:
+        return fn(), []
+    except LLMError as exc:
+        if not exc.transient:
+            exc.retries = []
+            raise
+        first_failure: LLMError | None = exc
+
+    def attempt() -> T:
+        nonlocal first_failure
+        if first_failure is not None:  # tenacity's first attempt is the try already made
+            failure, first_failure = first_failure, None
+            raise failure
+        return fn()
+
     rng = rng or random.Random()
     retries: list[dict[str, Any]] = []
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return fn(), retries
-        except LLMError as exc:
-            if not exc.transient and not retries:
-                exc.retries = retries
-                raise
-            note = _tries(attempt)
-            if exc.transient and attempt < policy.max_attempts:
-                wait = policy.backoff(attempt, rng)
-                after = retry_after_of(exc)
-                if after is not None:
-                    wait = max(wait, after)
-                # Real time covers the waits too; counting them separately keeps an injected sleep honest.
-                elapsed = max(time.monotonic() - started, sum(r["wait_s"] for r in retries))
-                if elapsed + wait <= policy.max_total_s:
-                    retries.append({"attempt": attempt, "error": str(exc), "wait_s": round(wait, 3),
-                                    "retry_after_s": after, "at_s": round(elapsed, 3)})
-                    log.warning("%s failed (%s); retry %d of %d in %.1f s", describe, exc, attempt,
-                                policy.max_attempts - 1, wait)
-                    sleep(wait)
-                    continue
-                note += f"; the next wait of {wait:.1f} s would pass the {policy.max_total_s:g} s retry limit"
-            final = LLMError(f"{exc} (gave up after {note}, {time.monotonic() - started:.1f} s)",
-                             transient=exc.transient, context_too_long=exc.context_too_long)
-            final.retries = retries
-            raise final from exc
+    plan: dict[str, Any] = {}
+
+    def should_retry(state: tenacity.RetryCallState) -> bool:
+        # Decide here, wait included, so the outcome does not depend on tenacity's order of stop and wait.
+        exc = state.outcome.exception() if state.outcome else None
+        if not (isinstance(exc, LLMError) and exc.transient):
+            return False
+        if state.attempt_number >= policy.max_attempts:
+            plan["gave_up"] = _tries(state.attempt_number)
+            return False
+        wait = policy.backoff(state.attempt_number, rng)
+        after = retry_after_of(exc)
+        if after is not None:
+            wait = max(wait, after)
+        # Real time covers the waits too; counting them separately keeps an injected sleep honest.
+        elapsed = max(time.monotonic() - started, sum(r["wait_s"] for r in retries))
+        if elapsed + wait > policy.max_total_s:
+            plan["gave_up"] = (f"{_tries(state.attempt_number)}; the next wait of {wait:.1f} s would pass the "
+                               f"{policy.max_total_s:g} s retry limit")
+            return False
+        plan["wait"] = wait
+        retries.append({"attempt": state.attempt_number, "error": str(exc), "wait_s": round(wait, 3),
+                        "retry_after_s": after, "at_s": round(elapsed, 3)})
+        return True
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning("%s failed (%s); retry %d of %d in %.1f s", describe, exc, state.attempt_number,
+                    policy.max_attempts - 1, plan["wait"])
+
+    retrying = tenacity.Retrying(
+        retry=should_retry, wait=lambda _state: plan["wait"], stop=tenacity.stop_after_attempt(policy.max_attempts),
+        before_sleep=before_sleep, sleep=sleep, reraise=True)
+    try:
+        return retrying(attempt), retries
+    except LLMError as exc:
+        if not retries and "gave_up" not in plan:
+            exc.retries = retries
+            raise
+        note = plan.get("gave_up", _tries(len(retries) + 1))
+        final = LLMError(f"{exc} (gave up after {note}, {time.monotonic() - started:.1f} s)",
+                         transient=exc.transient, context_too_long=exc.context_too_long)
+        final.retries = retries
+        raise final from exc
