@@ -74,6 +74,7 @@ import math
 import re
 import statistics
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -424,10 +425,7 @@ def group_metrics(task: str, label: str, runs: list[RunRecord], baseline: float 
     ratios = [reference_ratio(r.final_score, reference, r.higher_is_better) for r in done]
     n = len(done)
     kept = [m for r, m in zip(done, per_run, strict=True) if r.counted_by_original]
-    failures: dict[str, int] = {}
-    for r in done:
-        if r.failure:
-            failures[r.failure] = failures.get(r.failure, 0) + 1
+    failures = dict(Counter(r.failure for r in done if r.failure))
     return GroupMetrics(
         task=task, label=label, runs=n, failed=sum(r.status == "failed" for r in done),
         valid_final=sum(m.valid_final for m in per_run), baseline=baseline,

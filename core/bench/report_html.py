@@ -37,14 +37,11 @@ def _js(value: object) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _package_text(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-
-
 def fill_page(values: dict[str, str]) -> str:
     """The page with each %NAME% placeholder replaced in one pass, so inserted text (a task name) is never itself
     searched for placeholders."""
-    return PLACEHOLDER.sub(lambda m: values[m.group(1)], _package_text(PAGE_FILE))
+    page = resources.files(__package__).joinpath(PAGE_FILE).read_text(encoding="utf-8")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], page)
 
 
 def catalog_id(data: ReportData, row: Row) -> str:

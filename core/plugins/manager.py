@@ -105,24 +105,17 @@ def _load(pm: pluggy.PluginManager, info: PluginInfo, load: Callable[[], object]
     info.hooks = sorted(caller.name for caller in pm.get_hookcallers(module) or [])
 
 
-def _hook_names() -> list[str]:
-    return sorted(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), f"{hookspecs.PROJECT}_spec"))
-
-
-def _spec_args(hook: str) -> list[str]:
-    return list(inspect.signature(getattr(hookspecs, hook)).parameters)
-
-
 def _explained(exc: pluggy.PluginValidationError) -> str:
     """pluggy's complaint in one line, with the hook or argument the author probably meant."""
-    hooks = _hook_names()
+    hooks = sorted(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), f"{hookspecs.PROJECT}_spec"))
     unknown_hook = re.search(r"unknown hook '(\w+)'", str(exc))
     if unknown_hook:
         name = unknown_hook.group(1)
         return f"unknown hook '{name}'{_did_you_mean(name, hooks)}; hooks: {', '.join(hooks)}"
     bad_args = re.search(r"for hook '(\w+)'.*Argument\(s\) \{(.*?)\} are declared", str(exc), re.S)
     if bad_args and bad_args.group(1) in hooks:
-        hook, valid = bad_args.group(1), _spec_args(bad_args.group(1))
+        hook = bad_args.group(1)
+        valid = list(inspect.signature(getattr(hookspecs, hook)).parameters)
         args = re.findall(r"'(\w+)'", bad_args.group(2))
         hints = "".join(_did_you_mean(a, valid) for a in args)
         return (f"{hook}() takes no argument {', '.join(map(repr, args))}{hints}; its arguments: "

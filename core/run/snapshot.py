@@ -305,7 +305,6 @@ class SnapshotStore:
             self._linked = True
         return {"sha256": digest, "size": size, "mode": st.st_mode & 0o777}, stat_key(st)
 
-
     # ---- reading snapshots ----------------------------------------------------------------------
     def manifest(self, name: str) -> Manifest:
         """Snapshot `name` as one mapping: every file's and link's path -> its entry."""
