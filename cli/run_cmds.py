@@ -404,8 +404,8 @@ def eval_runs(run_dirs: tuple[str, ...], as_json: bool, intermediate: bool, work
         console.print(f"baseline of {task} not measured: run {hint}", highlight=False, markup=False, soft_wrap=True)
     for task, hint in sorted({(r["task"], r["reference_hint"]) for r in rows
                               if r.get("reference_hint") and r["score"] is not None}):
-        console.print(f"of reference of {task}: - (no reference score recorded; run {hint})", highlight=False,
-                      markup=False, soft_wrap=True)
+        console.print(f"of reference of {task}: not recorded; run {hint}", highlight=False, markup=False,
+                      soft_wrap=False)  # wrapped at the width, as the table is
     validated = [Path(r["run_dir"]).name for r in rows if r.get("allow_validate")]
     if validated:
         console.print(f"note: {', '.join(validated)} could score predictions on a validation split "
