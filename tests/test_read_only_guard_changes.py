@@ -212,3 +212,43 @@ def act_repl(env, command: str) -> tuple[str, bool]:
     from mlab.core.models import Action
 
     return env.execute(Action(name="Python REPL", args={"command": command}))
+
+
+@pytest.mark.parametrize("watches", [0, 1, 2, 40])
+def test_past_the_watch_limit_what_is_unwatched_is_polled(tmp_path, monkeypatch, watches):
+    """fs.inotify.max_user_watches is shared by all the user's processes: past it, an unwatched file gets a stat
+    after every command and an unwatched folder is listed. With no watch at all, with the root's only, with the
+    folders' only, and with some files watched, a changed, a replaced, an added and a removed image are found."""
+    from mlab.core.run.read_only_watch import ReadOnlyWatch
+
+    real_add = ReadOnlyWatch._add
+    given: list[int] = []
+
+    def limited(self, path, mask):
+        if len(given) >= watches:
+            return None  # as ENOSPC
+        wd = real_add(self, path, mask)
+        if wd is not None:
+            given.append(wd)
+        return wd
+
+    monkeypatch.setattr(ReadOnlyWatch, "_add", limited)
+    env = make_images_env(tmp_path, "unconfined", count=60)
+    images = env.workspace / "data" / "images"
+    try:
+        obs, err = run(env, "print('first')\n")
+        assert not err and "read-only" not in obs, obs
+        obs, err = run(env, "import os\nopen('data/images/00010.png', 'a').write('x')\n"
+                            "open('x.png', 'w').write('fake')\nos.replace('x.png', 'data/images/00020.png')\n"
+                            "os.remove('data/images/00030.png')\nopen('data/images/new.png', 'w').write('x')\n"
+                            "open('data/train.csv', 'a').write('x')\nprint('done')\n")
+        assert not err and "done" in obs, obs
+        assert ("have been restored: data/images/00010.png, data/images/00020.png, data/images/00030.png, "
+                "data/train.csv]") in obs, obs
+        assert "have been removed: data/images/new.png]" in obs, obs
+        assert sorted(os.listdir(images)) == [f"{n:05d}.png" for n in range(60)]
+        assert all((images / f"{n:05d}.png").read_bytes() == image_bytes(n) for n in (10, 20, 30))
+        obs, err = run(env, "print('idle')\n")
+        assert not err and "read-only" not in obs, obs
+    finally:
+        env.close()

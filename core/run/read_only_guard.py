@@ -131,7 +131,7 @@ class ReadOnlyGuard:
                     if watch is None:
                         return None
                 else:
-                    watch.refresh(poll=False)
+                    watch.refresh()
             except OSError:  # no inotify instance to be had any more
                 if watch is not None:
                     watch.close()

@@ -92,6 +92,7 @@ class ReadOnlyWatch:
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[Journal] = weakref.WeakSet()
         self._recording = True  # False while a rebuild fills a new record (compared with the old one after)
+        self._deferred: dict[str, list[str]] | None = None  # files a walk found, by folder, watched after it
         self._polls = 0
         # folders the first walk judged read-only as a whole; kept by later walks, so that a folder grown past
         # SEPARATE_MOUNTS_MAX names is no new read-only entry (which would be removed)
@@ -230,7 +231,9 @@ class ReadOnlyWatch:
 
     def _visit(self, fd: int, name: str, rel: str, st: os.stat_result, read_only: bool, covered: bool) -> bool:
         is_dir = stat.S_ISDIR(st.st_mode)
-        if read_only and not is_dir:
+        if read_only and not is_dir and self._deferred is not None:
+            self._deferred.setdefault(rel.rpartition("/")[0], []).append(rel)  # watched after the walk
+        elif read_only and not is_dir:
             try:
                 self._watch_file(fd, name, rel)
             except FileNotFoundError:
@@ -249,8 +252,45 @@ class ReadOnlyWatch:
         return is_dir
 
     def _walk_from(self, fd: int, prefix: str, covered: bool, depth: int, decide: bool) -> None:
-        walk_read_only(self.rule, fd, prefix, covered, depth, self._decide if decide else self._decided,
-                       self._visit, self._entered)
+        """Record the tree below the folder open as fd: every folder's watch first, then its files' (near the watch
+        limit a folder's watch is worth more: it tells what is listed there)."""
+        self._deferred = {}
+        try:
+            walk_read_only(self.rule, fd, prefix, covered, depth, self._decide if decide else self._decided,
+                           self._visit, self._entered)
+        finally:
+            pending, self._deferred = self._deferred, None
+        folders = _Descriptors(self)
+        try:
+            for folder, rels in pending.items():
+                fd_or_none = self._open_for_files(folders, folder)
+                for rel in rels:
+                    self._watch_recorded(fd_or_none, folder, rel)
+        finally:
+            folders.close()
+
+    @staticmethod
+    def _open_for_files(folders: _Descriptors, folder: str) -> int | None:
+        try:
+            return folders.open(folder)
+        except _Gone:
+            return None
+
+    def _watch_recorded(self, fd: int | None, folder: str, rel: str) -> None:
+        """Watch a file the walk recorded, then take its state again (a change before the watch is seen)."""
+        if fd is None:  # its folder went meanwhile (an event says so): looked at every time until then
+            self._unwatched_files.add(rel)
+            return
+        name = rel[len(folder) + 1:] if folder else rel
+        try:
+            self._watch_file(fd, name, rel)
+            now = lstat_at(fd, name)
+        except FileNotFoundError:
+            now = None
+        if now is None:
+            self._drop(rel)
+        else:
+            self._set(rel, entry_state(now))
 
     def _drop(self, rel: str) -> None:
         """Forget rel and everything recorded below it (their watches too)."""
@@ -302,10 +342,9 @@ class ReadOnlyWatch:
 
     # ---- after a command -----------------------------------------------------------------------------------------
 
-    def refresh(self, poll: bool = True) -> None:
-        """Bring the record up to date: look again at what the events since the last refresh name and, with
-        `poll` (after a command; before one, a change there is the next command's), at open files and at what
-        is not watched."""
+    def refresh(self) -> None:
+        """Bring the record up to date: look again at what the events since the last refresh name, at open files
+        and at what is not watched."""
         with self._lock:
             if self.pid != os.getpid() or self._fd < 0:
                 self._rebuild_or_fail()
@@ -314,26 +353,22 @@ class ReadOnlyWatch:
                 if dirty is None:
                     self._rebuild_or_fail()
                 else:
-                    self._look_at(dirty, poll)
-                    if poll:
-                        self._check_held()
+                    self._look_at(dirty)
+                    self._check_held()
 
     def _rebuild_or_fail(self) -> None:
         if not self._rebuild():
             raise OSError(errno.EMFILE, "no inotify instance can be had for the read-only watch")
 
-    def _look_at(self, dirty: set[str], poll: bool) -> None:
+    def _look_at(self, dirty: set[str]) -> None:
         folders = _Descriptors(self)
         try:
-            if poll:
-                self._polls += 1
-                for wd, count in self._opens.items():
-                    if count > 0:
-                        dirty |= self._wd_rels.get(wd, set())
-                dirty |= self._held or set()
-                for folder in list(self._unwatched_folders):
-                    self._list(folder, folders, dirty)
-                self._poll(dirty, folders)
+            self._polls += 1
+            for wd, count in self._opens.items():
+                if count > 0:
+                    dirty |= self._wd_rels.get(wd, set())
+            dirty |= self._held or set()
+            self._poll(dirty, folders)
             for rel in sorted(dirty, key=lambda rel: rel.count("/")):  # a folder before what it holds
                 self._examine(rel, folders)
         except _Gone:
@@ -342,30 +377,32 @@ class ReadOnlyWatch:
         finally:
             folders.close()
 
-    def _list(self, folder: str, folders: _Descriptors, dirty: set[str]) -> None:
-        """An unwatched folder: each name in it, and each recorded, is looked at."""
-        fd = folders.open(folder)
-        if fd is None:
-            dirty.add(folder)
-            return
-        try:
-            names = os.listdir(fd)
-        except OSError:
-            names = []
-        prefix = folder + "/" if folder else ""
-        dirty.update(prefix + name for name in names)
-        dirty |= self._children.get(folder, set())
-
     def _poll(self, dirty: set[str], folders: _Descriptors) -> None:
-        """Unwatched files (past the watch limit): one stat each; a file replaced is looked at in full, and every
-        so often all are, to watch them where watches have come free."""
+        """What is past the watch limit: an unwatched folder is listed (a name come or gone is looked at in full),
+        and each unwatched file, and each entry of an unwatched folder, gets one stat (one replaced is looked at
+        in full). Every so often the unwatched are looked at in full, to watch them where watches came free."""
         if self._polls % 64 == 0:
+            for folder in self._unwatched_folders:
+                self._rewatch_folder(folder, folders)
             dirty |= self._unwatched_files
-            return
-        by_folder: dict[str, list[str]] = {}
+        by_folder: dict[str, set[str]] = {}
         for rel in self._unwatched_files - dirty:
-            by_folder.setdefault(rel.rpartition("/")[0], []).append(rel)
-        state, journaled, ifmt = self.state, self._journals, stat.S_IFMT
+            by_folder.setdefault(rel.rpartition("/")[0], set()).add(rel)
+        for folder in list(self._unwatched_folders):
+            fd = folders.open(folder)
+            if fd is None:
+                dirty.add(folder)
+                continue
+            try:
+                names = os.listdir(fd)
+            except OSError:
+                names = []
+            prefix = folder + "/" if folder else ""
+            listed = {prefix + name for name in names}
+            known = self._children.get(folder, set())
+            dirty |= listed ^ known  # come or gone
+            by_folder.setdefault(folder, set()).update((listed & known) - dirty)
+        state, ifmt = self.state, stat.S_IFMT
         for folder, rels in by_folder.items():
             fd = folders.open(folder)
             if fd is None:
@@ -374,23 +411,47 @@ class ReadOnlyWatch:
             start = len(folder) + 1 if folder else 0
             changed = False
             for rel in rels:
-                old = state.get(rel)
                 try:
                     st = os.stat(rel[start:], dir_fd=fd, follow_symlinks=False)
                 except OSError:
-                    st = None
-                if st is None or old is None or old[0] != ifmt(st.st_mode) or old[4] != st.st_ino:
+                    dirty.add(rel)
+                    continue
+                record = self._folders.get(rel)
+                if record is not None:  # a folder: the same folder, or looked at in full
+                    if (st.st_dev, st.st_ino) != record.identity or not stat.S_ISDIR(st.st_mode):
+                        dirty.add(rel)
+                    elif rel in state:
+                        changed |= state[rel] != entry_state(st)
+                        self._set(rel, entry_state(st))
+                    continue
+                old = state.get(rel)
+                if old is None:
+                    if rel not in self._children.get(folder, ()):
+                        dirty.add(rel)
+                    continue  # an unentered folder that may hold read-only entries: its identity is unknown
+                if old[0] != ifmt(st.st_mode) or old[4] != st.st_ino:
                     dirty.add(rel)
                     continue
                 now = (old[0], st.st_size, st.st_mtime_ns, st.st_ctime_ns, old[4])
                 if now != old:
                     changed = True
-                    if len(journaled):
-                        self._set(rel, now)
-                    else:
-                        state[rel] = now
+                    self._set(rel, now)
             if changed:
                 folders.restate(folder)
+
+    def _rewatch_folder(self, folder: str, folders: _Descriptors) -> None:
+        record = self._folders.get(folder)
+        fd = folders.open(folder)
+        if record is None or fd is None:
+            return
+        try:
+            wd = self._add(f"/proc/self/fd/{fd}", READ_ONLY_FOLDER_MASK if record.covered else FOLDER_MASK)
+        except FileNotFoundError:
+            return
+        if wd is not None:
+            record.wd = wd
+            self._wd_folder[wd] = folder
+            self._unwatched_folders.discard(folder)
 
     def _examine(self, rel: str, folders: _Descriptors) -> None:
         """Look at rel again and update the record: what stands there now, recorded (walked, for a new folder)."""
