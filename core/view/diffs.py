@@ -8,10 +8,10 @@ is bounded. Nothing here writes.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import re
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,6 @@ MAX_DIFFED_FILE = 400_000  # bigger files are compared by size only
 MAX_DIFF = 40_000  # characters of one file's diff shown
 _INDEXES = 16  # runs whose pack indexes are kept between requests
 
-_pack_indexes: OrderedDict[Path, PackIndex] = OrderedDict()
-
 Manifest = dict[str, dict[str, Any]]
 
 
@@ -49,16 +47,10 @@ def read_regular(path: Path, limit: int) -> bytes | None:
         return None
 
 
+@functools.lru_cache(maxsize=_INDEXES)
 def _packs(run_dir: Path) -> PackIndex:
     """The run's pack index, kept between requests (a miss reads what was indexed since)."""
-    index = _pack_indexes.get(run_dir)
-    if index is None:
-        index = _pack_indexes[run_dir] = PackIndex(run_dir / OBJECTS_DIR)
-        if len(_pack_indexes) > _INDEXES:
-            _pack_indexes.popitem(last=False)
-    else:
-        _pack_indexes.move_to_end(run_dir)
-    return index
+    return PackIndex(run_dir / OBJECTS_DIR)
 
 
 def read_object(run_dir: Path, digest: str, limit: int) -> bytes | None:
