@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import suppress
 from typing import Any
 
 _FENCE_LINE = re.compile(r"^\s*```[\w+-]*\s*$")
@@ -86,9 +87,7 @@ def loads_lenient(text: str, keys: list[str] | None = None) -> Any:
         except json.JSONDecodeError as exc:
             errors.append(exc)
     if keys:
-        try:
+        with suppress(ValueError):
             return _value_by_keys(_drop_trailing_commas(body), keys)
-        except ValueError:
-            pass
     first = errors[0]  # the error in the text as written, not in its repaired copy
     raise ValueError(f"not valid JSON: {first.msg} at line {first.lineno} column {first.colno}")

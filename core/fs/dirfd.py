@@ -119,11 +119,9 @@ def remove_at(dir_fd: int, name: str, max_entries: int = MAX_ENTRIES) -> None:
                     raise OSError(errno.EMLINK, f"more than {max_entries} entries to remove under {name!r}")
                 if is_dir:
                     hoisted = f"{_HOISTED}{secrets.token_hex(8)}"
-                    try:
+                    with suppress(FileNotFoundError):
                         os.rename(child, hoisted, src_dir_fd=fd, dst_dir_fd=dir_fd)
                         pending.append(hoisted)
-                    except FileNotFoundError:
-                        pass
                 else:
                     _unlink_quiet(fd, child)
         finally:

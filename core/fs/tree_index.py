@@ -15,6 +15,7 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -366,7 +367,7 @@ def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
     others = []
     get, add = files.get, listed.append
     most = max(most, 0)
-    try:
+    with suppress(OSError):  # unreadable: it lists as empty
         with os.scandir(fd) as listing:
             for entry in islice(listing, most + 1):  # bounded here, not by a check per name
                 name = entry.name
@@ -382,8 +383,6 @@ def changed_entries(fd: int, files: dict[str, tuple[StatKey | None, Entry]],
                             and key[1] == st.st_size):
                         continue
                 others.append(entry)
-    except OSError:  # unreadable: it lists as empty
-        pass
     if len(listed) > most:
         raise LimitReached
     return others

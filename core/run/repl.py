@@ -50,15 +50,13 @@ class Repl:
 
     @staticmethod
     def _read(stream: IO[bytes], chunks: queue.Queue[bytes | None]) -> None:
-        try:
+        with suppress(OSError, ValueError):
             while True:
                 # Whatever has arrived, without waiting for a full block (the pipe's buffer is never used).
                 chunk = os.read(stream.fileno(), 65536)
                 if not chunk:
                     break
                 chunks.put(chunk)
-        except (OSError, ValueError):
-            pass
         chunks.put(None)
 
     def _send(self, proc: Command, code: str, deadline: float) -> None:
@@ -147,11 +145,9 @@ class Repl:
         with suppress(Exception):
             proc.wait(timeout=5)
         self.sandbox.release(proc)
-        try:
+        with suppress(OSError):
             if proc.stdin is not None:
                 proc.stdin.close()
-        except OSError:
-            pass
         if self.reader is not None:
             self.reader.join(timeout=1)
             if not self.reader.is_alive() and proc.stdout is not None:  # closing under a blocked read would hang

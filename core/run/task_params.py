@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from typing import Any
 
 from mlab.core.errors import MlabError
@@ -35,10 +36,8 @@ def typed_value(value: Any, kind: str) -> Value:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
-            try:
+            with suppress(ValueError):
                 return int(value.strip())
-            except ValueError:
-                pass
         raise ValueError(f"{value!r} is not an int")
     elif kind == "float":
         number: float | None = None

@@ -8,6 +8,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -156,12 +157,6 @@ class TaskHome:
             return None
         return Path(source) if isinstance(source, str) and Path(source).is_dir() else None
 
-    def prepared_at(self, task: Named) -> float | None:
-        try:
-            return float(json.loads((self.task_dir(task) / "prepared.json").read_text())["prepared_at"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
     def superseded_baselines(self, task: Named) -> list[dict[str, Any]]:
         """Baselines measured on data an earlier `prepare --force` replaced, oldest first; each says until when
         (superseded_at) it was the one runs were judged against."""
@@ -268,12 +263,10 @@ def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool])
     def copy(source: str, target: str) -> object:
         rel = Path(source).relative_to(public).as_posix()
         if share(rel) and stat.S_ISREG(os.lstat(source).st_mode):  # a symlink is copied as what it names
-            try:
+            with suppress(OSError):
                 os.link(source, target, follow_symlinks=False)
                 linked.append(rel)
                 return target
-            except OSError:
-                pass
         return shutil.copy2(source, target)
 
     shutil.copytree(public, workspace, symlinks=False, copy_function=copy)

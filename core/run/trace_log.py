@@ -523,11 +523,9 @@ class TraceLog:
         try:
             pwrite_all(fd, new, self._last_at)
         except BaseException:
-            try:  # the bytes there were written before, so putting them back needs no new space
+            with suppress(OSError):  # the bytes there were written before, so putting them back needs no new space
                 pwrite_all(fd, self._suffix, self._last_at)
                 os.ftruncate(fd, self._last_at + len(self._suffix))
-            except OSError:
-                pass
             raise
         self._last_at += len(moving)
         self._suffix = new[len(moving):]

@@ -15,6 +15,7 @@ import glob
 import importlib.util
 import os
 import sys
+from contextlib import suppress
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
@@ -60,14 +61,12 @@ def python_dirs(python: str, named_too: bool = False) -> list[str]:
         for exe in (python, os.path.realpath(python)):
             home = os.path.dirname(os.path.dirname(exe))  # .../bin/python -> ...
             named.add(home)
-            try:
+            with suppress(OSError):
                 with open(os.path.join(home, "pyvenv.cfg"), encoding="utf-8", errors="replace") as f:
                     for line in f:
                         key, _, value = line.partition("=")
                         if key.strip() == "home" and value.strip():
                             named.add(os.path.dirname(value.strip()))
-            except OSError:
-                pass
     found = {os.path.realpath(d) for d in named}
     if named_too:
         found |= {os.path.abspath(d) for d in named}

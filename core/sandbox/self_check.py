@@ -245,12 +245,10 @@ def no_network(b: Bench) -> None:
     accepted: list[bool] = []
 
     def serve() -> None:
-        try:
+        with suppress(OSError):
             conn, _ = server.accept()
             accepted.append(True)
             conn.close()
-        except OSError:
-            pass
 
     threading.Thread(target=serve, daemon=True).start()
     try:
