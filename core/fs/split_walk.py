@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Container, Iterator
 from contextlib import suppress
 
-from mlab.core.fs.dirfd import open_dir_at
+from mlab.core.fs.dirfd import open_dir_at, write_all
 from mlab.core.fs.tree_index import Folder, LimitReached, changed_entries, listing_room
 
 MIN_ENTRIES = 20_000  # below this a fork and the pipe cost more than half the walk saves
@@ -162,10 +162,7 @@ def start(root_fd: int, root: Folder, max_entries: int, sealed: Container[str] =
         try:
             gc.disable()  # a collection would write to every object's page the parent shares
             os.close(read_fd)
-            data = marshal.dumps(_answer(root_fd, taken, max_entries))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(write_fd, view):]
+            write_all(write_fd, marshal.dumps(_answer(root_fd, taken, max_entries)))
             status = 0
         finally:
             os._exit(status)
