@@ -13,6 +13,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TypeGuard
 
+from mlab.core.fs.dirfd import opened
+
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -49,9 +51,5 @@ def replace_folder(new: Path, final: Path) -> None:
 
 def _sync_folder(folder: Path) -> None:
     """Make the rename itself durable (best effort: not every file system allows fsync on a folder)."""
-    with suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with suppress(OSError), opened(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
+        os.fsync(fd)

@@ -10,6 +10,8 @@ import functools
 import os
 import time
 
+from mlab.core.fs.dirfd import opened
+
 # A file whose change time is this close to a reading of a clock other than its own file system's may still
 # change within the same timestamp tick (the coarsest common granularity is 2 s, FAT's).
 FOREIGN_CLOCK_MARGIN_NS = 2 * 10**9
@@ -30,24 +32,18 @@ def sync_filesystem(path: str | os.PathLike[str]) -> None:
     if libc is None:
         os.sync()  # no syncfs here: flush everything
         return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+    with opened(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
         if libc.syncfs(fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs: {os.strerror(err)}", os.fspath(path))
-    finally:
-        os.close(fd)
 
 
 def fs_now_ns(marker: str | os.PathLike[str]) -> tuple[int, int]:
     """(device, change time) of `marker` just touched: the file system's own reading of "now", in its own
     granularity. A file whose change time is earlier than this gets a different one from any later change."""
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
+    with opened(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)) as fd:
         os.utime(fd)
         st = os.fstat(fd)
-    finally:
-        os.close(fd)
     return st.st_dev, st.st_ctime_ns
 
 

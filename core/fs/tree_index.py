@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at, open_dirs
+from mlab.core.fs.dirfd import NotAFolder, WalkLimits, lstat_at, open_dir_at, open_dirs, opened
 
 Entry = dict[str, Any]
 StatKey = tuple[int, int, int, int]  # (inode, size, mtime_ns, ctime_ns)
@@ -320,7 +320,7 @@ class Scanner:
             fd = open_dirs(root_fd, parts)
         except OSError:  # not a folder any more, or not readable: the walk copes with either
             return False
-        try:
+        with opened(fd):
             try:
                 st = lstat_at(fd, leaf)
             except OSError:
@@ -344,8 +344,6 @@ class Scanner:
                     if before is not None and before[1] == entry:
                         return True
                     folder.touched(leaf)
-        finally:
-            os.close(fd)
         for parent, part in zip(chain[:-1], parts, strict=True):
             parent.touched(part)
         return True

@@ -10,7 +10,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from mlab.core.fs.dirfd import FILE_FLAGS
+from mlab.core.fs.dirfd import FILE_FLAGS, opened
 
 WORKERS = 4  # files read at once: waits on a cold disk overlap; warm, the hashing holds the interpreter anyway
 BATCH = 512  # files a worker hashes in one task
@@ -55,10 +55,7 @@ def _hash_all(paths: list[str]) -> list[str]:
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
     sha = hashlib.sha256()
-    fd = os.open(path, FILE_FLAGS)  # listed as a file: never a link followed or a FIFO waited on
-    try:
+    with opened(os.open(path, FILE_FLAGS)) as fd:  # listed as a file: never a link followed or a FIFO waited on
         while chunk := os.read(fd, CHUNK):
             sha.update(chunk)
-    finally:
-        os.close(fd)
     return sha.hexdigest()

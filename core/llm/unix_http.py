@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mlab.core.fs.dirfd import opened
+
 MAX_CONNECTIONS = 32
 IDLE_TIMEOUT_S = 30.0  # a connection that sends nothing for this long is closed
 
@@ -159,11 +161,8 @@ class UnixSocketServer:
 def _open_to_all(dir_fd: int, name: str) -> None:
     """chmod 666 the socket just bound, never what a link put in its place names: through an O_PATH descriptor
     of the entry itself."""
-    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
+    with opened(os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)) as fd:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
             raise OSError(f"{name} was replaced before it could be opened up")
         os.chmod(f"/proc/self/fd/{fd}", 0o666)
-    finally:
-        os.close(fd)
 

@@ -13,7 +13,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from mlab.core.fs.dirfd import list_dir, open_dir_at, open_dirs, open_root, remove_at, write_all
+from mlab.core.fs.dirfd import list_dir, open_dir_at, open_dirs, open_root, opened, remove_at, write_all
 
 PREFIX = ".mlab-agent"  # in the sandbox home: .mlab-agent-<random>
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -23,32 +23,24 @@ class AgentFolder:
     """The session's folder: `path` (the same inside the sandbox) and `fd`, its descriptor, until `close`."""
 
     def __init__(self, home: Path):
-        home_fd = open_root(home)  # the run's own folder: the sandbox cannot replace the home itself
-        try:
+        with opened(open_root(home)) as home_fd:  # the run's own folder: the sandbox cannot replace the home itself
             for name, _st in list_dir(home_fd):
                 if name.startswith(PREFIX):
                     remove_at(home_fd, name)
             name = f"{PREFIX}-{secrets.token_hex(6)}"
             os.mkdir(name, 0o755, dir_fd=home_fd)
             self.fd = open_dir_at(home_fd, name)
-        finally:
-            os.close(home_fd)
         self.path = Path(home) / name
 
     def write(self, name: str, text: str) -> Path:
         """Write text as `name` (folders of it made as needed) in the folder; returns its path."""
         *folders, leaf = name.split("/")
-        folder_fd = open_dirs(self.fd, folders, create=True)
-        try:
+        with opened(open_dirs(self.fd, folders, create=True)) as folder_fd:
             fd = os.open(leaf, _WRITE_FLAGS, 0o644, dir_fd=folder_fd)
-        finally:
-            os.close(folder_fd)
-        try:
+        with opened(fd):
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{name!r} in the agent folder is not a file")
             write_all(fd, text.encode("utf-8"))
-        finally:
-            os.close(fd)
         return self.path / name
 
     def close(self) -> None:

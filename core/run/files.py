@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from mlab.core.errors import EnvError
+from mlab.core.fs.dirfd import opened
 from mlab.core.run.edit_history import EditHistory
 from mlab.core.run.workspace import MAX_WRITE_BYTES, Workspace
 
@@ -21,18 +22,14 @@ class FileActions:
         self.history = history
 
     def list_files(self, dir_path: str) -> str:
-        fd = self.workspace.open_folder(dir_path)
         names = []
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:  # e.g. a symlink loop
-                        is_dir = False
-                    names.append(entry.name + ("/" if is_dir else ""))
-        finally:
-            os.close(fd)
+        with opened(self.workspace.open_folder(dir_path)) as fd, os.scandir(fd) as entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:  # e.g. a symlink loop
+                    is_dir = False
+                names.append(entry.name + ("/" if is_dir else ""))
         if not names:
             return "(empty folder)"
         names.sort()

@@ -21,7 +21,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 
-from mlab.core.fs.dirfd import pwrite_all
+from mlab.core.fs.dirfd import opened, pwrite_all
 
 PACK_DIR = "pack"
 MAX_INDEX_BYTES = 256 << 20  # of index files read for an untrusted store: 2.5 million lines or more
@@ -83,17 +83,12 @@ class PackIndex:
     def _read_index(self, folder: int, name: str) -> None:
         start = self._parsed.get(name, 0)
         try:
-            fd = os.open(f"{name}.idx", _READ_FLAGS, dir_fd=folder)
+            with opened(os.open(f"{name}.idx", _READ_FLAGS, dir_fd=folder)) as fd:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return
+                data = _pread_all(fd, int(min(self._budget, max(0, os.fstat(fd).st_size - start))), start)
         except OSError:
             return
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return
-            data = _pread_all(fd, int(min(self._budget, max(0, os.fstat(fd).st_size - start))), start)
-        except OSError:
-            return
-        finally:
-            os.close(fd)
         whole = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
         self._budget -= len(whole)
         self._parsed[name] = start + len(whole)
@@ -177,15 +172,10 @@ def read_packed(index: PackIndex, location: Location, limit: int) -> bytes | Non
     if location.size > limit:
         return None
     try:
-        fd = open_pack(index, location.pack)
+        with opened(open_pack(index, location.pack)) as fd:
+            data = read_at(fd, location)
     except OSError:
         return None
-    try:
-        data = read_at(fd, location)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     return data if len(data) == location.size else None
 
 

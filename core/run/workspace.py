@@ -12,7 +12,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from mlab.core.errors import EnvError
-from mlab.core.fs.dirfd import NotAFolder, open_dirs, open_root
+from mlab.core.fs.dirfd import NotAFolder, open_dirs, open_root, opened
 from mlab.core.run.env_settings import EnvSettings
 from mlab.core.run.readonly import inside, is_read_only, relative_name, resolve_in_workspace
 
@@ -139,8 +139,7 @@ class Workspace:
         """Replace path with data: other links to the old file are left alone and a reader never sees half."""
         if len(data) > MAX_WRITE_BYTES:
             raise EnvError(f"content of {len(data)} bytes is more than the {MAX_WRITE_BYTES} allowed")
-        dir_fd = self.open_parent(path, given)
-        try:
+        with opened(self.open_parent(path, given)) as dir_fd:
             try:
                 mode = stat.S_IMODE(os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
             except OSError:
@@ -156,8 +155,6 @@ class Workspace:
                 with suppress(OSError):
                     os.unlink(tmp, dir_fd=dir_fd)
                 raise
-        finally:
-            os.close(dir_fd)
 
     def open_parent(self, path: Path, given: str) -> int:
         """A descriptor of path's folder, made if missing, opened one component at a time from the workspace
