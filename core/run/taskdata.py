@@ -5,16 +5,15 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import replace_folder, write_atomic
+from mlab.core.fs.link_tree import link_tree
 from mlab.core.fs.tree_sums import tree_sums
 from mlab.core.run.held_out import write_held_out
 from mlab.core.task import Task
@@ -258,19 +257,7 @@ def stage_workspace(public: Path, workspace: Path, share: Callable[[str], bool])
     read-only guard turns a link that agent code moved out of its mount into a copy), so a workspace costs a
     link per read-only file, whatever its size, and its removal frees none of their data. Falls back to a copy
     where a link cannot be made (another file system). Returns the linked paths, relative to the workspace."""
-    linked: list[str] = []
-
-    def copy(source: str, target: str) -> object:
-        rel = Path(source).relative_to(public).as_posix()
-        if share(rel) and stat.S_ISREG(os.lstat(source).st_mode):  # a symlink is copied as what it names
-            with suppress(OSError):
-                os.link(source, target, follow_symlinks=False)
-                linked.append(rel)
-                return target
-        return shutil.copy2(source, target)
-
-    shutil.copytree(public, workspace, symlinks=False, copy_function=copy)
-    return linked
+    return link_tree(public, workspace, share)
 
 
 def _data_folder(task: Named) -> str | None:
