@@ -94,6 +94,34 @@ def options_descriptor(options: list[str]) -> int:
     return fd
 
 
+_KEPT = 8  # option lists remembered per sandbox (a run needs one or two: its commands, its scorer)
+
+
+def _lstat_identity(paths: list[str]) -> tuple:
+    found: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            found.append((st.st_dev, st.st_ino, st.st_mode))
+        except OSError:
+            found.append(None)
+    return tuple(found)
+
+
+def _identity(options: list[str], spec: ExecSpec) -> tuple:
+    """What options_for's answer depends on besides its key: every host path it names (device, inode, type), the
+    paths the spec names (a hidden folder made since is seen), where the read-only paths resolve, and /dev (a GPU
+    node added)."""
+    named = [option for option in options if option.startswith("/")]
+    named += [str(spec.cwd), *map(str, spec.writable_paths), *map(str, spec.hidden_paths),
+              *map(str, spec.shown_paths)]
+    try:
+        devices = os.stat("/dev").st_mtime_ns
+    except OSError:
+        devices = None
+    return _lstat_identity(named), tuple(os.path.realpath(path) for path in spec.read_only_paths), devices
+
+
 class BwrapSandbox(ProcessSandbox):
     name = "bwrap"
     description = ("bubblewrap: only the workspace (read-write), the Python environment and system libraries "
@@ -102,12 +130,31 @@ class BwrapSandbox(ProcessSandbox):
     confined = True  # the command sees only what is bound into its container
     signal_exit_codes = True  # bwrap's init exits with 128+N when the command dies of signal N
 
+    def __init__(self) -> None:
+        self._options: dict[tuple, tuple[list[str], tuple]] = {}
+
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return _probe()
 
+    def _options_for(self, spec: ExecSpec, argv: list[str]) -> list[str]:
+        """options_for(spec, argv), remembered while what it depends on is as it was: building it costs a few
+        hundred stat calls (2-5 ms of the harness's CPU a command), checking it one per path it names."""
+        key = (argv[0] if argv else "", spec.network, str(spec.cwd), tuple(map(str, spec.writable_paths)),
+               tuple(map(str, spec.hidden_paths)), tuple(map(str, spec.shown_paths)),
+               tuple(map(str, spec.read_only_paths)), tuple(spec.limits.gpus or ()), spec.limits.gpus is None,
+               tuple(sorted(os.environ.items())))
+        kept = self._options.get(key)
+        if kept is not None and kept[1] == _identity(kept[0], spec):
+            return kept[0]
+        options = options_for(spec, argv)
+        if len(self._options) >= _KEPT:
+            self._options.clear()
+        self._options[key] = (options, _identity(options, spec))
+        return options
+
     def popen(self, argv: list[str], spec: ExecSpec) -> ProcessCommand:
-        fd = options_descriptor(options_for(spec, argv))
+        fd = options_descriptor(self._options_for(spec, argv))
         try:
             return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(fd), "--", *argv], spec,
                               pass_fds=(fd,))
