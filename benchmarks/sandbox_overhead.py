@@ -18,14 +18,16 @@ them once, in an order that rotates from round to round, so that machine load af
 
 Targets: local <= 1.3x bare; bwrap <= 30 ms more than local (idle and at --load 5); docker <= 1.3x docker-exec.
 unconfined / bare is printed too (the cost of start, wait and limits alone). `--load N` runs N busy Python loops
-beside the rounds, each in a session of its own as other runs' commands would be; bwrap - local is then also given
-as the median of each round's own difference, which the load weighs on alike.
+beside the rounds, each in a session of its own as other runs' commands would be (`--load-session harness`: in
+this script's session, a busy harness); bwrap - local is also given as the median of each round's own difference,
+which the load weighs on alike.
 
 docker uses the engine `docker` reaches (DOCKER_HOST, MLAB_DOCKER_IMAGE); when there is none usable and this
 runs as root with dockerd installed, it starts a daemon of its own as the tests do (tests/fixtures/docker_engine.py)
 and stops it at the end.
 
-    python benchmarks/sandbox_overhead.py [--rounds N] [--load N] [--sandboxes local,bwrap] [--no-own-engine]
+    python benchmarks/sandbox_overhead.py [--rounds N] [--load N] [--load-session own|harness]
+                                          [--sandboxes local,bwrap] [--no-own-engine]
 """
 from __future__ import annotations
 
@@ -216,15 +218,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--no-own-engine", action="store_true", help="never start a Docker engine for docker")
     parser.add_argument("--load", type=int, default=0, help="busy loops running beside the rounds")
+    parser.add_argument("--load-session", choices=["own", "harness"], default="own",
+                        help="each busy loop in a session of its own (other commands), or in this one's (a busy "
+                             "harness: with sched_autogroup the harness then gets a share of its session's CPU)")
     parser.add_argument("--sandboxes", default="unconfined,local,local-fresh,bwrap,docker")
     args = parser.parse_args()
     boxes = sandboxes(not args.no_own_engine, set(args.sandboxes.split(",")))
     scratch = Path(tempfile.mkdtemp(prefix="mlab-sandbox-bench-"))
     envs: dict[str, Environment] = {}
     exec_box: DockerExec | None = None
-    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(args.load)]
+    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=args.load_session == "own")
+            for _ in range(args.load)]
     if load:
-        print(f"load: {len(load)} busy loops")
+        where = "sessions of their own" if args.load_session == "own" else "the harness's session"
+        print(f"load: {len(load)} busy loops, in {where}")
     try:
         envs = {name: environment(scratch / name, box) for name, box in boxes.items()}
         bare_env = environment(scratch / "bare", UnconfinedSandbox())
