@@ -222,6 +222,7 @@ def step_costs(scratch: Path, steps: int, names: list[str]) -> None:
                 continue
             shutil.rmtree(root / "store", ignore_errors=True)
             env = environment(root, sandbox, patterns)
+            execute(env)  # warm: the zygote, the unconfined guard's first walk and watches
             store = env.s.store
             guard = env.scripts.guard
             spent: list[float] = []
