@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from mlab.core.fs.dirfd import NotAFolder, open_dir_at
 from mlab.core.run.readonly import ReadOnlyRule
@@ -46,6 +46,16 @@ class _Held:
             os.close(self.fd)
 
 
+def _listed(fd: int) -> Iterator[os.DirEntry[str]]:
+    """The entries of the folder open as fd, one at a time (a list of 200,000 would be held at once); none
+    past an error."""
+    try:
+        with os.scandir(fd) as listing:
+            yield from listing
+    except OSError:
+        return
+
+
 def walk_read_only(rule: ReadOnlyRule, fd: int, prefix: str, covered: bool, depth: int, whole: Whole,
                    visit: Visit, entered: Entered | None = None) -> None:
     """Walk from the folder open as fd (workspace-relative prefix "" or "a/b/", covered: itself read-only, at
@@ -67,14 +77,9 @@ def walk_read_only(rule: ReadOnlyRule, fd: int, prefix: str, covered: bool, dept
             assert current is not None
             held = _Held(current)
             try:
-                try:
-                    if entered is not None:
-                        entered(current, prefix, covered, depth)
-                    with os.scandir(current) as listing:
-                        entries = list(listing)
-                except OSError:
-                    entries = []
-                for entry in entries:
+                if entered is not None:
+                    entered(current, prefix, covered, depth)
+                for entry in _listed(current):
                     rel = prefix + entry.name
                     try:
                         st = entry.stat(follow_symlinks=False)

@@ -25,13 +25,15 @@ import ctypes
 import errno
 import os
 import stat
+import struct
 import threading
 import weakref
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlab.core.fs.dirfd import NotAFolder, lstat_at, open_dir_at, open_root
-from mlab.core.run.read_only_walk import MAX_DEPTH, State, Whole, entry_state, walk_read_only
+from mlab.core.run.read_only_walk import MAX_DEPTH, State, Whole, walk_read_only
 from mlab.core.run.readonly import ReadOnlyRule
 
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x2, 0x4, 0x8, 0x10, 0x20
@@ -44,6 +46,23 @@ READ_ONLY_FOLDER_MASK = FOLDER_MASK | IN_ATTRIB
 CHANGED = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
 FILE_MASK = CHANGED | IN_OPEN | IN_CLOSE_NOWRITE | IN_DONT_FOLLOW
 _HEADER_SIZE = 16  # wd, mask, cookie, len
+# An entry's state as the record keeps it: type, size, modification and change times (ns), inode, packed (a
+# tuple of five ints costs three times the memory, and the record holds one per read-only file)
+_STATE = struct.Struct("<IqqqQ")
+Packed = bytes
+
+
+def _packed(st: os.stat_result) -> Packed:
+    return _STATE.pack(stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _kind_inode(value: Packed) -> tuple[int, int]:
+    kind, _size, _mtime, _ctime, inode = _STATE.unpack(value)
+    return kind, inode
+
+
+def _names(rels: str | set[str]) -> set[str] | tuple[str]:
+    return (rels,) if isinstance(rels, str) else rels
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -66,7 +85,7 @@ class Journal:
     __slots__ = ("entries", "__weakref__")
 
     def __init__(self) -> None:
-        self.entries: dict[str, State | None] = {}
+        self.entries: dict[str, Packed | None] = {}
 
 
 @dataclass
@@ -87,7 +106,7 @@ class ReadOnlyWatch:
     def __init__(self, root: Path, rule: ReadOnlyRule, whole: Whole):
         self.root, self.rule, self._whole_rule = root, rule, whole
         self.pid = os.getpid()  # a forked copy shares the instance: it makes its own
-        self.state: dict[str, State] = {}
+        self.state: dict[str, Packed] = {}
         self._fd = -1
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[Journal] = weakref.WeakSet()
@@ -115,7 +134,7 @@ class ReadOnlyWatch:
         self._wd_folder: dict[int, str] = {}
         self._children: dict[str, set[str]] = {}  # folder -> the entries recorded in it (read-only, or folders)
         self._rel_wd: dict[str, int] = {}
-        self._wd_rels: dict[int, set[str]] = {}  # a file's inode may have several read-only names
+        self._wd_rels: dict[int, str | set[str]] = {}  # the read-only name(s) of a watched file's inode
         self._opens: dict[int, int] = {}  # open file descriptions per file watch, from IN_OPEN and IN_CLOSE_*
         self._unwatched_files: set[str] = set()
         self._unwatched_folders: set[str] = set()
@@ -137,8 +156,8 @@ class ReadOnlyWatch:
         it then stops recording."""
         with self._lock:
             self._journals.discard(journal)
-            before = {rel: old for rel, old in journal.entries.items() if old is not None}
-            now = {rel: self.state[rel] for rel in journal.entries if rel in self.state}
+            before = {rel: _STATE.unpack(old) for rel, old in journal.entries.items() if old is not None}
+            now = {rel: _STATE.unpack(self.state[rel]) for rel in journal.entries if rel in self.state}
             return before, now
 
     def mounts(self) -> list[str]:
@@ -147,7 +166,7 @@ class ReadOnlyWatch:
                 self._mount_list = sorted(self._mounts)
             return list(self._mount_list)
 
-    def _set(self, rel: str, value: State | None) -> None:
+    def _set(self, rel: str, value: Packed | None) -> None:
         old = self.state.get(rel)
         if old == value:
             return
@@ -188,19 +207,27 @@ class ReadOnlyWatch:
             self._unwatched_files.add(rel)
             return
         self._rel_wd[rel] = wd
-        self._wd_rels.setdefault(wd, set()).add(rel)
+        named = self._wd_rels.get(wd)
+        if named is None:
+            self._wd_rels[wd] = rel
+        elif isinstance(named, str):
+            self._wd_rels[wd] = {named, rel}
+        else:
+            named.add(rel)
 
     def _unwatch_file(self, rel: str) -> None:
         self._unwatched_files.discard(rel)
         wd = self._rel_wd.pop(rel, None)
         if wd is None:
             return
-        rels = self._wd_rels.get(wd)
-        if rels is not None:
-            rels.discard(rel)
-            if not rels:
-                del self._wd_rels[wd]
-                self._remove_watch(wd)
+        named = self._wd_rels.get(wd)
+        if named is None:
+            return
+        if isinstance(named, set) and len(named) > 1:
+            named.discard(rel)
+            return
+        del self._wd_rels[wd]
+        self._remove_watch(wd)
 
     # ---- walking -------------------------------------------------------------------------------------------------
 
@@ -221,7 +248,7 @@ class ReadOnlyWatch:
             wd = None
         st = os.fstat(fd)  # after the watch: a later change has an event
         if covered:
-            self._set(rel, entry_state(st))
+            self._set(rel, _packed(st))
         self._folders[rel] = _Folder((st.st_dev, st.st_ino), covered, depth, wd)
         self._children.setdefault(rel, set())
         if wd is None:
@@ -245,7 +272,7 @@ class ReadOnlyWatch:
             st = now
         self._children.setdefault(rel.rpartition("/")[0], set()).add(rel)
         if read_only:
-            self._set(rel, entry_state(st))
+            self._set(rel, _packed(st))
             if not covered and rel not in self._mounts:
                 self._mounts.add(rel)
                 self._mount_list = None
@@ -290,7 +317,7 @@ class ReadOnlyWatch:
         if now is None:
             self._drop(rel)
         else:
-            self._set(rel, entry_state(now))
+            self._set(rel, _packed(now))
 
     def _drop(self, rel: str) -> None:
         """Forget rel and everything recorded below it (their watches too)."""
@@ -366,7 +393,7 @@ class ReadOnlyWatch:
             self._polls += 1
             for wd, count in self._opens.items():
                 if count > 0:
-                    dirty |= self._wd_rels.get(wd, set())
+                    dirty.update(_names(self._wd_rels.get(wd, set())))
             dirty |= self._held or set()
             self._poll(dirty, folders)
             for rel in sorted(dirty, key=lambda rel: rel.count("/")):  # a folder before what it holds
@@ -420,22 +447,23 @@ class ReadOnlyWatch:
                 if record is not None:  # a folder: the same folder, or looked at in full
                     if (st.st_dev, st.st_ino) != record.identity or not stat.S_ISDIR(st.st_mode):
                         dirty.add(rel)
-                    elif rel in state:
-                        changed |= state[rel] != entry_state(st)
-                        self._set(rel, entry_state(st))
+                    elif rel in state and state[rel] != _packed(st):
+                        changed = True
+                        self._set(rel, _packed(st))
                     continue
                 old = state.get(rel)
                 if old is None:
                     if rel not in self._children.get(folder, ()):
                         dirty.add(rel)
                     continue  # an unentered folder that may hold read-only entries: its identity is unknown
-                if old[0] != ifmt(st.st_mode) or old[4] != st.st_ino:
+                now = _packed(st)
+                if now == old:
+                    continue
+                if _kind_inode(old) != (ifmt(st.st_mode), st.st_ino):
                     dirty.add(rel)
                     continue
-                now = (old[0], st.st_size, st.st_mtime_ns, st.st_ctime_ns, old[4])
-                if now != old:
-                    changed = True
-                    self._set(rel, now)
+                changed = True
+                self._set(rel, now)
             if changed:
                 folders.restate(folder)
 
@@ -475,12 +503,12 @@ class ReadOnlyWatch:
         if known is not None:
             if is_dir and st is not None and (st.st_dev, st.st_ino) == known.identity:
                 if known.covered:
-                    self._set(rel, entry_state(st))  # its own attributes
+                    self._set(rel, _packed(st))  # its own attributes
                 return
             self._drop(rel)
         elif rel in self._children.get(parent_rel, ()):
             old = self.state.get(rel)
-            if st is None or is_dir or old is None or (old[0], old[4]) != (stat.S_IFMT(st.st_mode), st.st_ino):
+            if st is None or is_dir or old is None or _kind_inode(old) != (stat.S_IFMT(st.st_mode), st.st_ino):
                 self._drop(rel)  # another entry stands there now (a file recorded as a file is looked at again)
         if st is None:
             return
@@ -539,15 +567,16 @@ class ReadOnlyWatch:
                 else:
                     dirty.add(folder)  # the folder itself: its attributes changed, or it moved or went
                 continue
-            rels = self._wd_rels.get(wd)
-            if rels is None:
+            named = self._wd_rels.get(wd)
+            if named is None:
                 continue
+            rels = _names(named)
             if mask & IN_IGNORED:  # the inode went: looked at again, watched again if a file stands there
                 del self._wd_rels[wd]
                 self._opens.pop(wd, None)
                 for rel in rels:
                     self._rel_wd.pop(rel, None)
-                dirty |= rels
+                dirty.update(rels)
                 continue
             if mask & IN_OPEN:
                 self._opens[wd] = self._opens.get(wd, 0) + 1
@@ -559,7 +588,7 @@ class ReadOnlyWatch:
                 else:
                     self._opens.pop(wd, None)
             if mask & CHANGED:
-                dirty |= rels
+                dirty.update(rels)
         return lost
 
     # ---- files held open from before the watches -----------------------------------------------------------------
@@ -569,19 +598,24 @@ class ReadOnlyWatch:
         or mapped). A file none holds has no open description: its count starts again from 0."""
         if self._held is not None and not self._held:
             return
-        if self._held is None:
-            targets = {rel for rel, value in self.state.items() if value[0] != stat.S_IFDIR}
-        else:
-            targets = {rel for rel in self._held if rel in self.state}
-        inodes: dict[int, set[str]] = {}
+        targets = self.state if self._held is None else [rel for rel in self._held if rel in self.state]
+        inodes: dict[int, str] = {}
+        more: dict[int, list[str]] = {}  # an inode's other read-only names
         for rel in targets:
-            inodes.setdefault(self.state[rel][4], set()).add(rel)
-        held_inodes = held_by_processes(set(inodes)) if inodes else set()
-        self._held = {rel for inode in held_inodes for rel in inodes.get(inode, ())}
-        for rel in targets - self._held:
-            wd = self._rel_wd.get(rel)
-            if wd is not None:
-                self._opens.pop(wd, None)
+            kind, inode = _kind_inode(self.state[rel])
+            if kind == stat.S_IFDIR:
+                continue
+            if inode in inodes:
+                more.setdefault(inode, []).append(rel)
+            else:
+                inodes[inode] = rel
+        held = held_by_processes(inodes) if inodes else set()
+        self._held = {inodes[inode] for inode in held} | {rel for inode in held for rel in more.get(inode, ())}
+        for inode, rel in inodes.items():
+            if inode not in held:
+                wd = self._rel_wd.get(rel)
+                if wd is not None:
+                    self._opens.pop(wd, None)
 
     def close(self) -> None:
         if self._fd >= 0 and self.pid == os.getpid():
@@ -641,7 +675,7 @@ class _Descriptors:
         if record is None or not record.covered or fd is None or rel in self.restated:
             return
         self.restated.add(rel)
-        self.watch._set(rel, entry_state(os.fstat(fd)))
+        self.watch._set(rel, _packed(os.fstat(fd)))
 
     def close(self) -> None:
         for fd in self.open_fds.values():
@@ -650,7 +684,7 @@ class _Descriptors:
         self.open_fds.clear()
 
 
-def held_by_processes(inodes: set[int]) -> set[int]:
+def held_by_processes(inodes: Collection[int]) -> set[int]:
     """Which of these inodes an open descriptor or a mapping of any process this one may read refers to (a mapping
     by inode alone: /proc/PID/maps may give another device number than stat)."""
     found: set[int] = set()
