@@ -194,7 +194,7 @@ def timed(function, spent: list[float]):  # the guard's CPU inside Execute Scrip
 def past_the_limit(env: Environment) -> str:
     """How much of the unconfined guard's record went unwatched (fs.inotify.max_user_watches, shared by all the
     user's processes, was reached): each such file costs a stat, each such folder a listing, per look."""
-    watch = env.scripts.guard._watch
+    watch = getattr(env.scripts.guard, "_watch", None)
     if watch is None or not (watch._unwatched_files or watch._unwatched_folders):
         return ""
     return (f" [{len(watch._unwatched_files):,} files, {len(watch._unwatched_folders):,} folders past the inotify "
