@@ -33,6 +33,8 @@ NOT_RUN: dict[str, tuple[str, str | None]] = {
                                 "mlab check-sandbox local"),
     "mlab check-sandbox jail --case freezes_between_actions --json": (
         "the same sandbox", "mlab check-sandbox local --case freezes_between_actions --json"),
+    'mlab run --task lite/wine --agent command --agent-option command="python my_agent.py" --llm openai/gpt-4o-mini':
+        ("needs a real model; tests/test_contributing_snippets.py runs the same program against a scripted one", None),
 }
 # A command the next one needs interrupted: killed once its run has started (its trace exists), as a user's
 # crash would, so `mlab run --resume` has a killed run to continue.

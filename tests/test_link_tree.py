@@ -31,7 +31,7 @@ def share(rel: str) -> bool:
 
 def test_link_tree_stages_what_copytree_copies_and_links_what_is_shared(tmp_path):
     source = public(tmp_path)
-    old, new = tmp_path / "old", tmp_path / "new"
+    old, new = tmp_path / "old", tmp_path / "run" / "new"  # its parent made too, as copytree makes it
     shutil.copytree(source, old, symlinks=False)
     linked = sorted(link_tree(source, new, share))
     assert linked == sorted([f"images/{n}.png" for n in range(30)] + ["images/deep/x.png"])

@@ -22,7 +22,10 @@ def link_tree(source: str | os.PathLike[str], target: str | os.PathLike[str],
     made: list[tuple[str, str]] = []  # folders whose mode and times are set once filled (copystat would change
     while pending:                    # an mtime a later entry changes again)
         rel, src, dst = pending.pop()
-        os.mkdir(dst)
+        if rel:
+            os.mkdir(dst)
+        else:
+            os.makedirs(dst)  # the top folder's parents too, as copytree makes them
         made.append((src, dst))
         with os.scandir(src) as listing:
             entries = list(listing)
