@@ -131,7 +131,7 @@ class ReadOnlyGuard:
                     if watch is None:
                         return None
                 else:
-                    watch.refresh()
+                    watch.refresh(poll=False)
             except OSError:  # no inotify instance to be had any more
                 if watch is not None:
                     watch.close()
@@ -211,7 +211,14 @@ class ReadOnlyGuard:
                     watch.close()
                     return Outcome([], {})
                 then, now = watch.changes(before.journal)
-            return self._put_back(then, now, {}, {})
+                outcome = self._put_back(then, now, {}, {})
+                if outcome.changed:
+                    try:
+                        watch.refresh()  # what was put back is in the record before the next command
+                    except OSError:
+                        self._watch = None
+                        watch.close()
+            return outcome
         after = self._look(before.sealed, before.whole)
         for rel in after.sealed:
             after.state[rel] = before.state[rel]  # mounted read-only and still there: vouched for by the mount

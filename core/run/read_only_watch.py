@@ -369,9 +369,10 @@ class ReadOnlyWatch:
 
     # ---- after a command -----------------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Bring the record up to date: look again at what the events since the last refresh name, at open files
-        and at what is not watched."""
+    def refresh(self, poll: bool = True) -> None:
+        """Bring the record up to date: look again at what the events since the last refresh name and, with
+        `poll`, at open files and at what is not watched (after a command; before one, what changed there without
+        an event is the next command's doing, found by the poll after it)."""
         with self._lock:
             if self.pid != os.getpid() or self._fd < 0:
                 self._rebuild_or_fail()
@@ -380,22 +381,24 @@ class ReadOnlyWatch:
                 if dirty is None:
                     self._rebuild_or_fail()
                 else:
-                    self._look_at(dirty)
-                    self._check_held()
+                    self._look_at(dirty, poll)
+                    if poll:
+                        self._check_held()
 
     def _rebuild_or_fail(self) -> None:
         if not self._rebuild():
             raise OSError(errno.EMFILE, "no inotify instance can be had for the read-only watch")
 
-    def _look_at(self, dirty: set[str]) -> None:
+    def _look_at(self, dirty: set[str], poll: bool) -> None:
         folders = _Descriptors(self)
         try:
-            self._polls += 1
-            for wd, count in self._opens.items():
-                if count > 0:
-                    dirty.update(_names(self._wd_rels.get(wd, set())))
-            dirty |= self._held or set()
-            self._poll(dirty, folders)
+            if poll:
+                self._polls += 1
+                for wd, count in self._opens.items():
+                    if count > 0:
+                        dirty.update(_names(self._wd_rels.get(wd, set())))
+                dirty |= self._held or set()
+                self._poll(dirty, folders)
             for rel in sorted(dirty, key=lambda rel: rel.count("/")):  # a folder before what it holds
                 self._examine(rel, folders)
         except _Gone:
