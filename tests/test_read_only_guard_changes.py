@@ -214,18 +214,21 @@ def act_repl(env, command: str) -> tuple[str, bool]:
     return env.execute(Action(name="Python REPL", args={"command": command}))
 
 
+@pytest.mark.parametrize("freed", [False, True], ids=["limited", "freed"])
 @pytest.mark.parametrize("watches", [0, 1, 2, 40])
-def test_past_the_watch_limit_what_is_unwatched_is_polled(tmp_path, monkeypatch, watches):
+def test_past_the_watch_limit_what_is_unwatched_is_polled(tmp_path, monkeypatch, watches, freed):
     """fs.inotify.max_user_watches is shared by all the user's processes: past it, an unwatched file gets a stat
     after every command and an unwatched folder is listed. With no watch at all, with the root's only, with the
-    folders' only, and with some files watched, a changed, a replaced, an added and a removed image are found."""
+    folders' only, and with some files watched, a changed, a replaced, an added and a removed image are found;
+    also once watches came free and every 64th look watched what it could."""
     from mlab.core.run.read_only_watch import ReadOnlyWatch
 
     real_add = ReadOnlyWatch._add
     given: list[int] = []
+    limit = [watches]
 
     def limited(self, path, mask):
-        if len(given) >= watches:
+        if len(given) >= limit[0]:
             return None  # as ENOSPC
         wd = real_add(self, path, mask)
         if wd is not None:
@@ -238,6 +241,14 @@ def test_past_the_watch_limit_what_is_unwatched_is_polled(tmp_path, monkeypatch,
     try:
         obs, err = run(env, "print('first')\n")
         assert not err and "read-only" not in obs, obs
+        if freed:
+            limit[0] = 10 ** 6
+        env.scripts.guard._watch._polls = 63  # the next look is a 64th: every unwatched one in full, watched again
+        obs, err = run(env, "print('again')\n")
+        assert not err and "read-only" not in obs, obs
+        watch = env.scripts.guard._watch
+        if freed:
+            assert not watch._unwatched_files and not watch._unwatched_folders
         obs, err = run(env, "import os\nopen('data/images/00010.png', 'a').write('x')\n"
                             "open('x.png', 'w').write('fake')\nos.replace('x.png', 'data/images/00020.png')\n"
                             "os.remove('data/images/00030.png')\nopen('data/images/new.png', 'w').write('x')\n"

@@ -412,7 +412,7 @@ class ReadOnlyWatch:
         and each unwatched file, and each entry of an unwatched folder, gets one stat (one replaced is looked at
         in full). Every so often the unwatched are looked at in full, to watch them where watches came free."""
         if self._polls % 64 == 0:
-            for folder in self._unwatched_folders:
+            for folder in list(self._unwatched_folders):
                 self._rewatch_folder(folder, folders)
             dirty |= self._unwatched_files
         by_folder: dict[str, set[str]] = {}
@@ -432,7 +432,7 @@ class ReadOnlyWatch:
             known = self._children.get(folder, set())
             dirty |= listed ^ known  # come or gone
             by_folder.setdefault(folder, set()).update((listed & known) - dirty)
-        state, ifmt = self.state, stat.S_IFMT
+        state, ifmt, pack, stat_at = self.state, stat.S_IFMT, _STATE.pack, os.stat
         for folder, rels in by_folder.items():
             fd = folders.open(folder)
             if fd is None:
@@ -442,10 +442,14 @@ class ReadOnlyWatch:
             changed = False
             for rel in rels:
                 try:
-                    st = os.stat(rel[start:], dir_fd=fd, follow_symlinks=False)
+                    st = stat_at(rel[start:], dir_fd=fd, follow_symlinks=False)
                 except OSError:
                     dirty.add(rel)
                     continue
+                old = state.get(rel)
+                if old is not None and old == pack(ifmt(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                   st.st_ino):
+                    continue  # as recorded (most of them)
                 record = self._folders.get(rel)
                 if record is not None:  # a folder: the same folder, or looked at in full
                     if (st.st_dev, st.st_ino) != record.identity or not stat.S_ISDIR(st.st_mode):
@@ -454,14 +458,11 @@ class ReadOnlyWatch:
                         changed = True
                         self._set(rel, _packed(st))
                     continue
-                old = state.get(rel)
                 if old is None:
                     if rel not in self._children.get(folder, ()):
                         dirty.add(rel)
                     continue  # an unentered folder that may hold read-only entries: its identity is unknown
                 now = _packed(st)
-                if now == old:
-                    continue
                 if _kind_inode(old) != (ifmt(st.st_mode), st.st_ino):
                     dirty.add(rel)
                     continue
