@@ -263,3 +263,37 @@ def test_past_the_watch_limit_what_is_unwatched_is_polled(tmp_path, monkeypatch,
         assert not err and "read-only" not in obs, obs
     finally:
         env.close()
+
+
+def test_a_watch_lost_during_a_command_compares_every_entry_that_once(tmp_path, monkeypatch):
+    """When no inotify instance can be had any more at the look after a command (the record must be walked again
+    and cannot be), the record as surveyed is compared with a walk of every entry: the change is still found,
+    and later commands walk before and after as without inotify."""
+    from mlab.core.run.read_only_watch import ReadOnlyWatch
+
+    env = make_images_env(tmp_path, "unconfined", count=60)
+    images = env.workspace / "data" / "images"
+    real_refresh = ReadOnlyWatch.refresh
+
+    def failing(self, poll=True):
+        if poll:
+            raise OSError("no inotify instance")
+        return real_refresh(self, poll)
+
+    try:
+        obs, err = run(env, "print('first')\n")
+        assert not err, obs
+        watching(env)
+        monkeypatch.setattr(ReadOnlyWatch, "refresh", failing)
+        monkeypatch.setattr(ReadOnlyWatch, "start", classmethod(lambda cls, *args: None))
+        obs, err = run(env, "import os\nopen('data/images/00011.png', 'a').write('x')\n"
+                            "open('data/images/new.png', 'w').write('x')\nos.remove('data/images/00012.png')\n")
+        assert "have been restored: data/images/00011.png, data/images/00012.png]" in obs, obs
+        assert "have been removed: data/images/new.png]" in obs, obs
+        assert env.scripts.guard._watch is None
+        obs, err = run(env, "open('data/images/00013.png', 'a').write('x')\n")
+        assert "have been restored: data/images/00013.png]" in obs, obs
+        assert sorted(os.listdir(images)) == [f"{n:05d}.png" for n in range(60)]
+        assert all((images / f"{n:05d}.png").read_bytes() == image_bytes(n) for n in (11, 12, 13))
+    finally:
+        env.close()

@@ -206,10 +206,11 @@ class ReadOnlyGuard:
             with self._watch_lock:
                 try:
                     watch.refresh()
-                except OSError:
+                except OSError:  # no inotify instance to be had any more: every entry compared, this once
                     self._watch = None
                     watch.close()
-                    return Outcome([], {})
+                    then = watch.as_surveyed(before.journal)
+                    return self._put_back(then, self._look({}, watch.whole_folders()).state, {}, {})
                 then, now = watch.changes(before.journal)
                 outcome = self._put_back(then, now, {}, {})
                 if outcome.changed:

@@ -160,6 +160,17 @@ class ReadOnlyWatch:
             now = {rel: _STATE.unpack(self.state[rel]) for rel in journal.entries if rel in self.state}
             return before, now
 
+    def as_surveyed(self, journal: Journal) -> dict[str, State]:
+        """The record as it was when journal's survey was taken (what changed since, as it was then)."""
+        with self._lock:
+            then = dict(self.state)
+            for rel, old in journal.entries.items():
+                if old is None:
+                    then.pop(rel, None)
+                else:
+                    then[rel] = old
+            return {rel: _STATE.unpack(value) for rel, value in then.items()}
+
     def mounts(self) -> list[str]:
         with self._lock:
             if self._mount_list is None:
@@ -231,6 +242,10 @@ class ReadOnlyWatch:
 
     # ---- walking -------------------------------------------------------------------------------------------------
 
+    def whole_folders(self) -> set[str]:
+        """The folders the first walk judged read-only as a whole."""
+        return set(self._whole)
+
     def _decide(self, fd: int, name: str, rel: str) -> bool:
         whole = self._whole_rule(fd, name, rel)
         if whole:
@@ -263,9 +278,9 @@ class ReadOnlyWatch:
         elif read_only and not is_dir:
             try:
                 self._watch_file(fd, name, rel)
-            except FileNotFoundError:
-                return False  # gone since the listing: its folder's event says so
-            now = lstat_at(fd, name)  # after the watch: a later change has an event
+                now = lstat_at(fd, name)  # after the watch: a later change has an event
+            except OSError:
+                now = None  # gone since the listing (its folder's event says so), or not to be looked at
             if now is None:
                 self._unwatch_file(rel)
                 return False
@@ -312,7 +327,7 @@ class ReadOnlyWatch:
         try:
             self._watch_file(fd, name, rel)
             now = lstat_at(fd, name)
-        except FileNotFoundError:
+        except OSError:
             now = None
         if now is None:
             self._drop(rel)
