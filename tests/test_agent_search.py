@@ -136,6 +136,7 @@ def check_submitted_best(run_dir: Path, trace, best_id: int) -> None:
 
 
 # ---- each policy, end to end -----------------------------------------------------------------------
+@pytest.mark.slow  # over 2 s on two cores
 def test_greedy_drafts_debugs_and_improves_the_best_then_submits_it(tmp_path):
     task = "lite/wine"
     replies = [
@@ -251,6 +252,7 @@ def test_the_report_shows_the_agents_own_pick_of_the_best_node_and_ranks_nothing
     assert stale is not None and stale.best() is None
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_mcts_follows_uct_and_debugs_a_failed_draft_on_a_lower_is_better_task(tmp_path):
     task = "lite/diabetes"
     # MAE: lower is better. Hand-computed UCT choices (c = 1.414): after the drafts node 3 (the best) is
@@ -427,6 +429,7 @@ def test_a_best_script_that_fails_when_run_again_is_reported_in_the_final_answer
         "It is now train.py; its final run failed: refusing a second run")
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_search_stops_early_enough_to_submit_within_max_steps(tmp_path):
     task = "lite/wine"
     replies = [reply(f"Script {n}.", solution(task, 2 * n + 1, n / 10)) for n in range(1, 9)]

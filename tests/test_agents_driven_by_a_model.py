@@ -32,6 +32,7 @@ def _replies(*answers: str):
 
 
 # ---- (a) smolagents' code steps run under --action-timeout, not smolagents' own 30 s --------------------------
+@pytest.mark.slow  # over 2 s on two cores
 def test_smolagents_code_step_is_bounded_by_the_action_timeout(tmp_path):
     pytest.importorskip("smolagents", reason="pip install -e 'plugins/agents/smolagents[agent]'")
     # a step of 3 s under a 1 s action timeout: smolagents' default (30 s) would let it finish
@@ -77,6 +78,7 @@ def test_a_program_agent_is_not_asked_for_a_research_log(tmp_path):
 
 
 # ---- (c) litellm's "Provider List" banner stays out of mini-swe-agent's observations ---------------------------
+@pytest.mark.slow  # over 2 s on two cores
 def test_mini_swe_agent_observations_carry_no_litellm_banner(tmp_path):
     pytest.importorskip("minisweagent", reason="pip install -e 'plugins/agents/miniswe[agent]'")
     submit = "THOUGHT: done.\n\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.bench_cli import REGISTRY
 from tests.fixtures.cli import entry, mlab, mlab_in_process
 
@@ -56,6 +58,7 @@ def test_a_run_label_given_twice_is_refused(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_fail_fast_summary_counts_the_runs_never_started(tmp_path):
     from tests.fixtures.bench_plugins import SCENARIOS
 

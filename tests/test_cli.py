@@ -37,6 +37,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
     (["baseline", "no-such-task"], ["unknown task"]),
     (["nosuchcommand"], ["No such command"]),
 ])
+@pytest.mark.slow  # over 2 s on two cores
 def test_bad_input_is_one_line_and_exit_2(args, fragments):
     assert_one_line_error(mlab_in_process(*args), *fragments)
 
@@ -57,6 +58,7 @@ def test_run_dir_that_is_not_empty_is_refused(tmp_path):
     assert (tmp_path / "keep.txt").read_text() == "precious"
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_eval_reports_each_run(tmp_path):
     runs = []
     for n in (2, 4):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fixtures.cli import mlab_in_process
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_tasks_shows_the_baseline_score_under_baseline_and_the_starters_time_apart(tmp_path):
     home = tmp_path / "home"
     measured = mlab_in_process("baseline", "lite/wine", "--runs", "1", "--sandbox", "local", home=home)
@@ -27,6 +30,7 @@ def test_tasks_shows_the_baseline_score_under_baseline_and_the_starters_time_apa
         "not measured"
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_reports_cost_panel_names_the_agents_it_leaves_out_for_want_of_a_price(tmp_path, monkeypatch):
     import sqlite3
 

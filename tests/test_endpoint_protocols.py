@@ -113,6 +113,7 @@ def model(body: dict) -> str | dict:
 
 @pytest.mark.parametrize("sandbox", [pytest.param(s, marks=[pytest.mark.slow] if s != "local" else [])
                                      for s in CONFINING])
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_tool_offered_through_each_protocol_reaches_the_model_and_its_call_comes_back(tmp_path, sandbox):
     make_sandbox(sandbox)
     (tmp_path / "tools.py").write_text(PROGRAM)
@@ -168,6 +169,7 @@ CONCURRENT = textwrap.dedent(r'''
 ''')
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_forty_concurrent_tool_calls_are_served_together_and_hold_the_budget(tmp_path):
     make_sandbox("local")
     (tmp_path / "many.py").write_text(CONCURRENT)

@@ -37,6 +37,7 @@ def home(wine_home, monkeypatch):
     return wine_home
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_eight_environments_at_once_each_episode_reads_in_mlab_eval_with_the_same_score(home, tmp_path):
     runs = tmp_path / "runs"
     outcomes: dict[int, object] = {}
@@ -79,6 +80,7 @@ def test_eight_environments_at_once_each_episode_reads_in_mlab_eval_with_the_sam
             assert outcome.score is None and outcome.reward == -1.0
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_tools_are_the_seed_actions_that_need_no_model_as_function_tools(home, tmp_path):
     with Episode(TASK, tmp_path / "run") as episode:
         episode.start()
@@ -92,6 +94,7 @@ def test_tools_are_the_seed_actions_that_need_no_model_as_function_tools(home, t
         assert refused.is_error and "not offered" in refused.observation
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_final_answer_ends_the_episode_and_later_calls_are_refused(home, tmp_path):
     with Episode(TASK, tmp_path / "run") as episode:
         episode.start()
@@ -116,6 +119,7 @@ def test_the_step_limit_ends_an_episode(home, tmp_path):
         assert episode.finish().end_reason == "max steps reached (1)"
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_openenv_shape_reset_step_state(home, tmp_path):
     env = TaskEnv(TASK, runs_dir=tmp_path / "runs")
     first = env.reset(seed=3)
@@ -132,6 +136,7 @@ def test_openenv_shape_reset_step_state(home, tmp_path):
     assert len(list((tmp_path / "runs").iterdir())) == 2
 
 
+@pytest.mark.slow  # over 2 s on two cores
 @pytest.mark.parametrize("sandbox", CONFINING)
 def test_agent_code_run_through_the_tools_reaches_no_hidden_answer(home, tmp_path, sandbox, monkeypatch):
     make_sandbox(sandbox)  # skips where it cannot run here

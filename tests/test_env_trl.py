@@ -31,6 +31,7 @@ def readme_example() -> str:
     return found.group(1)
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_public_methods_are_the_tools_with_the_schemas_of_the_runs_actions():
     transformers = pytest.importorskip("transformers")
     env_class = trl_environment("lite/wine")

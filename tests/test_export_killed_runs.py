@@ -10,6 +10,7 @@ import pytest
 from tests.fixtures.cli import entry, mlab, mlab_in_process
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_killed_run_exports_as_cancelled_named_by_its_models_name_tagged_by_its_tags(tmp_path):
     read_eval_log = pytest.importorskip("inspect_ai.log").read_eval_log
     home = tmp_path / "home"

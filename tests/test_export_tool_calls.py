@@ -123,6 +123,7 @@ def tool_run(tmp_path_factory) -> tuple[Path, Path]:
     return root / "run", Path(os.environ["MLAB_HOME"])
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_chat_jsonl_writes_tool_calls_and_results_in_openais_fine_tuning_shape(tool_run, tmp_path):
     run_dir, home = tool_run
     trace = json.loads((run_dir / "trace.json").read_text())
@@ -147,6 +148,7 @@ def test_chat_jsonl_writes_tool_calls_and_results_in_openais_fine_tuning_shape(t
         {"role": "assistant", "content": "It is clear in Paris and clear in Rome."}]
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_inspect_log_carries_them_as_inspects_tool_calls(tool_run, tmp_path):
     pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip install -e '.[inspect]')")
     from inspect_ai.log import read_eval_log

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fixtures.cli import mlab, mlab_in_process
 from tests.fixtures.param_task import param_task
 
@@ -18,6 +20,7 @@ def test_grade_of_a_misnamed_file_says_what_name_the_task_reads(tmp_path):
     assert "submission.csv" in graded.stdout and "predictions.csv" in graded.stdout, graded.stdout
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_grade_takes_task_parameters_and_a_run_folders_own(tmp_path):
     param_task(tmp_path)
     home = tmp_path / "home"

@@ -8,6 +8,8 @@ import sqlite3
 import stat
 from types import SimpleNamespace
 
+import pytest
+
 from mlab.core.hardware import Hardware, machine_gpus, measure, of_run
 from mlab.core.view.runs import Catalog
 from tests.fixtures.bench_cli import REGISTRY, db_rows
@@ -30,6 +32,7 @@ def _edit_trace(run_dir, **fields):
     (run_dir / "trace.json").write_text(json.dumps(stored))
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_run_records_its_hardware_and_every_view_shows_it(tmp_path):
     run = _run(tmp_path / "runs" / "a")
     hardware = Hardware.model_validate(json.loads((run / "trace.json").read_text())["hardware"])
@@ -61,6 +64,7 @@ def test_a_run_records_its_hardware_and_every_view_shows_it(tmp_path):
     assert "hardware" in runs_csv.splitlines()[0] and OTHER_LINE in runs_csv
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_resumed_run_keeps_its_first_record_and_notes_other_hardware(tmp_path):
     run = _run(tmp_path / "run")
     _edit_trace(run, status="running", hardware=OTHER)
@@ -72,6 +76,7 @@ def test_a_resumed_run_keeps_its_first_record_and_notes_other_hardware(tmp_path)
     assert note == f"resumed on other hardware: {measure().summary()} (the run started on {OTHER_LINE})"
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_bench_records_each_runs_hardware_and_its_report_notes_a_mix(tmp_path):
     out = tmp_path / "bench"
     done = mlab("bench", "--tasks", "fixture/counter", "--agents", "baseline", "--runs", "2", "--workers", "1",

@@ -274,6 +274,7 @@ def write_rows(path: Path, rows: list[list[str]]) -> None:
         csv.writer(f).writerows(rows)
 
 
+@pytest.mark.slow  # over 2 s on two cores
 @pytest.mark.parametrize("name", NAMES)
 def test_perfect_submission_gets_the_best_score_in_any_row_and_column_order(name, in_process, tmp_path):
     task = TASKS[name]
@@ -292,6 +293,7 @@ def test_perfect_submission_gets_the_best_score_in_any_row_and_column_order(name
     assert task.evaluate(tmp_path, hidden) == best
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_scores_count_mistakes(in_process, tmp_path):
     _public, hidden = in_process("lite/diabetes")
     rows = perfect_rows("lite/diabetes", hidden)
@@ -383,6 +385,7 @@ WINE_ONLY = {"label out of range": "must be one of", "fractional label": "must b
 CASES = [(name, kind) for name in NAMES for kind in MALFORMED] + [("lite/wine", kind) for kind in WINE_ONLY]
 
 
+@pytest.mark.slow  # over 2 s on two cores
 @pytest.mark.parametrize("name, kind", CASES, ids=[f"{n.split('/')[1]}-{k.replace(' ', '-')}" for n, k in CASES])
 def test_malformed_submission_is_invalid_with_a_reason(name, kind, in_process, tmp_path):
     _public, hidden = in_process(name)

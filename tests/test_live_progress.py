@@ -224,6 +224,7 @@ def test_output_tail_keeps_the_last_lines_as_a_terminal_shows_them():
     assert output_tail("caf\u00e9\n".encode()[:-2] + b"\n") == "caf\ufffd"  # a character cut in two
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_live_state_follows_a_step_and_is_gone_when_it_ends(tmp_path):
     from mlab.core.models import Action
     from mlab.core.run.live import LiveStep
@@ -247,6 +248,7 @@ def test_live_state_follows_a_step_and_is_gone_when_it_ends(tmp_path):
     assert read_live(tmp_path) is None  # garbage is no step
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_short_steps_are_never_written_and_a_new_step_hides_the_last_one(tmp_path):
     """A step shorter than SHOW_AFTER_S costs no file write (hundreds of runs on a few cores take a step each
     every second or two); a longer one shows, and the next step's start removes it at once."""

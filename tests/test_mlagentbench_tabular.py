@@ -152,6 +152,7 @@ def test_house_baseline_is_the_fixed_value_and_the_reference_beats_it(tmp_path):
 
 
 # ---- spaceship-titanic on small data --------------------------------------------------------------
+@pytest.mark.slow  # over 2 s on two cores
 @pytest.mark.timeout(SCRIPT_TIMEOUT_S * 3)
 def test_spaceship_prepare_evaluate_and_baseline(tmp_path):
     task = get_task("spaceship-titanic")

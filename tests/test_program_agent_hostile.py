@@ -213,6 +213,7 @@ def _hostile_run(tmp_path: Path, sandbox: str):
 
 @pytest.mark.parametrize("sandbox", [pytest.param(s, marks=[pytest.mark.slow] if s != "local" else [])
                                      for s in CONFINING])
+@pytest.mark.slow  # over 2 s on two cores
 def test_hostile_requests_get_one_line_each_and_the_token_budget_holds(tmp_path, sandbox):
     done, server, run_dir = _hostile_run(tmp_path, sandbox)
     assert done.returncode == 0, done.stderr + done.stdout
@@ -262,6 +263,7 @@ def _post(socket_path: Path) -> bytes:
         return sock.recv(65536)
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_idle_connections_neither_pile_up_threads_nor_shut_out_a_call_for_long(tmp_path, monkeypatch):
     from mlab.core.llm import unix_http
 
@@ -381,6 +383,7 @@ SOCKET_SWAP = textwrap.dedent(r'''
 
 @pytest.mark.parametrize("sandbox", [pytest.param(s, marks=[pytest.mark.slow] if s != "local" else [])
                                      for s in CONFINING])
+@pytest.mark.slow  # over 2 s on two cores
 def test_the_program_can_neither_remove_nor_replace_the_endpoints_socket(tmp_path, sandbox):
     make_sandbox(sandbox)
     (tmp_path / "swap.py").write_text(SOCKET_SWAP)

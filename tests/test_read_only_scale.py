@@ -139,6 +139,7 @@ def test_the_guard_neither_mounts_nor_walks_each_file_of_a_big_read_only_folder(
         env.close()
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_swapped_read_only_folder_is_put_back_whole(tmp_path):
     """A sealed folder cannot be changed through its mount, but the folder above it can be renamed and a fake
     put in its place: the guard then finds another folder there and restores every file of the real one."""

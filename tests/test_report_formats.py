@@ -162,6 +162,7 @@ def test_a_constant_curve_gets_a_plain_readable_axis(tmp_path):
     assert set(svg_texts(svg, "matplotlib.axis_2")) == {*ticks, "accuracy (higher is better)"}
 
 
+@pytest.mark.slow  # over 2 s on two cores
 @needs_matplotlib
 def test_a_zero_bar_is_drawn_as_a_zero(tmp_path):
     import matplotlib.pyplot as plt

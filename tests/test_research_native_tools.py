@@ -28,6 +28,7 @@ def _tool_names(body: dict) -> list[str]:
     return [t["function"]["name"] for t in body.get("tools") or []]
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_a_native_tools_run_on_lite_wine_reaches_a_score(tmp_path):
     answers = iter([
         {"content": None, "tool_calls": [_call("call_run", "execute_script", **FIELDS, script_name="train.py")]},

@@ -65,6 +65,7 @@ def test_resume_continues_the_step_count_and_table_from_the_steps_already_done(t
     assert rows == {"1": "Write File", "2": "Execute Script", "3": "Append File", "4": "Final Answer"}, final
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_resume_without_a_terminal_says_where_it_resumed(tmp_path):
     gates, run_dir = _killed_after_two_steps(tmp_path)
     resumed = mlab("run", "--resume", run_dir, entry=GATED, env={GATES_VARIABLE: str(gates)})

@@ -3,6 +3,8 @@ hinted as a command that measures it (not `mlab baseline folder/name`, which is 
 run's end, which also shows the improvement; `--resume` of a run still going says so in one line, first."""
 from __future__ import annotations
 
+import pytest
+
 from tests.fixtures.cli import mlab_in_process
 from tests.fixtures.param_task import param_task
 
@@ -32,6 +34,7 @@ def test_resume_of_a_run_still_running_says_it_is_running_and_prints_nothing_els
 
 
 # ---- item 9: a task folder's missing baseline hinted as a command that works; a run's end judged ----------
+@pytest.mark.slow  # over 2 s on two cores
 def test_grade_and_eval_hint_a_baseline_command_that_works_for_a_task_folder(tmp_path):
     from tests.fixtures.cli import mlab
 

@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.cli import entry, mlab, mlab_in_process
 
 BENCH = entry("tests.fixtures.gated_run", "mlab")  # the CLI with fixture/counter and fixture-appender
@@ -19,6 +21,7 @@ def _appender_run(tmp_path, home):
     return run_dir
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_eval_calls_a_run_whose_process_is_gone_interrupted(tmp_path):
     home = tmp_path / "home"
     run_dir = _appender_run(tmp_path, home)

@@ -239,6 +239,7 @@ def test_a_command_whose_init_cannot_be_set_up_exits_120_with_the_sandbox_messag
         box.close()
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_an_idle_zygote_ends_but_not_while_a_command_runs_and_the_next_command_gets_another(tmp_path):
     spec = spec_for(tmp_path)
     box = LocalSandbox(zygote_idle_s=0.3)

@@ -7,6 +7,7 @@ import io
 import re
 import time
 
+import pytest
 from rich.console import Console
 
 from tests.fixtures.cli import mlab_in_process
@@ -41,6 +42,7 @@ def test_the_bench_block_keeps_each_runs_seed_and_the_whole_status_line_at_80_co
             (width, text)
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_runs_and_report_tables_never_break_a_word(tmp_path):
     from tests.fixtures.bench_cli import report_bench
 

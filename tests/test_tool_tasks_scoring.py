@@ -419,6 +419,7 @@ def test_check_task_passes_for_both_tool_tasks(model):
         assert report.reference >= 0.8
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_an_endpoint_that_fails_every_call_gives_no_score_rather_than_a_low_one(monkeypatch, tmp_path):
     import socket
 

@@ -220,6 +220,7 @@ def test_unreadable_trace_json_is_rebuilt_from_the_log(tmp_path, mlab_home):
     assert_effects_once(run_dir, read_trace(run_dir))
 
 
+@pytest.mark.slow  # over 2 s on two cores
 def test_damaged_state_object_makes_its_step_done_again(tmp_path, mlab_home):
     from mlab.core.run.trace import read_trace
 

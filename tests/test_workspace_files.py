@@ -57,6 +57,7 @@ def test_every_task_with_a_validation_split_is_listed():
     assert sorted(set(split) - {"mlagentbench/imdb"}) == sorted(ORIGINAL)
 
 
+@pytest.mark.slow  # over 2 s on two cores
 @pytest.mark.parametrize("name", sorted(ORIGINAL))
 def test_a_workspace_holds_the_validation_split_only_with_allow_validate(tmp_path, name):
     harness = Harness(REGISTRY, TaskHome(tmp_path / "home"), sandbox="local")
