@@ -22,20 +22,23 @@ def is_disk_full(exc: BaseException) -> TypeGuard[OSError]:
     return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, sync: bool = True) -> None:
+    """`path` holds `data` whole or what it held before; sync=False: not durable until the caller flushes."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
         raise
-    _sync_folder(path.parent)
+    if sync:
+        _sync_folder(path.parent)
 
 
 def replace_folder(new: Path, final: Path) -> None:

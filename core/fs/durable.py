@@ -26,16 +26,24 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "syncfs") else None
 
 
-def sync_filesystem(path: str | os.PathLike[str]) -> None:
-    """Flush every dirty page and pending metadata change of the file system holding `path` to its disk."""
+def sync_filesystem(where: str | os.PathLike[str] | int) -> None:
+    """Flush every dirty page and pending metadata change of the file system holding `where` (a folder, or an
+    open descriptor of any file on it) to its disk."""
     libc = _libc()
     if libc is None:
         os.sync()  # no syncfs here: flush everything
         return
-    with opened(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
-        if libc.syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs: {os.strerror(err)}", os.fspath(path))
+    if isinstance(where, int):
+        _syncfs(libc, where, where)
+        return
+    with opened(os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
+        _syncfs(libc, fd, os.fspath(where))
+
+
+def _syncfs(libc: ctypes.CDLL, fd: int, where: str | int) -> None:
+    if libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"syncfs: {os.strerror(err)}", str(where))
 
 
 def fs_now_ns(marker: str | os.PathLike[str]) -> tuple[int, int]:

@@ -186,7 +186,8 @@ class Runner:
             held_out = self.config.allow_validate
             self.harness.new_workspace(self.task, self.workspace, allow_validate=held_out)
             self._build()
-            self.snapshots.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only)
+            # made durable by the trace's first sync (begin), as each step's by its commit
+            self.snapshots.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only, durable=False)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},
                           devices=gpu_devices(self.harness.limits.gpus),  # every sandbox passes these through
@@ -353,7 +354,8 @@ class Runner:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
         try:
-            self.snapshots.record(self.workspace, name, skip=self._skip_read_only, changes=self.snapshots.changes)
+            self.snapshots.record(self.workspace, name, skip=self._skip_read_only, changes=self.snapshots.changes,
+                                  durable=False)  # the step's commit syncs it with the step's line
             if self.snapshots.left_out:
                 return (f"\n[The snapshot of the workspace after this step left files out: {self.snapshots.left_out}."
                         " Files left out are not kept, scored or restored.]")
@@ -421,7 +423,7 @@ def stored_action(action: Action) -> Action:
 
 def _name_again(source: Path, name: Path) -> None:
     """Give the snapshot file `source` a second name, as the snapshot store names an unchanged step: a hard link
-    put in place whole and made durable by one fsync of its folder (a copy, synced, where links cannot be made)."""
+    put in place whole (a copy where links cannot be made), made durable by the trace's last sync."""
     tmp = name.with_name(f".{name.name}.tmp{os.getpid()}")
     try:
         tmp.unlink(missing_ok=True)
@@ -429,13 +431,7 @@ def _name_again(source: Path, name: Path) -> None:
         os.replace(tmp, name)
     except OSError:
         tmp.unlink(missing_ok=True)
-        write_atomic(name, source.read_bytes())
-        return
-    folder = os.open(name.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+        write_atomic(name, source.read_bytes(), sync=False)
 
 
 def _empty_folder(folder: Path) -> None:

@@ -15,8 +15,8 @@ kernel's change events (mlab.core.fs.change_watch) name what anyone wrote, the h
 plain open() alike: the store looks only there, or reuses the previous snapshot when nothing changed. Nothing
 has to announce its writes; without events (no inotify, events lost) every snapshot walks.
 Objects go to a content-addressed store (mlab.core.run.object_store) without fsync, listings too, and are made
-durable together by one syncfs before take() returns (the caller commits the step after it); verify() checks a
-whole snapshot. Putting one back is mlab.core.run.snapshot_restore's.
+durable together by one syncfs before take() returns, or by the caller's own next one (a run's step commit, so
+one sync a step); verify() checks a whole snapshot, and finds one a crash before that sync tore. Putting one back is mlab.core.run.snapshot_restore's.
 
 The workspace is read only through directory descriptors (mlab.core.fs.dirfd): agent code may swap any of its
 folders for a symlink while a snapshot is taken.
@@ -134,15 +134,17 @@ class SnapshotStore:
         return self.manifest(name)
 
     def record(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
-               changes: WorkspaceChanges | None = None) -> None:
-        """take() without building the flat manifest, which costs as much as the workspace is large."""
-        self._record_tree(workspace, name, skip, changes)
+               changes: WorkspaceChanges | None = None, durable: bool = True) -> None:
+        """take() without building the flat manifest, which costs as much as the workspace is large. durable=False:
+        nothing is synced; the caller's next flush of this file system (a run's trace commit) makes it durable,
+        and verify() finds a snapshot a crash before that flush tore."""
+        self._record_tree(workspace, name, skip, changes, durable)
         for journal in (changes, self.changes):  # the workspace is recorded: nothing is pending any more
             if journal is not None:
                 journal.clear()
 
     def _record_tree(self, workspace: Path, name: str, skip: Callable[[str], bool],
-                     changes: WorkspaceChanges | None) -> None:
+                     changes: WorkspaceChanges | None, durable: bool) -> None:
         with opened(open_root(workspace)) as root:
             st = os.fstat(root)
             identity = (st.st_dev, st.st_ino)
@@ -158,7 +160,7 @@ class SnapshotStore:
             told = changes is not None and changes.events_tell_all and events is not None and previous \
                 and not self.left_out
             if told and changes is not None and not changes.unknown and not events:
-                self._reuse(previous, name)
+                self._reuse(previous, name, durable)
                 self._index = (identity, skip, tree, name)
                 return
             sealed = self._sealed(changes, events)
@@ -171,7 +173,7 @@ class SnapshotStore:
             self._watch_all = False
             listing = tree.encode(self._seal)
             tree.dirty = False
-            self._commit(name, listing)
+            self._commit(name, listing, durable)
             self._index = (identity, skip, tree, name)
 
     def _sealed(self, changes: WorkspaceChanges | None,
@@ -240,19 +242,21 @@ class SnapshotStore:
             self._watch = None
         self._watch_all = True
 
-    def _reuse(self, previous: str, name: str) -> None:
+    def _reuse(self, previous: str, name: str, durable: bool = True) -> None:
         """Snapshot `name` is snapshot `previous`: one more name for the same file (a copy where the file
         system has no hard links), made durable by one fsync of the folder."""
         source = self.manifests / f"{previous}.json"
         try:
             self._place(name, lambda tmp: os.link(source, tmp))
         except OSError:
-            self._commit(name, source.read_bytes())
+            self._commit(name, source.read_bytes(), durable)
+            return
+        if not durable:
             return
         with opened(os.open(self.manifests, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as folder:
             os.fsync(folder)
 
-    def _commit(self, name: str, listing: bytes) -> None:
+    def _commit(self, name: str, listing: bytes, durable: bool = True) -> None:
         """Write the listing, then make it and every object written since the last commit durable with one
         syncfs: the step that refers to them is committed (its trace written) only after this returns."""
 
@@ -261,7 +265,8 @@ class SnapshotStore:
                 write_all(fd, listing)
 
         self._place(name, write)
-        sync_filesystem(self.manifests)
+        if durable:
+            sync_filesystem(self.manifests)
 
     def _place(self, name: str, make: Callable[[str], object]) -> None:
         """Make snapshot `name`'s file under a temporary name (make(tmp)), then put it in place whole."""
@@ -342,8 +347,11 @@ class SnapshotStore:
         """Paths of snapshot `name` whose stored object is missing or does not hold the bytes its name
         promises (a crash tore it), checked once per object and process; [] when the snapshot is whole."""
         broken: list[str] = []
-        torn = [rel for rel, entry in self._entries(name, broken)
-                if not self.objects.has(entry["sha256"], entry["size"])]
+        try:
+            torn = [rel for rel, entry in self._entries(name, broken)
+                    if not self.objects.has(entry["sha256"], entry["size"])]
+        except (OSError, ValueError):  # its listing never reached the disk whole: a crash before the flush
+            return [f"{name}.json"]
         return sorted(broken + torn)
 
     def store_bytes(self, data: bytes) -> str:

@@ -2,21 +2,21 @@
 
 A run's trace is written as it happens, at a cost that does not grow with the run:
 
-- `steps.jsonl` holds one JSON line per record, appended and fsynced: a `run` record (the trace without its
-  steps, and how many steps it keeps) when a run starts, resumes or ends, and a `step` record per step. A step
-  is committed when its line is; a torn last line (a kill while appending) is ignored and cut off before the
+- `steps.jsonl` holds one JSON line per record, appended and synced by one syncfs, which makes the step's
+  unsynced snapshot durable with it: a `run` record (the trace without its steps, and how many steps it keeps)
+  when a run starts, resumes or ends, and a `step` record per step. A step is committed when its line is; a torn last line (a kill while appending) is ignored and cut off before the
   next append, and that step is done again.
 - Agent, environment and LLM states are content-addressed JSON objects (named by the sha256 of their
   compact JSON), each the changes from the previous step's state (`base` names it): an unchanged state is the
   same name and costs nothing, a grown list stores only its new items, a dict only its changed keys. An object
   is a `state` record of the log, appended in the same write as the first step line naming it (so one
-  fdatasync makes both durable); a step names its states as {"$state": "<sha256>"}. A state whose object is
+  sync makes both durable); a step names its states as {"$state": "<sha256>"}. A state whose object is
   missing or does not match its name stays a reference when loaded, and a resume does that step again.
 - `trace.json` stays the readable whole, current after every step for whatever reads it while a run goes on:
   one step a line, states as references. Each step rewrites it only from the previous step on (a write of
   about one step, whatever the size of the states), in place and not fsynced (steps.jsonl is what survives a
-  crash); it is rewritten whole, atomically and durably, with the last step's states inline, when a run
-  starts, resumes or ends.
+  crash); it is rewritten whole, atomically (after the log's sync, itself unsynced), with the last step's
+  states inline, when a run starts, resumes or ends.
 
 load_trace() reads trace.json, adds committed steps the log holds beyond it (a kill between the two writes)
 and resolves every state; a trace.json that does not parse (torn by a kill mid-write, lost in a power cut) is
@@ -35,6 +35,7 @@ from typing import Any
 
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
+from mlab.core.fs.durable import sync_filesystem
 from mlab.core.fs.dirfd import NotRegular, pwrite_all, read_regular_at
 from mlab.core.models import Step, Trace
 
@@ -107,7 +108,7 @@ def _dumps(value: Any) -> str:
 
 class StateObjects:
     """Content-addressed JSON objects kept in the log itself: a `state` record {"digest", "data"} written in
-    the same append as the first step line naming it, so one fdatasync makes both durable."""
+    the same append as the first step line naming it, so one sync makes both durable."""
 
     def __init__(self, stored: dict[str, Any] | None = None):
         self.stored = stored if stored is not None else {}  # digest -> data, as parsed from the log
@@ -451,7 +452,7 @@ class TraceLog:
         self._point_chains_at(trace)
         records = [f'{{"kind":"step","step":{text}}}\n' for text in missing]
         records.append(self._run_record(trace))
-        self._append(self.objects.take_pending() + "".join(records).encode())
+        self._append(self.objects.take_pending() + "".join(records).encode())  # and the initial snapshot
         self._rewrite(trace)
 
     def _point_chains_at(self, trace: Trace) -> None:
@@ -471,7 +472,7 @@ class TraceLog:
 
     # ---- a step ---------------------------------------------------------------------------------
     def append(self, trace: Trace) -> None:
-        """Commit trace's last step: its states stored, its line appended and fsynced, then trace.json updated.
+        """Commit trace's last step: its states stored, its line appended and synced, then trace.json updated.
         On an error (a full disk) nothing of it stays: the log and trace.json are as before."""
         step = trace.steps[-1]
         text = _step_text(self._by_reference(step))
@@ -498,7 +499,10 @@ class TraceLog:
         before = self._log_size
         try:
             pwrite_all(fd, data, before)
-            os.fdatasync(fd)
+            # One syncfs: the line and what the run wrote unsynced before it (the step's snapshot and its
+            # objects) at once. A crash before it returns may keep any part of them; a resume finds a torn
+            # line, state or snapshot and does that step again.
+            sync_filesystem(fd)
         except BaseException:
             self._truncate_log(before)
             raise
@@ -538,7 +542,8 @@ class TraceLog:
         last = _step_text(trace.steps[-1]).encode() if trace.steps else b""
         suffix = last + _closing(_trace_fields(trace, TAIL_FIELDS))
         path = self.run_dir / TRACE_FILE
-        write_atomic(path, head + body + suffix)
+        # Not synced: written after the log's flush, and rebuilt from the log when a crash tore it.
+        write_atomic(path, head + body + suffix, sync=False)
         if self._json_fd is not None:
             os.close(self._json_fd)
         self._json_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
