@@ -738,11 +738,17 @@ def counted_syncs(monkeypatch) -> list[str]:
     from mlab.core.fs import durable
 
     made: list[str] = []
+
+    def counting(name: str):
+        real = getattr(os, name)
+
+        def count(fd):
+            made.append(name)
+            return real(fd)
+        return count
+
     for name in ("fsync", "fdatasync"):
-        def count(fd, _real=getattr(os, name), _name=name):
-            made.append(_name)
-            return _real(fd)
-        monkeypatch.setattr(os, name, count)
+        monkeypatch.setattr(os, name, counting(name))
     libc = durable._libc()
 
     class Counting:

@@ -16,7 +16,8 @@ plain open() alike: the store looks only there, or reuses the previous snapshot 
 has to announce its writes; without events (no inotify, events lost) every snapshot walks.
 Objects go to a content-addressed store (mlab.core.run.object_store) without fsync, listings too, and are made
 durable together by one syncfs before take() returns, or by the caller's own next one (a run's step commit, so
-one sync a step); verify() checks a whole snapshot, and finds one a crash before that sync tore. Putting one back is mlab.core.run.snapshot_restore's.
+one sync a step); verify() checks a whole snapshot, and finds one a crash before that sync tore. Putting one
+back is mlab.core.run.snapshot_restore's.
 
 The workspace is read only through directory descriptors (mlab.core.fs.dirfd): agent code may swap any of its
 folders for a symlink while a snapshot is taken.
