@@ -182,11 +182,11 @@ class Runner:
         existed = self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            write_config(self.run_dir, self.config)
+            write_config(self.run_dir, self.config, sync=False)  # durable by the trace's first sync, below
             held_out = self.config.allow_validate
             self.harness.new_workspace(self.task, self.workspace, allow_validate=held_out)
             self._build()
-            # made durable by the trace's first sync (begin), as each step's by its commit
+            # durable by the trace's first sync too, as each step's snapshot by its commit
             self.snapshots.record(self.workspace, INITIAL_SNAPSHOT, skip=self._skip_read_only, durable=False)
             trace = Trace(run_id=self.run_dir.name, config=self.config, started_at=time.time(),
                           plugin_versions={p.distribution: p.version for p in self.registry.plugins},

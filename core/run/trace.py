@@ -47,8 +47,8 @@ def read_call_entries(run_dir: Path, limit: int | None = None) -> list[dict[str,
     return entries
 
 
-def write_config(run_dir: Path, config: RunConfig) -> None:
-    write_atomic(run_dir / CONFIG_FILE, config.model_dump_json(indent=1).encode())
+def write_config(run_dir: Path, config: RunConfig, sync: bool = True) -> None:
+    write_atomic(run_dir / CONFIG_FILE, config.model_dump_json(indent=1).encode(), sync=sync)
 
 
 def append_error(run_dir: Path, text: str) -> bool:
