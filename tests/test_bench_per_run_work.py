@@ -1,7 +1,8 @@
 """Work a bench's run does that is the same for every run is done once, in the zygote its runs are forked from
 (issue 42 item 3): a forked run compiles no pattern, reads no machine fact and looks up no task the zygote had
-found, runs no nvidia-smi, and syncs (fsync, fdatasync, syncfs) nothing but its own run folder (the result it hands the driver is not synced:
-a driver that finds none after a crash reads the run's trace). Counted in a real forked run of fixture/counter."""
+found, runs no nvidia-smi, and syncs (fsync, fdatasync, syncfs) nothing but its own run folder (the result it
+hands the driver is not synced: a driver that finds none after a crash reads the run's trace). Counted in a real
+forked run of fixture/counter."""
 from __future__ import annotations
 
 import json
