@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the public names
     from mlab.core.sandbox.limits import Limits
     from mlab.core.sandbox.local import LocalSandbox
     from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
-    from mlab.core.sandbox.rootfs import RootView, extra_read_only, root_view
+    from mlab.core.sandbox.rootfs import RootView, extra_read_only, path_identity, root_view
     from mlab.core.sandbox.spec import ExecResult, ExecSpec
     from mlab.core.task import Metric, Resources, Task, ValidationSplit
     from mlab.core.task_context import BaselineContext, PrepareContext, ScoringContext, scoring_context

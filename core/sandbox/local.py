@@ -29,7 +29,14 @@ from typing import ClassVar
 
 from mlab.core.sandbox.disk import disk_usage
 from mlab.core.sandbox.process import ProcessCommand, ProcessSandbox
-from mlab.core.sandbox.rootfs import BASIC_DEVICES, EXTRA_RO_VARS, RootView, protected_paths, root_view
+from mlab.core.sandbox.rootfs import (
+    BASIC_DEVICES,
+    EXTRA_RO_VARS,
+    RootView,
+    path_identity,
+    protected_paths,
+    root_view,
+)
 from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.zygote import (
     IDLE_S,
@@ -145,7 +152,7 @@ class LocalSandbox(ProcessSandbox):
                tuple(map(str, spec.hidden_paths)), tuple(os.environ.get(var, "") for var in EXTRA_RO_VARS),
                tuple(map(str, spec.shown_paths)), tuple(spec.limits.gpus or ()), spec.limits.gpus is None)
         named = [str(spec.cwd), *key[3], *key[4]]
-        named_identity = _lstat_identity(named)
+        named_identity = path_identity(named)
         kept = self._views.get(key)
         if kept is not None and kept[2] == named_identity:
             shown_identity = identity(plan_sources(plan_dict(kept[0])))
@@ -220,17 +227,6 @@ class LocalSandbox(ProcessSandbox):
     @property
     def signal_exit_codes(self) -> bool:  # the namespace's init shell tells a death by signal N as 128+N
         return self.confined
-
-
-def _lstat_identity(paths: list[str]) -> tuple:
-    found: list[tuple[int, int, int] | None] = []
-    for path in paths:
-        try:
-            st = os.lstat(path)
-            found.append((st.st_dev, st.st_ino, st.st_mode))
-        except OSError:
-            found.append(None)
-    return tuple(found)
 
 
 class UnconfinedSandbox(LocalSandbox):

@@ -153,6 +153,19 @@ def protected_paths(spec: ExecSpec) -> list[str]:
     return found
 
 
+def path_identity(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    """(device, inode, type) of each path, not followed; None where there is none. A view or option list built
+    for these paths holds while this is unchanged (one was replaced, swapped for a link, made or removed)."""
+    found: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            found.append((st.st_dev, st.st_ino, st.st_mode))
+        except OSError:
+            found.append(None)
+    return tuple(found)
+
+
 def root_view(argv: list[str], spec: ExecSpec, named_too: bool = False) -> RootView:
     """The plan of the file system that runs argv per spec; named_too also shows the Python environment at
     the paths it is named by (a container has none of the host's links)."""

@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 
-from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, root_view
+from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, path_identity, root_view
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,17 +97,6 @@ def options_descriptor(options: list[str]) -> int:
 _KEPT = 8  # option lists remembered per sandbox (a run needs one or two: its commands, its scorer)
 
 
-def _lstat_identity(paths: list[str]) -> tuple:
-    found: list[tuple[int, int, int] | None] = []
-    for path in paths:
-        try:
-            st = os.lstat(path)
-            found.append((st.st_dev, st.st_ino, st.st_mode))
-        except OSError:
-            found.append(None)
-    return tuple(found)
-
-
 def _identity(options: list[str], spec: ExecSpec) -> tuple:
     """What options_for's answer depends on besides its key: every host path it names (device, inode, type), the
     paths the spec names (a hidden folder made since is seen), where the read-only paths resolve, and /dev (a GPU
@@ -119,7 +108,7 @@ def _identity(options: list[str], spec: ExecSpec) -> tuple:
         devices = os.stat("/dev").st_mtime_ns
     except OSError:
         devices = None
-    return _lstat_identity(named), tuple(os.path.realpath(path) for path in spec.read_only_paths), devices
+    return path_identity(named), tuple(os.path.realpath(path) for path in spec.read_only_paths), devices
 
 
 class BwrapSandbox(ProcessSandbox):
