@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import sys
 import time
@@ -15,7 +14,7 @@ from mlab.core.agent_context import AgentContext, RunState
 from mlab.core.agent_program import ProgramAgent, check_program
 from mlab.core.agentkit.options import check_agent_options
 from mlab.core.errors import BudgetExceeded, LLMError, MlabError
-from mlab.core.fs.atomic import is_disk_full, write_atomic
+from mlab.core.fs.atomic import is_disk_full
 from mlab.core.hardware import hardware_change, of_run
 from mlab.core.llm.client import LLMClient
 from mlab.core.llm.connections import run_slots
@@ -395,7 +394,7 @@ class Runner:
 
     def _finish_writing(self, trace: Trace, status: RunStatus, reason: str | None, total: float) -> Trace:
         last = trace.steps[-1].snapshot if trace.steps else INITIAL_SNAPSHOT
-        _name_again(self.run_dir / "snapshots" / f"{last}.json", self.run_dir / "snapshots" / "final.json")
+        self.snapshots.name_again(last, "final", durable=False)  # durable by the trace's last sync
         # the trace in memory changes only once it is on disk; only top-level fields change, so the steps are
         # shared, not copied (a deep copy cost more than the rest of a run's ending)
         final = trace.model_copy()
@@ -419,19 +418,6 @@ def stored_action(action: Action) -> Action:
                   args=json_safe(action.args if isinstance(action.args, dict) else {"(input)": action.args}),
                   entries=json_safe(action.entries if isinstance(action.entries, dict) else {}),
                   raw_response=json_safe(action.raw_response) if action.raw_response is not None else None)
-
-
-def _name_again(source: Path, name: Path) -> None:
-    """Give the snapshot file `source` a second name, as the snapshot store names an unchanged step: a hard link
-    put in place whole (a copy where links cannot be made), made durable by the trace's last sync."""
-    tmp = name.with_name(f".{name.name}.tmp{os.getpid()}")
-    try:
-        tmp.unlink(missing_ok=True)
-        os.link(source, tmp)
-        os.replace(tmp, name)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        write_atomic(name, source.read_bytes(), sync=False)
 
 
 def _empty_folder(folder: Path) -> None:

@@ -161,7 +161,7 @@ class SnapshotStore:
             told = changes is not None and changes.events_tell_all and events is not None and previous \
                 and not self.left_out
             if told and changes is not None and not changes.unknown and not events:
-                self._reuse(previous, name, durable)
+                self.name_again(previous, name, durable)
                 self._index = (identity, skip, tree, name)
                 return
             sealed = self._sealed(changes, events)
@@ -243,9 +243,10 @@ class SnapshotStore:
             self._watch = None
         self._watch_all = True
 
-    def _reuse(self, previous: str, name: str, durable: bool = True) -> None:
+    def name_again(self, previous: str, name: str, durable: bool = True) -> None:
         """Snapshot `name` is snapshot `previous`: one more name for the same file (a copy where the file
-        system has no hard links), made durable by one fsync of the folder."""
+        system has no hard links), made durable by one fsync of the folder (durable=False: by the caller's
+        next sync)."""
         source = self.manifests / f"{previous}.json"
         try:
             self._place(name, lambda tmp: os.link(source, tmp))
@@ -257,9 +258,9 @@ class SnapshotStore:
         with opened(os.open(self.manifests, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as folder:
             os.fsync(folder)
 
-    def _commit(self, name: str, listing: bytes, durable: bool = True) -> None:
-        """Write the listing, then make it and every object written since the last commit durable with one
-        syncfs: the step that refers to them is committed (its trace written) only after this returns."""
+    def _commit(self, name: str, listing: bytes, durable: bool) -> None:
+        """Write the listing, then (durable) make it and every object written since the last commit durable with
+        one syncfs: the step that refers to them is committed (its trace written) only after this returns."""
 
         def write(tmp: str) -> None:
             with opened(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)) as fd:
