@@ -205,10 +205,18 @@ while time.monotonic() < deadline:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every socket stays bound until all are picked (one at a time, the kernel can
+    hand the same just-closed port out twice, and Ray refuses two components on one port)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+_NODE_PORT_OPTIONS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+                      "--metrics-export-port", "--node-manager-port", "--object-manager-port")
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +227,9 @@ def two_node_cluster(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("ray-cluster")
     nodes: dict[str, Path] = {}
     procs: list[subprocess.Popen] = []
-    port = _free_port()
+    # every port fixed and distinct: Ray's own random picks landed on one of ours once (CI, stop 48)
+    free = iter(_free_ports(1 + 2 * len(_NODE_PORT_OPTIONS)))
+    port = next(free)
     address = f"127.0.0.1:{port}"
 
     def start(name: str, *args: str) -> None:
@@ -228,9 +238,7 @@ def two_node_cluster(tmp_path_factory):
         (root / "tmp").mkdir()
         env = {**os.environ, "TMPDIR": str(root / "tmp"), "MLAB_HOME": str(root / "home"),
                "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
-        ports = ["--dashboard-agent-listen-port", str(_free_port()),
-                 "--dashboard-agent-grpc-port", str(_free_port()), "--runtime-env-agent-port", str(_free_port()),
-                 "--metrics-export-port", str(_free_port())]
+        ports = [arg for option in _NODE_PORT_OPTIONS for arg in (option, str(next(free)))]
         log = open(tmp_path / f"ray-{name}.log", "wb")
         procs.append(subprocess.Popen(
             [str(RAY), "start", "--block", "--num-cpus", "1", "--temp-dir", str(root / "ray"),
