@@ -3,10 +3,11 @@
 Scores an unchanged starter of llama-inference (the tests' tiny LLaMA model, 400 lines of text) and/or
 vectorization N times, beside `stress-ng --cpu 2` as tests/test_pack_timing.py's `cpu_load` does (Python busy
 loops without stress-ng), and prints each scoring's improvement (1 - ratio, as `judge` computes it), its pairs'
-ratios and wall time, then the spread. Target: never a success (above the 10% margin); the score is the ratio's slow
+ratios and wall time, then the spread. `--load-cpus 6` is `make stress-test`'s load (stress-ng --cpu 4) beside the
+test's own. Target: never a success (above the 10% margin); the score is the ratio's slow
 end, so the pairs' spread shows as a negative improvement.
 
-    python benchmarks/timing_noise.py [--task llama|vectorization|both] [--scorings N] [--no-load]
+    python benchmarks/timing_noise.py [--task llama|vectorization|both] [--scorings N] [--load-cpus N | --no-load]
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ sys.path.insert(0, str(REPO))  # the tests' fixtures make the tiny LLaMA model
 BUSY_LOOP = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end:\n    pass\n"
 
 
-def start_load() -> list[subprocess.Popen]:
+def start_load(cpus: int) -> list[subprocess.Popen]:
     if shutil.which("stress-ng"):
-        return [subprocess.Popen(["stress-ng", "--cpu", "2", "--timeout", "3600s", "--quiet"])]
-    return [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]
+        return [subprocess.Popen(["stress-ng", "--cpu", str(cpus), "--timeout", "3600s", "--quiet"])]
+    return [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(cpus)]
 
 
 def prepared_workspace(task: Any, root: Path) -> Path:
@@ -95,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=("llama", "vectorization", "both"), default="llama")
     parser.add_argument("--scorings", type=int, default=8)
+    parser.add_argument("--load-cpus", type=int, default=2, help="stress-ng --cpu N beside the scorings")
     parser.add_argument("--no-load", action="store_true", help="no stress-ng beside the scorings")
     args = parser.parse_args()
     names = {"llama": ["llama-inference"], "vectorization": ["vectorization"],
@@ -102,7 +104,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mlab-timing-noise-") as scratch:
         os.environ["MLAB_HOME"] = str(Path(scratch) / "home")
         os.environ["MLAB_ALLOW_NO_GPU"] = "1"
-        load = [] if args.no_load else start_load()
+        load = [] if args.no_load else start_load(args.load_cpus)
         try:
             results = {name: score_repeatedly(name, args.scorings, Path(scratch)) for name in names}
         finally:
