@@ -160,3 +160,13 @@ def test_work_handed_to_a_helper_process_is_timed(tmp_path, helper):
 def test_a_helper_process_precomputing_while_imported_is_no_success(tmp_path):
     with pytest.raises(InvalidSubmission, match="another result than the starter's on the same inputs"):
         one_pair("local", submission(tmp_path, HELPER_PRECOMPUTES), tmp_path)
+
+
+def test_a_pass_faster_than_the_cpu_clock_tick_counts_as_one_tick_not_as_nothing():
+    # Beside stress-ng a vectorised forward pass (13 ms wall) read 0 ticks of CPU time and check-task called the
+    # reference invalid ("took 0.0 s"); it took at most a tick, so a tick is its time (never faster than measured).
+    from mlab_tasks_mlagentbench.time_pair import CPU_TICK_S, pass_seconds
+
+    assert pass_seconds([5.0, 4.99], [5.0, 4.99], "cpu") == CPU_TICK_S
+    assert pass_seconds([5.0, 4.0], [5.5, 4.7], "cpu") == pytest.approx(0.7)
+    assert pass_seconds([2.0], [2.004], "wall") == pytest.approx(0.004)  # perf_counter has no tick

@@ -38,6 +38,7 @@ PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 4
 SECCOMP_MODE_FILTER = 2
 SECCOMP_ARCH = {"x86_64": (0xC000003E, 13), "aarch64": (0xC00000B7, 134)}  # AUDIT_ARCH_*, rt_sigaction's number
 CONTEXT_LENGTH = 128  # llama-inference's, fixed by its DO NOT EDIT setup
+CPU_TICK_S = 1 / os.sysconf("SC_CLK_TCK")  # /proc's CPU times count whole ticks
 
 
 class Untimeable(Exception):
@@ -210,6 +211,13 @@ class WorkerClock:
                 pass
 
 
+def pass_seconds(started, ended, clock):
+    """A pass's seconds: the largest difference of the counts. On the CPU clock a pass shorter than a tick can read
+    0; it took at most a tick, so that is its time (more than it may have taken, never less)."""
+    seconds = max(end - start for start, end in zip(started, ended, strict=True))
+    return max(seconds, CPU_TICK_S) if clock == "cpu" else seconds
+
+
 def kill_leftovers():
     """Kill and reap every process a worker left behind (it must not slow down the next run)."""
     for _round in range(50):
@@ -303,7 +311,7 @@ def run_worker(mode, stage, scratch, who, inputs_for, shared):
             started = read()
             send(to_worker_w, inputs)
             output = receive(from_worker_r)
-            seconds = max(end - start for start, end in zip(started, read(), strict=True))
+            seconds = pass_seconds(started, read(), report["clock"])
             if output is None:
                 return report, f"the {who}'s script ended without giving its outputs (exit code {worker.wait()})"
             report["seconds"] = min(report["seconds"], seconds)
