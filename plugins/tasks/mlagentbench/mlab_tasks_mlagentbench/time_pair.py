@@ -101,7 +101,7 @@ def tree_cpu_seconds():
         table, complete = _stats()
         tree = descendants(table)
         if complete and all(_still(pid, table[pid][2]) for pid in tree):
-            return sum(table[pid][1] for pid in tree) / os.sysconf("SC_CLK_TCK")
+            return sum(table[pid][1] for pid in tree) * CPU_TICK_S
     raise Untimeable("its processes kept ending while the timer read their CPU time")
 
 
