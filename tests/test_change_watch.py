@@ -160,3 +160,36 @@ def test_the_watch_follows_folders_made_after_it_began(tmp_path):
         manifest = step(env, "open('late/inner/a.txt', 'w').write('22')\n", "s2")
         assert manifest["late/inner/a.txt"]["size"] == 2 and manifest == walked(env, tmp_path)
         assert os.path.exists(env.workspace / "late" / "inner" / "a.txt")
+
+
+def test_a_drain_ends_while_events_keep_coming(tmp_path, monkeypatch):
+    """Agent code renaming in a loop makes events as fast as the harness reads them (CI: a snapshot beside
+    test_workspace_races' swapper read for 600 s): a drain reads what was queued when it began, and leaves what
+    came after to the next one."""
+    from mlab.core.fs import change_watch
+    from mlab.core.fs.dirfd import open_root, opened
+
+    (tmp_path / "w").mkdir()
+    watch = change_watch.ChangeWatch.open()
+    if watch is None:
+        pytest.skip("no inotify here")
+    with opened(open_root(tmp_path / "w")) as folder:
+        watch.add(folder, "")
+    (tmp_path / "w" / "a").write_text("x")
+    real_read, reads = os.read, []
+
+    def read_then_rename(fd, size):  # each read brings one more event, as a renaming loop beside it would
+        data = real_read(fd, size)
+        reads.append(len(data))
+        if len(reads) > 1000:
+            pytest.fail("drain kept reading events made after it began")
+        old, new = ("a", "b") if (tmp_path / "w" / "a").exists() else ("b", "a")
+        os.rename(tmp_path / "w" / old, tmp_path / "w" / new)
+        return data
+
+    monkeypatch.setattr(change_watch.os, "read", read_then_rename)
+    events = watch.drain()
+    assert events is not None and events[""].relist  # what was queued is read
+    monkeypatch.setattr(change_watch.os, "read", real_read)
+    assert watch.drain()[""].relist  # and the renames made meanwhile are the next drain's
+    watch.close()

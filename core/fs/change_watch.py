@@ -19,10 +19,13 @@ What the events cannot tell, and what covers it:
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
+import fcntl
 import os
 import struct
+import termios
 from dataclasses import dataclass, field
 
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -89,11 +92,19 @@ class ChangeWatch:
         self._prefixes[wd] = prefix
 
     def drain(self) -> dict[str, FolderEvents] | None:
-        """The events since the last drain, by folder prefix; None when they cannot be trusted."""
+        """The events since the last drain, by folder prefix; None when they cannot be trusted. Only what was
+        queued when the drain began is read: agent code renaming in a loop makes events as fast as they are
+        read, and those made meanwhile are the next drain's (what they name is read afresh anyway)."""
         found: dict[str, FolderEvents] = {}
-        while True:
+        queued = array.array("i", [0])
+        try:
+            fcntl.ioctl(self._fd, termios.FIONREAD, queued, True)
+        except OSError:
+            self.broken = True
+        pending = queued[0]
+        while pending > 0 and not self.broken:
             try:
-                data = os.read(self._fd, 1 << 16)
+                data = os.read(self._fd, 1 << 16)  # whole events only; 64 KiB holds at least one
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -103,6 +114,7 @@ class ChangeWatch:
                 break
             if not data:
                 break
+            pending -= len(data)
             self._parse(data, found)
         for prefix in self.unwatched:  # no event can come from there: whatever happened, listed again
             found.setdefault(prefix, FolderEvents()).relist = True
