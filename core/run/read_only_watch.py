@@ -628,7 +628,8 @@ class ReadOnlyWatch:
                 more.setdefault(inode, []).append(rel)
             else:
                 inodes[inode] = rel
-        held = held_by_processes(inodes) if inodes else set()
+        devices = {folder.identity[0] for folder in self._folders.values()}
+        held = held_by_processes(inodes, devices) if inodes else set()
         self._held = {inodes[inode] for inode in held} | {rel for inode in held for rel in more.get(inode, ())}
         for inode, rel in inodes.items():
             if inode not in held:
@@ -703,10 +704,13 @@ class _Descriptors:
         self.open_fds.clear()
 
 
-def held_by_processes(inodes: Collection[int]) -> set[int]:
-    """Which of these inodes an open descriptor or a mapping of any process this one may read refers to (a mapping
-    by inode alone: /proc/PID/maps may give another device number than stat)."""
+def held_by_processes(inodes: Collection[int], devices: Collection[int]) -> set[int]:
+    """Which of these inodes, on these devices, an open descriptor or a mapping of any process this one may read
+    refers to. A descriptor is matched by device too: pipes' and sockets' inode numbers are often a recorded file's.
+    A mapping's device as /proc/PID/maps gives it may differ from stat's where that is an anonymous device (major 0:
+    overlayfs, btrfs subvolumes, tmpfs): there a mapping is matched by inode alone."""
     found: set[int] = set()
+    by_inode_alone = any(os.major(device) == 0 for device in devices)
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
@@ -718,11 +722,11 @@ def held_by_processes(inodes: Collection[int]) -> set[int]:
             continue  # gone, or another user's
         for number in descriptors:
             try:
-                inode = os.stat(f"/proc/{pid}/fd/{number}").st_ino
+                st = os.stat(f"/proc/{pid}/fd/{number}")
             except OSError:
                 continue
-            if inode in inodes:
-                found.add(inode)
+            if st.st_ino in inodes and st.st_dev in devices:
+                found.add(st.st_ino)
         try:
             with open(f"/proc/{pid}/maps", "rb") as maps:
                 lines = maps.read().splitlines()
@@ -730,6 +734,9 @@ def held_by_processes(inodes: Collection[int]) -> set[int]:
             continue
         for line in lines:
             fields = line.split(None, 5)
-            if len(fields) >= 5 and fields[4].isdigit() and int(fields[4]) in inodes:
+            if len(fields) < 5 or not fields[4].isdigit() or int(fields[4]) not in inodes:
+                continue
+            major, _, minor = fields[3].partition(b":")
+            if by_inode_alone or os.makedev(int(major, 16), int(minor, 16)) in devices:
                 found.add(int(fields[4]))
     return found
