@@ -317,3 +317,35 @@ def test_a_watch_lost_during_a_command_compares_every_entry_that_once(tmp_path, 
         assert all((images / f"{n:05d}.png").read_bytes() == image_bytes(n) for n in (11, 12, 13))
     finally:
         env.close()
+
+
+def test_the_look_after_a_command_ends_while_a_process_keeps_opening_read_only_files(tmp_path, monkeypatch):
+    """A process that lives on (the REPL's thread) reading a read-only file in a loop makes open and close events
+    as fast as the guard reads them: the look reads what was queued when it began, and the rest is the next
+    look's, so the step ends (it read for ever before: the harness hung)."""
+    from mlab.core.fs import change_watch
+
+    env = make_images_env(tmp_path, "unconfined", count=20)
+    try:
+        out, failed = run(env, "print('ok')")
+        assert not failed, out
+        watching(env)
+        watch = env.scripts.guard._watch
+        image = env.workspace / "data" / "images" / "00003.png"
+        real_read, reads = os.read, []
+
+        def read_then_open(fd, size):
+            data = real_read(fd, size)
+            reads.append(len(data))
+            if len(reads) > 1000:
+                pytest.fail("the look kept reading events made after it began")
+            image.read_bytes()  # an open and a close of a watched read-only file: two more events
+            return data
+
+        image.read_bytes()
+        monkeypatch.setattr(change_watch.os, "read", read_then_open)
+        watch.refresh()
+        monkeypatch.setattr(change_watch.os, "read", real_read)
+        assert image.read_bytes() == image_bytes(3)
+    finally:
+        env.close()

@@ -52,6 +52,33 @@ def _load_libc() -> ctypes.CDLL | None:
 _libc = _load_libc()
 
 
+def read_queued(fd: int) -> list[bytes] | None:
+    """The events queued on the inotify descriptor fd (non-blocking) when this is called, as read; None when they
+    cannot be read. Only those: agent code renaming or opening files in a loop makes events as fast as they are
+    read, and a reader that went on until none were left would never end (those made meanwhile are the next
+    read's; what they name is looked at afresh anyway)."""
+    queued = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, queued, True)
+    except OSError:
+        return None
+    chunks, pending = [], queued[0]
+    while pending > 0:
+        try:
+            data = os.read(fd, 1 << 16)  # whole events only; 64 KiB holds at least one
+        except BlockingIOError:
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not data:
+            break
+        pending -= len(data)
+        chunks.append(data)
+    return chunks
+
+
 @dataclass
 class FolderEvents:
     """What happened in one folder since the last drain."""
@@ -92,29 +119,12 @@ class ChangeWatch:
         self._prefixes[wd] = prefix
 
     def drain(self) -> dict[str, FolderEvents] | None:
-        """The events since the last drain, by folder prefix; None when they cannot be trusted. Only what was
-        queued when the drain began is read: agent code renaming in a loop makes events as fast as they are
-        read, and those made meanwhile are the next drain's (what they name is read afresh anyway)."""
+        """The events since the last drain, by folder prefix; None when they cannot be trusted."""
         found: dict[str, FolderEvents] = {}
-        queued = array.array("i", [0])
-        try:
-            fcntl.ioctl(self._fd, termios.FIONREAD, queued, True)
-        except OSError:
+        chunks = read_queued(self._fd)
+        if chunks is None:
             self.broken = True
-        pending = queued[0]
-        while pending > 0 and not self.broken:
-            try:
-                data = os.read(self._fd, 1 << 16)  # whole events only; 64 KiB holds at least one
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno == errno.EINTR:
-                    continue
-                self.broken = True
-                break
-            if not data:
-                break
-            pending -= len(data)
+        for data in chunks or ():
             self._parse(data, found)
         for prefix in self.unwatched:  # no event can come from there: whatever happened, listed again
             found.setdefault(prefix, FolderEvents()).relist = True

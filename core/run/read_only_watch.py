@@ -32,6 +32,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlab.core.fs.change_watch import read_queued
 from mlab.core.fs.dirfd import NotAFolder, lstat_at, open_dir_at, open_root
 from mlab.core.run.read_only_walk import MAX_DEPTH, State, Whole, walk_read_only
 from mlab.core.run.readonly import ReadOnlyRule
@@ -547,17 +548,10 @@ class ReadOnlyWatch:
         """The entries the events since the last drain name; None when events were lost."""
         dirty: set[str] = set()
         lost = False
-        while True:
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                break
-            except InterruptedError:
-                continue
-            except OSError:
-                return None
-            if not data:
-                break
+        chunks = read_queued(self._fd)
+        if chunks is None:
+            return None
+        for data in chunks:
             lost = self._parse(data, dirty) or lost
         return None if lost else dirty
 
