@@ -350,7 +350,7 @@ def test_a_pack_that_declares_the_network_reaches_it_and_still_nothing_else(outs
     make_sandbox("bwrap")
     harness.prepare(DeclarativeTask.from_folder(folder, FOLDER_PACK))
     found = found_in(harness.home.root)
-    assert found["net"] == "sent" and len(listener.received) == 1, found
+    assert found["net"] == "sent" and listener.wait_for(1) and len(listener.received) == 1, found
     sent = json.loads(listener.received[0])
     assert all(str(what).startswith("refused") for what in sent["read"].values()), sent
 

@@ -19,10 +19,12 @@ SANDBOXES = CONFINING  # every registered sandbox that confines (tests/fixtures/
 
 @pytest.fixture
 def listener():
+    """A port on the host's loopback, and an event set once it has accepted a connection (set by a thread of its
+    own: a positive test waits for it, since a connect returns before the accept runs)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(8)
-    accepted = []
+    accepted = threading.Event()
 
     def accept():
         while True:
@@ -30,7 +32,7 @@ def listener():
                 conn, _ = sock.accept()
             except OSError:
                 return
-            accepted.append(1)
+            accepted.set()
             conn.close()
 
     threading.Thread(target=accept, daemon=True).start()
@@ -56,7 +58,7 @@ def test_host_loopback_services_are_out_of_reach_but_a_loopback_of_its_own_works
     finally:
         env.close()
     assert not error, out
-    assert "UNREACHABLE" in out and "REACHED" not in out.replace("UNREACHABLE", "") and accepted == []
+    assert "UNREACHABLE" in out and "REACHED" not in out.replace("UNREACHABLE", "") and not accepted.is_set()
     assert "OWN LOOPBACK OK" in out
 
 
@@ -69,7 +71,9 @@ def test_a_task_that_declares_the_network_reaches_it(tmp_path, sandbox, listener
         out, error = run(env, PROBE.format(port=port))
     finally:
         env.close()
-    assert not error and "REACHED" in out.replace("UNREACHABLE", "") and accepted, out
+    assert not error and "REACHED" in out.replace("UNREACHABLE", ""), out
+    # stress run 1 of 3: the script had connected, the listener's thread had not yet run (a deadline, not a bound)
+    assert accepted.wait(timeout=120), "the probe connected but the listener never accepted"
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)

@@ -53,6 +53,7 @@ class Listener:
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
         self.received: list[bytes] = []
+        self.got = threading.Condition()
         self.stop = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -69,6 +70,14 @@ class Listener:
             except OSError:
                 self.received.append(b"<connected>")
             conn.close()
+            with self.got:
+                self.got.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 120) -> bool:
+        """Whether `count` connections were received before the deadline (a sender's connect returns before this
+        listener's thread runs: a test that expects one waits for it)."""
+        with self.got:
+            return self.got.wait_for(lambda: len(self.received) >= count, timeout)
 
     def close(self):
         self.stop = True
