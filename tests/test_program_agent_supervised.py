@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -69,3 +70,50 @@ def test_a_memory_limit_the_program_breaks_is_told_as_for_a_script(tmp_path):
     last = trace["steps"][-1]
     assert last["action"]["args"] == {"exit_code": str(script.exit_code)}
     assert "MemoryError" in last["observation"]
+
+
+# Prints at its start, asks, prints a line, asks again and ends: the line belongs to the first call's step.
+ASKS_TWICE = textwrap.dedent('''
+    import json, os, urllib.request
+
+    def ask(text):
+        body = json.dumps({"model": "mlab", "messages": [{"role": "user", "content": text}]}).encode()
+        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+                                         data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())["choices"][0]["message"]["content"]
+
+    print("started", flush=True)
+    ask("first")
+    print("AFTER THE FIRST CALL", flush=True)
+    ask("second")
+''')
+
+
+@pytest.mark.slow
+def test_a_step_holds_the_output_printed_before_the_next_call_however_late_it_is_read(tmp_path, monkeypatch):
+    """Stress run 3 (session 11): smolagents' step lacked the line it printed just before its next call; the
+    reader thread had not read it when the call's step was taken. Here the reader lags on purpose."""
+    from mlab.core import RunConfig
+    from mlab.core.plugins.registry import load_registry
+    from mlab.core.run.live import LiveStep
+    from mlab.core.run.runner import Runner
+
+    shown = LiveStep.output
+
+    def lagging(self, chunk: bytes) -> None:
+        shown(self, chunk)
+        if b"started" in chunk:
+            threading.Event().wait(3.0)  # the reader is late: the program asks twice meanwhile
+
+    monkeypatch.setattr(LiveStep, "output", lagging)
+    program = tmp_path / "asks_twice.py"
+    program.write_text(ASKS_TWICE)
+    script = tmp_path / "replies.jsonl"
+    script.write_text('"one"\n"two"\n')
+    config = RunConfig(task="lite/wine", agent="command", agent_options={"command": f"python {program}"},
+                       llm=f"scripted:{script}", sandbox="local", max_steps=5)
+    trace = Runner(tmp_path / "run", config, load_registry()).start()
+    observations = [step.observation for step in trace.steps]
+    assert len(observations) == 2, observations
+    assert "AFTER THE FIRST CALL" in observations[0], observations[0]

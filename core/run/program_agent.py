@@ -29,6 +29,7 @@ from mlab.core.llm.endpoint import ModelEndpoint, forwarder_source
 from mlab.core.llm.protocols import ChatRequest, EndpointError
 from mlab.core.models import Action, Completion, Step, StepFinished
 from mlab.core.run.agent_folder import AgentFolder
+from mlab.core.sandbox.output import OutputPump
 from mlab.core.sandbox.supervise import supervise
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class ProgramLoop:
         self._stopped = threading.Event()
         self._failure: BaseException | None = None  # raised in the runner's loop once the program is gone
         self._proc: Any = None
+        self._pump: OutputPump | None = None  # the program's output, drained at each step
         self._grace_until: float | None = None  # when a program told to stop is killed
 
     # ---- time -----------------------------------------------------------------------------------
@@ -221,7 +223,8 @@ class ProgramLoop:
     def _watch(self, argv: list[str], spec: Any) -> int | None:
         """Run the program under the sandbox's supervisor (mlab.core.sandbox.supervise); its exit code."""
         self._proc = self.r.sandbox.popen(argv, spec)
-        result = supervise(self.r.sandbox, self._proc, spec, self._output_chunk, self._grace_over, self._ending())
+        self._pump = OutputPump(self._proc.stdout, spec.limits.output_bytes, self._output_chunk)
+        result = supervise(self.r.sandbox, self._proc, spec, None, self._grace_over, self._ending(), self._pump)
         if result.limit_hit == "timeout":
             self._end(f"time limit reached ({self.r.config.max_time_s:g} s)")
         elif result.limit_hit not in (None, "output"):  # output past the cap is kept in part, not a limit broken
@@ -335,6 +338,8 @@ class ProgramLoop:
         try:
             r.snapshots.changes.ran_agent_code()  # the program lives on: a full look, not the change events
             note = r.snapshot_step(name, trace)
+            if self._pump is not None:  # what it printed before this call may not have been read yet
+                self._pump.drain()
         finally:
             if frozen:
                 r.sandbox.thaw(proc)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
-from mlab.core.sandbox.output import CappedOutput, pump
+from mlab.core.sandbox.output import OutputPump
 from mlab.core.sandbox.spec import ExecResult, ExecSpec
 from mlab.core.sandbox.wait import EndWatch
 
@@ -32,14 +32,17 @@ def run_to_end(sandbox: Sandbox, argv: list[str], spec: ExecSpec,
 
 
 def supervise(sandbox: Sandbox, proc: Command, spec: ExecSpec, on_output: Callable[[bytes], None] | None = None,
-              stop: Callable[[], bool] | None = None, killing: AbstractContextManager[object] | None = None
-              ) -> ExecResult:
+              stop: Callable[[], bool] | None = None, killing: AbstractContextManager[object] | None = None,
+              pump: OutputPump | None = None) -> ExecResult:
     """Watch proc, just started in sandbox, until it ends, spec's time (counted from now) is up, it breaks a limit
     or stop() (asked every POLL_S) says to end it; then kill its tree, holding `killing` meanwhile, and release
-    it. A command stop() ended has no limit hit."""
+    it. A command stop() ended has no limit hit. A caller that drains its output itself while it runs (a program
+    agent's step) passes the pump of proc's output; on_output is then the pump's."""
     started = time.monotonic()
-    output = CappedOutput(spec.limits.output_bytes)
-    reader = threading.Thread(target=pump, args=(proc.stdout, output, on_output), daemon=True)
+    if pump is None:
+        pump = OutputPump(proc.stdout, spec.limits.output_bytes, on_output)
+    output = pump.output
+    reader = threading.Thread(target=pump.run, daemon=True)
     reader.start()
     limit_hit = None
     ended = False  # by itself: neither a limit nor stop() ended it
@@ -58,6 +61,7 @@ def supervise(sandbox: Sandbox, proc: Command, spec: ExecSpec, on_output: Callab
             sandbox.kill(proc)  # also reaps daemonized children still holding the pipe
         if proc.poll() is None:
             proc.wait()
+        pump.drain()  # the tree is dead: what it wrote is in the pipe, whether or not the reader has run
         reader.join(timeout=DRAIN_GRACE_S)
         if proc.stdout and not reader.is_alive():  # closing under a blocked reader would deadlock
             proc.stdout.close()
