@@ -17,6 +17,7 @@ from mlab.core import Completion
 from mlab.core.llm.client import read_call_log
 from mlab.core.llm.endpoint import ModelEndpoint
 from mlab.core.llm.protocols import ChatRequest
+from tests.fixtures.asking_program import ASK
 from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
 from tests.fixtures.sandboxes import CONFINING, make_sandbox
@@ -29,15 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 # After its second call the program replaces every file of its agent folder (the task file, the forwarder, its own
 # copy) by a symlink to a host file outside the sandbox, and (swap "folder") the folder itself by a link to a host
 # folder; the harness is then killed (-9) and the run resumed: nothing of the host may change.
-SWAPPING = textwrap.dedent('''
-    import json, os, subprocess, sys, time, urllib.request
-
-    def ask(text):
-        body = json.dumps({"model": "mlab", "messages": [{"role": "user", "content": text}]}).encode()
-        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
-                                         data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())["choices"][0]["message"]["content"]
+SWAPPING = ASK + textwrap.dedent('''
 
     if os.environ["MLAB_RESUMED"] == "0":
         ask("first")

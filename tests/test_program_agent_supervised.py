@@ -15,6 +15,7 @@ import pytest
 from mlab.core.sandbox.limits import Limits
 from mlab.core.sandbox.spec import ExecSpec
 from mlab.core.sandbox.supervise import supervise
+from tests.fixtures.asking_program import ASK
 from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
 from tests.fixtures.sandboxes import make_sandbox
@@ -73,15 +74,7 @@ def test_a_memory_limit_the_program_breaks_is_told_as_for_a_script(tmp_path):
 
 
 # Prints at its start, asks, prints a line, asks again and ends: the line belongs to the first call's step.
-ASKS_TWICE = textwrap.dedent('''
-    import json, os, urllib.request
-
-    def ask(text):
-        body = json.dumps({"model": "mlab", "messages": [{"role": "user", "content": text}]}).encode()
-        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
-                                         data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())["choices"][0]["message"]["content"]
+ASKS_TWICE = ASK + textwrap.dedent('''
 
     print("started", flush=True)
     ask("first")

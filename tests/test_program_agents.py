@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.llm.client import read_call_log
+from tests.fixtures.asking_program import ASK
 from tests.fixtures.cli import mlab
 from tests.fixtures.llm_server import FakeLLMServer
 from tests.fixtures.sandboxes import CONFINING, make_sandbox
@@ -203,15 +204,7 @@ def test_smolagents_from_pypi_runs_through_the_endpoint_and_is_scored(tmp_path, 
 
 # A program that is killed while it waits after its second call, and on resume (MLAB_RESUMED=1) goes on from the
 # workspace it finds: the notes written after call 1 (the snapshot when call 2 arrived), not those after call 2.
-RESUMABLE = textwrap.dedent('''
-    import json, os, subprocess, sys, time, urllib.request
-
-    def ask(text):
-        body = json.dumps({"model": "mlab", "messages": [{"role": "user", "content": text}]}).encode()
-        request = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
-                                         data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())["choices"][0]["message"]["content"]
+RESUMABLE = ASK + textwrap.dedent('''
 
     if os.environ["MLAB_RESUMED"] == "0":
         ask("first")
