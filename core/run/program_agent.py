@@ -223,7 +223,7 @@ class ProgramLoop:
     def _watch(self, argv: list[str], spec: Any) -> int | None:
         """Run the program under the sandbox's supervisor (mlab.core.sandbox.supervise); its exit code."""
         self._proc = self.r.sandbox.popen(argv, spec)
-        self._pump = OutputPump(self._proc.stdout, spec.limits.output_bytes, self._output_chunk)
+        self._pump = OutputPump(self._proc.stdout, spec.limits.output_bytes, self._output_chunk)  # a pipe
         result = supervise(self.r.sandbox, self._proc, spec, None, self._grace_over, self._ending(), self._pump)
         if result.limit_hit == "timeout":
             self._end(f"time limit reached ({self.r.config.max_time_s:g} s)")

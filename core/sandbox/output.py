@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import array
+import contextlib
 import fcntl
 import os
 import select
@@ -47,83 +48,51 @@ class CappedOutput:
 
 
 class OutputPump:
-    """Reads a command's pipe into `output` as the output comes (run() is a thread's), showing each chunk to
-    on_output. drain() delivers, in order, what the pipe holds when it is called: a caller that has frozen the
-    command, or seen its writers end, then has every byte they wrote, however late the reading thread runs."""
+    """Reads a command's pipe (the sandbox contract's stdout) into `output` as the output comes (run() is a
+    thread's), showing each chunk to on_output. drain() delivers, in order, what the pipe holds when it is called:
+    a caller that has frozen the command, or seen its writers end, then has all they wrote, however late the
+    reading thread runs."""
 
-    def __init__(self, stream: IO[bytes] | None, cap: int, on_output: Callable[[bytes], None] | None):
+    def __init__(self, stream: IO[bytes], cap: int, on_output: Callable[[bytes], None] | None):
         self.output = CappedOutput(cap)
-        self._stream = stream
+        self._fd = stream.fileno()
+        os.set_blocking(self._fd, False)  # a read under the lock must not wait for the command
         self._on_output = on_output
         self._lock = threading.Lock()  # held from a read until its chunk is delivered: chunks keep their order
         self._ended = False
-        try:
-            self._fd: int | None = stream.fileno()  # type: ignore[union-attr]
-            os.set_blocking(self._fd, False)  # a read under the lock must not wait for the command
-        except (OSError, ValueError, AttributeError):  # a stream with no descriptor: read by the thread alone
-            self._fd = None
 
     def run(self) -> None:
         """Read the pipe to its end (for a thread)."""
-        if self._fd is None:
-            self._read_stream()
-            return
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
         while not self._ended:
             try:
-                events = poller.poll()
-            except InterruptedError:
-                continue
+                if any(flags & select.POLLNVAL for _fd, flags in poller.poll()):  # closed under us
+                    return
             except (OSError, ValueError):
-                return
-            if any(flags & select.POLLNVAL for _fd, flags in events):  # closed under us
                 return
             self.drain()
 
     def drain(self) -> None:
         """Deliver what the pipe holds now (at least one read: it may say the end); not what comes meanwhile, so
         a command writing without pause cannot keep the caller here."""
-        if self._fd is None:
-            return
         with self._lock:
             queued = array.array("i", [0])
-            try:
+            with contextlib.suppress(OSError):
                 fcntl.ioctl(self._fd, termios.FIONREAD, queued, True)
-            except OSError:
-                queued[0] = 0
             read = 0
-            while not self._ended:
+            while not self._ended and (read == 0 or read < queued[0]):
                 try:
                     chunk = os.read(self._fd, 1 << 16)
                 except BlockingIOError:
                     return
-                except InterruptedError:
-                    continue
                 except OSError:
                     chunk = b""
-                if not chunk:
-                    self._ended = True
-                    return
-                self._deliver(chunk)
+                self._ended = not chunk
                 read += len(chunk)
-                if read >= queued[0]:
-                    return
-
-    def _read_stream(self) -> None:
-        if self._stream is None:
-            return
-        try:
-            while chunk := self._stream.read1(1 << 16):  # type: ignore[attr-defined]
-                self._deliver(chunk)
-        except (OSError, ValueError):
-            pass
-        self._ended = True
-
-    def _deliver(self, chunk: bytes) -> None:
-        self.output.feed(chunk)
-        if self._on_output is not None:
-            try:
-                self._on_output(chunk)
-            except Exception:  # an observer's bug must not stop the command's output
-                self._on_output = None
+                self.output.feed(chunk)
+                if chunk and self._on_output is not None:
+                    try:
+                        self._on_output(chunk)
+                    except Exception:  # an observer's bug must not stop the command's output
+                        self._on_output = None

@@ -40,6 +40,7 @@ def supervise(sandbox: Sandbox, proc: Command, spec: ExecSpec, on_output: Callab
     agent's step) passes the pump of proc's output; on_output is then the pump's."""
     started = time.monotonic()
     if pump is None:
+        assert proc.stdout is not None  # the contract: a pipe
         pump = OutputPump(proc.stdout, spec.limits.output_bytes, on_output)
     output = pump.output
     reader = threading.Thread(target=pump.run, daemon=True)
