@@ -96,10 +96,12 @@ def test_llama_inference_check_task_and_the_model_copied_into_the_task(tmp_path,
     task.most_pairs = 4  # the least: how the pairs are timed is tests/test_pack_timing.py's subject
     source = text.llama_and_wikitext(tmp_path / "src", lines=400)  # under /tmp: copied, so the sandbox sees it
     report = check_task(task, data_dir=source, home=tmp_path / "home")
-    # The baseline is the starter's own time (a ratio of 1); the reference, timed beside the starter, is faster.
+    # The baseline is the starter's own time (a ratio of 1); the reference is timed beside the starter. Whether it
+    # comes out faster is a timing outcome (a stress run read 1.04 with 4 pairs): the timing tier's subject
+    # (test_pack_timing.py's llama case), not this check's, which holds the steps and the figures.
     assert report.steps == {"prepare": "ok", "reproducible prepare": "ok", "invalid submission": "ok",
                             "baseline": "ok", "reference": "ok"}, report
-    assert report.baseline == 1.0 and 0 < report.reference < 1.0, report
+    assert report.baseline == 1.0 and report.reference is not None and report.reference > 0, report
     assert "Average per token generation time" in report.output_tail["baseline"]
     monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home2"))
     taskdata.prepare(task, source, **QUIET)
