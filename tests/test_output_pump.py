@@ -95,14 +95,16 @@ def test_a_command_that_ends_keeps_the_output_a_slow_reader_had_not_read(tmp_pat
     monkeypatch.setattr(supervise_module, "DRAIN_GRACE_S", 0.01)
     sandbox = make_sandbox("local")
     spec = ExecSpec(cwd=tmp_path)
-    seen = threading.Event()
+    seen = tmp_path / "seen"
 
     def slow_observer(chunk: bytes) -> None:
-        if not seen.is_set():
-            seen.set()
+        if not seen.exists():
+            seen.touch()  # the command writes its last line only now: two chunks, the second while the reader lags
             threading.Event().wait(1.0)  # the reader lags behind the command
 
-    code = "import time; print('first', flush=True); time.sleep(0.2); print('last', flush=True)"
+    code = ("import os, time\nprint('first', flush=True)\ndeadline = time.monotonic() + 60\n"
+            f"while not os.path.exists({str(seen)!r}) and time.monotonic() < deadline:\n    time.sleep(0.01)\n"
+            "print('last', flush=True)\n")
     try:
         result = supervise_module.run_to_end(sandbox, [sys.executable, "-c", code], spec, slow_observer)
     finally:
