@@ -1,6 +1,7 @@
-"""Where a bench's CPU goes, run by run (issue 42 item 3): each phase of a run forked by the local engine against
-the same phase of runs done in this process (the run loop's own cost), plus what is paid per run outside the run
-process: the zygote's fork, the run process's exit, the driver.
+"""Where a bench's CPU goes, run by run (issue 42 item 3): each phase of a run in a process forked by the local
+engine (a host: engines.hosts() sets how many runs share one) against the same phase of runs done in this process
+(the run loop's own cost), plus what is paid per run outside the run's thread: the zygote's fork, the host's own
+work and its exit, the driver.
 
 The bench is bench_parallel.py's (fixture-llm-stepper, one model call a step to a backend that sleeps --latency).
 Its zygote and runs carry a probe (benchmarks/run_phases_probe/sitecustomize.py, on PYTHONPATH) that adds up the
@@ -95,8 +96,10 @@ def main() -> None:
         driver_cpu = bench(root, "bench", args.runs, args.steps, args.latency)
         del os.environ["MLAB_PHASES_OUT"]
         runs = [json.loads(p.read_text()) for p in out.glob("run-*.json")]
+        host_sums = [json.loads(p.read_text()) for p in out.glob("host-*.json")]
         zygotes = [json.loads(p.read_text()) for p in out.glob("zygote-*.json")]
         assert len(runs) == args.runs and len(zygotes) == 1, (len(runs), len(zygotes))
+        assert sum(h["runs"] for h in host_sums) == args.runs, host_sums
         alone = in_process(root, args.steps, args.rounds)
     n = len(runs)
     forked: Sums = {}
@@ -106,16 +109,22 @@ def main() -> None:
             for i, value in enumerate(values):
                 entry[i] += value / n
     zygote = zygotes[0]
-    run_total = forked["run process"]
-    # CPU of the ended run processes the zygote reaped, beyond what they had used when the probe last looked:
-    # the process's exit (its memory and page tables freed), and the result's hand-over after the probe's sums
-    exits = [zygote["children"][i] / n - run_total[i] for i in range(3)]
+    run_total = forked["run thread"]
+    hosts_self = [sum(h["self"][i] for h in host_sums) / n for i in range(3)]
+    # CPU of the ended hosts the zygote reaped, beyond what they had used when the probe last looked: the
+    # process's exit (its memory and page tables freed)
+    exits = [zygote["children"][i] / n - hosts_self[i] for i in range(3)]
     ready = zygote["ready"]  # its start-up (imports, registry), paid once per bench
     per_run = {"zygote's start-up": [v / n for v in ready],
                "zygote after (forks, messages)": [(v - r) / n for v, r in zip(zygote["self"], ready, strict=True)],
-               "run processes' exits": exits, "driver": [driver_cpu / n, 0.0, 0.0]}
+               "host (fork to its first run)": [sum(h["forked"][i] for h in host_sums) / n for i in range(3)],
+               "host after, besides its runs' threads": [hosts_self[i] - run_total[i]
+                                                         - sum(h["forked"][i] for h in host_sums) / n
+                                                         for i in range(3)],
+               "hosts' exits": exits, "driver": [driver_cpu / n, 0.0, 0.0]}
     total = sum(run_total[:2]) + sum(sum(v[:2]) for v in per_run.values())
-    print(f"{n} runs of {args.steps} steps at {args.latency} s a model call, forked by the local engine, against "
+    print(f"{n} runs of {args.steps} steps at {args.latency} s a model call, in {len(host_sums)} processes forked by "
+          "the local engine, against "
           f"runs in this process (least of {args.rounds} rounds): CPU ms per run by phase (inclusive), of which "
           "system, and minor page faults")
     print(f"{'phase':54s} {'bench':>8s} {'sys':>7s} {'faults':>7s}   {'alone':>8s} {'sys':>7s} {'faults':>7s}")
@@ -132,7 +141,7 @@ def main() -> None:
         print(f"{phase:54s} {(user + system) * 1000:8.2f} {system * 1000:7.2f} {faults:7.0f}")
     loop = forked["execute_job/start/loop"]
     alone_loop = alone["execute_job/start/loop"]
-    print(json.dumps({"runs": n, "steps": args.steps, "cpu_ms_per_run": round(total * 1000, 2),
+    print(json.dumps({"runs": n, "hosts": len(host_sums), "steps": args.steps, "cpu_ms_per_run": round(total * 1000, 2),
                       "cpu_ms_per_step": round(total * 1000 / args.steps, 3),
                       "outside_the_loop_ms_per_run": round((total - sum(loop[:2])) * 1000, 2),
                       "loop_ms_per_step": round(sum(loop[:2]) * 1000 / args.steps, 3),
@@ -142,7 +151,7 @@ def main() -> None:
 
 def _order(phase: str) -> tuple[int, str]:
     """Runs' phases in the order a run goes through them, nested under the phase that holds them."""
-    first = ("forked (fork to this point)", "execute_job", "hand the result over", "run process")
+    first = ("execute_job", "hand the result over", "run thread")
     top = phase.split("/", 1)[0]
     return (first.index(top) if top in first else len(first), phase)
 

@@ -22,7 +22,7 @@ from tests.fixtures.bench_plugins import bench_registry
 from tests.fixtures.cli import REPO
 
 # As the zygote does: the run loop imported, _StartUp.warm(job) for the job, then a fork whose child runs it
-# (engines._run_child). The child reports what it compiled, which process-wide caches it filled, what it synced.
+# (engines._run_host). The child reports what it compiled, which process-wide caches it filled, what it synced.
 FORKED_RUN = r"""
 import json, os, re, sys
 from pathlib import Path
@@ -66,7 +66,7 @@ pid = os.fork()
 if pid == 0:
     os.close(read_end)
     batch.join()
-    code = engines._run_child(job, registry, batch)
+    code = engines._run_host([job], registry, batch)
     after = caches()
     os.write(write_end, json.dumps({"code": code, "compiled": [str(k) for k in set(re._cache) - compiled],
                                     "filled": {k: after[k] - before[k] for k in after if after[k] != before[k]},

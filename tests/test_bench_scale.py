@@ -182,7 +182,7 @@ def test_a_batchs_runs_wait_forked_until_the_zygote_has_forked_them_all(tmp_path
                               stdout=subprocess.PIPE, text=True, bufsize=1, cwd=os.getcwd())
     try:
         assert json.loads(zygote.stdout.readline()) == {"ready": True}
-        zygote.stdin.write("".join(json.dumps(job) + "\n" for job in jobs))  # no blank line: the batch is open
+        zygote.stdin.write("".join(json.dumps([job]) + "\n" for job in jobs))  # no blank line: the batch is open
         zygote.stdin.flush()
         started = [json.loads(zygote.stdout.readline()) for _ in jobs]
         assert [m["started"] for m in started] == [job["key"] for job in jobs]
@@ -202,6 +202,7 @@ def test_a_batchs_runs_wait_forked_until_the_zygote_has_forked_them_all(tmp_path
         assert {m["progress"] for m in messages if "progress" in m} == {Path(j["run_dir"]).name for j in jobs}
         assert sorted(m["exited"] for m in exited) == sorted(m["pid"] for m in started)
         assert [m["code"] for m in exited] == [0, 0]
+        assert sorted((m["ended"], m["code"]) for m in messages if "ended" in m) == sorted((j["key"], 0) for j in jobs)
         for job in jobs:
             assert json.loads(Path(job["result"]).read_text())["status"] == "finished"
     finally:

@@ -1,31 +1,44 @@
 """The probe of benchmarks/bench_run_phases.py, imported by every Python started with this folder on PYTHONPATH
 and MLAB_PHASES_OUT set (the bench's driver and zygote; the runs are forked from the zygote, so they carry it).
 
-It wraps the phases of a run (engines._run_child and what it calls) to add up, per process, the CPU (user,
-system) and minor page faults each phase took, inclusive of the phases inside it; each run writes its sums to
-MLAB_PHASES_OUT/run-PID.json as it ends, the zygote its own CPU (and what of it it had used when it was ready)
-and its ended children's to zygote-PID.json."""
+It wraps the phases of a run (engines._run_one and what it calls) to add up, per thread, the CPU (user, system)
+and minor page faults each phase took, inclusive of the phases inside it; each run writes its sums to
+MLAB_PHASES_OUT/run-PID-THREAD.json as it ends, each host process (engines._run_host) what it used in all to
+host-PID.json, the zygote its own CPU (and what of it it had used when it was ready) and its ended children's to
+zygote-PID.json."""
 from __future__ import annotations
 
 import functools
 import json
 import os
 import resource
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 OUT = os.environ.get("MLAB_PHASES_OUT")
-sums: dict[str, list[float]] = {}  # phase -> [user s, system s, minor faults, calls]
+sums: dict[str, list[float]] = {}  # phase -> [user s, system s, minor faults, calls]: this thread's (see _sums)
+_threads = threading.local()
 
 
-def _usage() -> tuple[float, float, int]:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime, r.ru_stime, r.ru_minflt
+def _sums() -> dict[str, list[float]]:
+    """The sums of this thread's run (of the module's `sums` outside a host's run threads)."""
+    return getattr(_threads, "sums", sums)
+
+
+def _usage(who: int = resource.RUSAGE_THREAD) -> tuple[float, float, int]:
+    """(user, system, minor faults): a thread's CPU in all from its clock (getrusage rounds a thread's small
+    deltas to nothing or a tick), the system part as getrusage splits it."""
+    r = resource.getrusage(who)
+    if who != resource.RUSAGE_THREAD:
+        return r.ru_utime, r.ru_stime, r.ru_minflt
+    return time.thread_time() - r.ru_stime, r.ru_stime, r.ru_minflt
 
 
 def _add(phase: str, before: tuple[float, float, int]) -> None:
     after = _usage()
-    entry = sums.setdefault(phase, [0.0, 0.0, 0, 0])
+    entry = _sums().setdefault(phase, [0.0, 0.0, 0, 0])
     for i in range(3):
         entry[i] += after[i] - before[i]
     entry[3] += 1
@@ -83,26 +96,33 @@ def install() -> None:
 
     runner.SnapshotStore.record = first_record  # type: ignore[method-assign]
 
-    run_child = engines._run_child
+    run_one, run_host = engines._run_one, engines._run_host
 
-    def child(*args: Any, **kwargs: Any) -> Any:
-        sums.clear()  # what the zygote added up before this fork is not this run's
-        forked = _usage()  # since the fork: COW faults of its first steps are the fork's
-        sums["forked (fork to this point)"] = [forked[0], forked[1], forked[2], 1]
+    def one(*args: Any, **kwargs: Any) -> Any:
+        _threads.sums = {}
         try:
-            return run_child(*args, **kwargs)
+            return run_one(*args, **kwargs)
         finally:
-            _add("run process", (0.0, 0.0, 0))
-            with open(os.path.join(str(OUT), f"run-{os.getpid()}.json"), "w") as f:
-                json.dump(sums, f)
+            _add("run thread", (0.0, 0.0, 0))
+            with open(os.path.join(str(OUT), f"run-{os.getpid()}-{threading.get_ident()}.json"), "w") as f:
+                json.dump(_threads.sums, f)
 
-    engines._run_child = child
+    def host(jobs: list, *args: Any, **kwargs: Any) -> Any:
+        forked = _usage(resource.RUSAGE_SELF)  # since the fork: COW faults of its first steps are the fork's
+        try:
+            return run_host(jobs, *args, **kwargs)
+        finally:
+            with open(os.path.join(str(OUT), f"host-{os.getpid()}.json"), "w") as f:
+                json.dump({"runs": len(jobs), "forked": forked, "self": _usage(resource.RUSAGE_SELF)}, f)
+
+    engines._run_one, engines._run_host = one, host
     zygote_main = engines.zygote_main
     start_up = engines._StartUp.__init__
     ready: list[float] = []
 
     def started(self: Any, *args: Any, **kwargs: Any) -> None:
-        ready[:] = _usage()  # the zygote has imported mlab and built the registry: next it says it is ready
+        # the zygote has imported mlab and built the registry: next it says it is ready
+        ready[:] = _usage(resource.RUSAGE_SELF)
         start_up(self, *args, **kwargs)
 
     engines._StartUp.__init__ = started  # type: ignore[method-assign]

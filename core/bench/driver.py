@@ -2,7 +2,8 @@
 
 The driver (this process) plans the runs, hands each to an engine (core/bench/engines.py), and is the only writer
 of the database: what it learns in one tick (runs started, runs ended) is written in one transaction. `local`
-forks one worker process per run from a pre-loaded helper process; `ray` submits each run as a Ray task.
+forks processes from a pre-loaded helper process, one per run or several runs to one (engines.hosts()); `ray`
+submits each run as a Ray task.
 Workers report each step's progress to the engine, which the driver reads in memory, and return a summary of
 their run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries
 failed ones only when asked.

@@ -2,17 +2,24 @@
 `execute_job`.
 
 The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
-every run is then a process forked from it, in its own session, so a run costs no interpreter start-up and no
-plugin imports, a crash or leak stays in its run, and a Ctrl-C on the terminal reaches only the driver. What
-every run would otherwise repeat at its start (probing the sandbox, asking the Python for its packages) the
-zygote does once, before forking, and every run inherits. Jobs go to the zygote as JSON lines on its stdin;
-workers report each step as a JSON line on the zygote's stdout pipe, which the driver reads: no file is written
-per step for progress, and 256 runs do not contend for one folder.
+runs then go in processes forked from it (hosts), each in its own session, so a run costs no interpreter start-up
+and no plugin imports, and a Ctrl-C on the terminal reaches only the driver. A host holds one run, or, when a bench
+starts more runs at once than the machine has cores for (HOSTS_PER_CORE), several: each in a thread of its own,
+sharing the pages that a process per run would each copy on first write (its Python objects' reference counts),
+the most of a run's cost outside its loop on a machine where page faults are dear. A crash of such a host ends
+its runs as harness errors (--retry-errors reruns them). What every run would otherwise repeat at its start
+(probing the sandbox, asking the Python for its packages) the zygote does once, before forking, and every run
+inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as a JSON line on the zygote's
+stdout pipe, which the driver reads: no file is written per step for progress, and 256 runs do not contend for
+one folder.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
+import io
 import json
+import math
 import os
 import queue
 import select
@@ -65,10 +72,11 @@ Result = Row | None
 # ---- the work of one run -----------------------------------------------------------------------------
 def execute_job(job: JobSpec, registry: Registry | None = None,
                 report: Callable[[dict[str, Any]], None] | None = None) -> Row:
-    """Run (or resume, or just read) one run and summarize it: in a forked worker or in a Ray task. After each
+    """Run (or resume, or just read) one run and summarize it: in a forked host or in a Ray task. After each
     step, `report` (when given) gets the run's progress: the worker's line to the driver."""
     for key, value in job.get("env", {}).items():
-        os.environ[key] = value
+        if os.environ.get(key) != value:  # the same in every run of a host: no write for its threads to race
+            os.environ[key] = value
     registry = registry or registry_from(job.get("registry_factory"), job.get("sys_path"))
     run_dir = Path(job["run_dir"])
     started = time.time()
@@ -139,7 +147,7 @@ def run_name(job: JobSpec) -> str:
     return Path(job["run_dir"]).name
 
 
-# ---- the zygote: forks one worker per run -------------------------------------------------------------
+# ---- the zygote: forks the hosts of runs ---------------------------------------------------------------
 MAX_ACTION_CHARS = 200  # of the action name in a progress line: a line must fit in one atomic pipe write
 
 
@@ -165,30 +173,103 @@ def _pipe_reporter(fd: int, name: str) -> Callable[[dict[str, Any]], None]:
     return report
 
 
-def _run_child(job: JobSpec, registry: Registry, batch: _Batch) -> int:
-    """In the forked worker: the run's own session and log; SIGINT (from the driver, or when the zygote dies)
-    stops the run at once, leaving it resumable."""
+def _run_host(jobs: list[JobSpec], registry: Registry, batch: _Batch) -> int:
+    """In a forked host: its runs, the first in this thread and each other in a thread of its own, each reporting
+    its end on the driver's pipe. SIGINT (from the driver, or when the zygote dies) stops every run at once,
+    leaving it resumable: this thread's at once, the others' at their next Python instruction."""
     os.setsid()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    others: list[threading.Thread] = []
+    stopping = threading.Event()
+
+    def stop(_signum: int, _frame: object) -> None:
+        stopping.set()
+        for thread in others:
+            if thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                           ctypes.py_object(KeyboardInterrupt))
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
     _die_with_parent(signal.SIGINT)
     try:
         batch.wait()
     except KeyboardInterrupt:
         return 130  # stopped before it began
+    ends = os.dup(1)  # blocking, unlike progress: the driver must learn of every run's end
     progress = _progress_pipe(1)
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
     os.close(null)
+    if len(jobs) == 1:
+        log = os.open(jobs[0]["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+    else:
+        os.dup2(2, 1)  # the host's own output (not a run's thread's) goes where the zygote's does
+        sys.stdout = sys.stderr = _RunOutput(sys.__stderr__ or io.StringIO())
+
+    def one(job: JobSpec) -> int:
+        return _run_one(job, registry, progress, ends, stopping, len(jobs) > 1)
+
+    code = 130
     try:
-        result = execute_job(job, registry, report=_pipe_reporter(progress, run_name(job)))
+        for job in jobs[1:]:
+            others.append(threading.Thread(target=one, args=(job,), name=run_name(job)))
+            others[-1].start()
+        code = one(jobs[0])
     except KeyboardInterrupt:
-        return 130  # the trace still says "running"
-    _hand_over(Path(job["result"]), json.dumps(result).encode())
-    return 0
+        pass  # stop() has told every started run
+    for thread in others:
+        while thread.is_alive():
+            try:
+                thread.join()
+            except KeyboardInterrupt:
+                pass
+    return code if len(jobs) == 1 else 0
+
+
+def _run_one(job: JobSpec, registry: Registry, progress: int, ends: int, stopping: threading.Event,
+             own_log: bool) -> int:
+    """One run of a host; its end (0, or 130 when stopped) told on `ends`. With `own_log`, what its thread
+    prints goes to its log."""
+    code = 130
+    log = open(job["log"], "a", buffering=1, errors="backslashreplace") if own_log else None
+    try:
+        if log is not None:
+            _RunOutput.local.log = log
+        if not stopping.is_set():
+            result = execute_job(job, registry, report=_pipe_reporter(progress, run_name(job)))
+            _hand_over(Path(job["result"]), json.dumps(result).encode())
+            code = 0
+    except KeyboardInterrupt:
+        code = 130  # the trace still says "running"
+    finally:
+        if log is not None:
+            _RunOutput.local.log = None
+            log.close()
+    os.write(ends, (json.dumps({"ended": job["key"], "code": code}) + "\n").encode())
+    return code
+
+
+class _RunOutput:
+    """sys.stdout and sys.stderr of a host of several runs: a run's thread writes to its own log, any other
+    thread (the host's, or a thread a run started) to the host's stderr; the rest of a stream's surface (encoding,
+    buffer, isatty...) is the chosen stream's."""
+
+    local = threading.local()
+
+    def __init__(self, other: IO[str]):
+        self.other = other
+
+    def _stream(self) -> IO[str]:
+        return getattr(self.local, "log", None) or self.other
+
+    def write(self, text: str) -> int:
+        return self._stream().write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
 
 
 def _hand_over(path: Path, data: bytes) -> None:
@@ -288,9 +369,10 @@ class _StartUp:
 
 
 def zygote_main() -> None:
-    """`python -c '...zygote_main()' SETTINGS`: reads jobs on stdin, one JSON line each; writes JSON lines
-    {"ready"}, {"started" (the job's key), "pid"}, {"exited", "pid", "code"} on stdout, and its workers write
-    {"progress" (the run's name), "step", ...} there after each step."""
+    """`python -c '...zygote_main()' SETTINGS`: reads hosts on stdin, one JSON line each (a list of jobs), a blank
+    line ending a batch; writes JSON lines {"ready"}, {"started" (a job's key), "pid" (its host's)}, {"exited",
+    "pid", "code"} on stdout, and its hosts write {"progress" (the run's name), "step", ...} there after each
+    step and {"ended" (the job's key), "code"} at each run's end."""
     settings = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides what stops
     _die_with_parent(signal.SIGTERM)
@@ -327,15 +409,16 @@ def zygote_main() -> None:
                 _Batch.release(batch)
                 batch = None
                 continue
-            job: JobSpec = json.loads(text)
-            start_up.warm(job)
+            jobs: list[JobSpec] = json.loads(text)  # a host's
+            for job in jobs:
+                start_up.warm(job)
             batch = batch or _Batch()
             pid = os.fork()
             if pid == 0:
                 code = 1
                 try:
                     batch.join()
-                    code = _run_child(job, registry, batch)
+                    code = _run_host(jobs, registry, batch)
                 except BaseException:
                     traceback.print_exc()
                 finally:
@@ -343,7 +426,8 @@ def zygote_main() -> None:
                     sys.stderr.flush()
                     os._exit(code)
             children.add(pid)
-            say(started=job["key"], pid=pid)
+            for job in jobs:
+                say(started=job["key"], pid=pid)
         if not stdin_open:  # the driver is gone: nothing more will come
             _Batch.release(batch)
             batch = None
@@ -363,6 +447,15 @@ def zygote_main() -> None:
 # from the zygote (which every later run waits for); the runs of one batch start while it forks the next, so a
 # thousand runs do not leave all but one core idle until the last fork (1,024 runs on 2 cores: ~5 s of forks).
 BATCH_RUNS = 32
+# Hosts per core that runs started together are spread over: more processes than this buy no CPU, only copies.
+HOSTS_PER_CORE = 4
+
+
+def hosts(jobs: list[JobSpec], cores: int) -> list[list[JobSpec]]:
+    """Runs started together, by host: one each while there are at most HOSTS_PER_CORE per core, else shared
+    evenly (BATCH_RUNS a host at most)."""
+    size = min(BATCH_RUNS, max(1, math.ceil(len(jobs) / (HOSTS_PER_CORE * max(1, cores)))))
+    return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
 class _Batch:
@@ -396,8 +489,8 @@ class LocalEngine:
         self.workers = workers
         self.slices = slices  # each run's CPUs and GPUs, leased at its start and given back when it ends
         self.running: dict[str, JobSpec] = {}  # job key -> job
-        self.pids: dict[str, int] = {}  # job key -> pid
-        self.by_pid: dict[int, str] = {}
+        self.pids: dict[str, int] = {}  # job key -> its host's pid
+        self.by_pid: dict[int, set[str]] = {}
         self.progress: dict[str, dict[str, Any]] = {}  # run name -> its last step's progress
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()  # None: the zygote is gone
         code = "from mlab.core.bench.engines import zygote_main; zygote_main()"
@@ -438,15 +531,21 @@ class LocalEngine:
         return free if room is None else min(free, room)  # a run that needs GPUs waits for them
 
     def submit(self, jobs: list[JobSpec]) -> None:
-        """Start the runs, BATCH_RUNS at a time: the zygote forks a batch, then lets its runs go together (a blank
-        line ends the batch) and forks the next while they start."""
+        """Start the runs, in hosts (hosts()), BATCH_RUNS at a time: the zygote forks a batch's hosts, then lets
+        their runs go together (a blank line ends the batch) and forks the next while they start."""
         for job in jobs:
             self.running[job["key"]] = job
             if self.slices is not None:
                 job["compute"] = self.slices.lease(job["key"]).model_dump()
+        grouped, batches, runs = hosts(jobs, len(os.sched_getaffinity(0))), [""], 0
+        for host in grouped:
+            if runs + len(host) > BATCH_RUNS:
+                batches.append("")
+                runs = 0
+            batches[-1] += json.dumps(host) + "\n"
+            runs += len(host)
         try:
-            self.to_zygote.write("".join("".join(json.dumps(job) + "\n" for job in jobs[i:i + BATCH_RUNS]) + "\n"
-                                         for i in range(0, len(jobs), BATCH_RUNS)))
+            self.to_zygote.write("".join(batch + "\n" for batch in batches if batch))
             self.to_zygote.flush()
         except (BrokenPipeError, OSError):
             pass  # noticed in poll(): the zygote has died
@@ -460,15 +559,21 @@ class LocalEngine:
             raise MlabError("the local worker pool died; finished runs are kept, rerun to resume the others")
         if "started" in message:
             self.pids[message["started"]] = message["pid"]
-            self.by_pid[message["pid"]] = message["started"]
-        elif "exited" in message:
-            key = self.by_pid.pop(message["exited"], None)
-            if key is not None and key in self.running:
-                self.pids.pop(key, None)
-                job = self.running.pop(key)
-                self._release(key)
-                self.progress.pop(run_name(job), None)
-                done.append((job, read_result(job, message["code"], interrupted)))
+            self.by_pid.setdefault(message["pid"], set()).add(message["started"])
+        elif "ended" in message:
+            self._ended(message["ended"], message["code"], done, interrupted)
+        elif "exited" in message:  # its runs that told no end died with it
+            for key in self.by_pid.pop(message["exited"], set()):
+                if self.pids.get(key) == message["exited"]:  # not a retry of it started since
+                    self._ended(key, message["code"], done, interrupted)
+
+    def _ended(self, key: str, code: int, done: list[tuple[JobSpec, Result]], interrupted: bool) -> None:
+        if key in self.running:
+            self.pids.pop(key, None)
+            job = self.running.pop(key)
+            self._release(key)
+            self.progress.pop(run_name(job), None)
+            done.append((job, read_result(job, code, interrupted)))
 
     def poll(self) -> list[tuple[JobSpec, Result]]:
         done: list[tuple[JobSpec, Result]] = []

@@ -1,6 +1,6 @@
 """A limit on model requests in flight at once, shared by every process of a bench (`--max-connections N`).
 
-A bench's runs are separate processes (forked workers, Ray tasks), each with its own LLMClient, so an in-memory
+A bench's runs are separate processes (forked hosts, Ray tasks), each with its own LLMClient, so an in-memory
 semaphore cannot bound them together. The limit is N slot files in a folder the bench owns: a request holds an
 exclusive flock on one of them while it is on the wire. A flock belongs to its open file, so threads of one
 process compete as processes do, and the kernel drops it when its process dies: a run killed mid-request never

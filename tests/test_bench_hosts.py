@@ -1,0 +1,100 @@
+"""Runs that share a host process (issue 42 item 3): a bench starting more runs at once than the machine has cores
+for puts several in one process forked from its zygote, each in a thread of its own. Each run still has its own log,
+result and resumable stop; a crash of the process ends its runs as harness errors, which --retry-errors reruns.
+
+The benches run under `taskset -c 0`, so the machine they see has one core: 8 runs started together make hosts of
+two."""
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from mlab.core.bench.engines import BATCH_RUNS, hosts
+from tests.fixtures.bench_cli import db_rows, start
+from tests.fixtures.cli import MLAB, mlab
+from tests.test_bench_local import steps_done, wait_for
+
+TASK = "fixture/counter"
+REGISTRY = "tests.fixtures.host_plugins:host_registry"
+ONE_CORE = ("taskset", "-c", "0", *MLAB)
+RUNS = ("--tasks", TASK, "--registry", REGISTRY, "--agents", "fixture-host-reporter", "--runs", "8", "--workers", "8")
+
+
+def run_logs(bench_dir: Path) -> dict[str, list[str]]:
+    """Each run's log (logs/ but the zygote's workers.log): the lines the agent printed."""
+    return {path.name: [line for line in path.read_text().splitlines() if line.startswith("seed ")]
+            for path in (bench_dir / "logs").glob("*.log") if path.name != "workers.log"}
+
+
+def test_runs_started_together_are_spread_over_hosts_per_core():
+    jobs = [{"key": str(i)} for i in range(1000)]
+    assert [len(h) for h in hosts(jobs[:8], cores=2)] == [1] * 8  # no more than 4 hosts a core: one run each
+    assert [len(h) for h in hosts(jobs[:32], cores=2)] == [4] * 8
+    assert [len(h) for h in hosts(jobs[:9], cores=1)] == [3, 3, 3]
+    assert {len(h) for h in hosts(jobs, cores=2)} == {BATCH_RUNS} | {1000 % BATCH_RUNS}
+    assert [len(h) for h in hosts(jobs[:32], cores=64)] == [1] * 32
+    assert [job for host in hosts(jobs, cores=2) for job in host] == jobs  # every run once, in order
+
+
+@pytest.mark.slow
+def test_runs_sharing_a_host_each_keep_their_own_log_and_result(tmp_path):
+    out = tmp_path / "bench"
+    result = mlab("bench", *RUNS, "--bench-dir", out, entry=ONE_CORE, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = db_rows(out)
+    assert [(r["seed"], r["status"], r["final_score"]) for r in rows] == [(s, "finished", 3.0) for s in range(8)]
+    logs = run_logs(out)
+    assert len(logs) == 8
+    pids = set()
+    for name, lines in logs.items():
+        seeds = {line.split()[1] for line in lines}
+        assert len(seeds) == 1, (name, lines)  # only its own run's lines
+        [seed] = seeds
+        assert f"seed {seed} on stderr" in lines and len(lines) == 8  # 4 steps, stdout and stderr
+        pids |= {line.split()[3] for line in lines if " pid " in line}
+    assert len(pids) == 4  # 8 runs in hosts of 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_run_of_every_host_resumably_and_a_rerun_finishes_them(tmp_path):
+    out = tmp_path / "bench"
+    args = (*RUNS, "--agent-option", "steps=6", "--agent-option", "sleep=1.0", "--bench-dir", out)
+    proc = start("bench", *args, prefix=("taskset", "-c", "0"))
+    wait_for(lambda: (out / "results.db").exists() and len(rows := db_rows(out)) == 8 and all(
+        1 <= steps_done(out, r["run_dir"]) <= 4 for r in rows), "every run a step or more under way", proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    rows = db_rows(out)
+    assert [r["status"] for r in rows] == ["interrupted"] * 8, rows
+    for r in rows:
+        trace = json.loads((out / r["run_dir"] / "trace.json").read_text())
+        assert trace["status"] == "running" and len(trace["steps"]) < 7
+
+    resumed = mlab("bench", *args, entry=ONE_CORE, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    for r in db_rows(out):
+        assert r["status"] == "finished" and r["final_score"] == 6.0, r
+        log = (out / r["run_dir"] / "workspace" / "log.txt").read_text().splitlines()
+        assert log == [f"line {i}" for i in range(1, 7)]  # every step's effect exactly once
+
+
+@pytest.mark.slow
+def test_a_host_that_crashes_fails_its_runs_alone_and_retry_errors_reruns_them(tmp_path):
+    out = tmp_path / "bench"
+    marker = tmp_path / "crashed-once"
+    result = mlab("bench", *RUNS, "--bench-dir", out, "--agent-option", f"crash_marker={marker}",
+                  "--retry-errors", "1", entry=ONE_CORE, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = db_rows(out)
+    assert [(r["status"], r["final_score"]) for r in rows] == [("finished", 3.0)] * 8
+    # seed 0 killed its host: the run beside it in that host was retried with it, no other run was
+    assert sorted(r["attempts"] for r in rows) == [1] * 6 + [2] * 2
+    [retried] = [r["value"] for r in db_rows(out, "SELECT value FROM meta WHERE key = 'retried'")]
+    reasons = [entry["end_reason"] for entry in json.loads(retried)]
+    assert len(reasons) == 2 and all("worker process died (killed by signal 9)" in why for why in reasons), reasons
+    for attempt in (out / "attempts").iterdir():  # its process died mid-run: the trace had not ended
+        assert json.loads((attempt / "trace.json").read_text())["status"] == "running"
