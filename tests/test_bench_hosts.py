@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.bench.engines import BATCH_RUNS, hosts
+from mlab.core.bench.engines import RUNS_PER_HOST, hosts
 from tests.fixtures.bench_cli import db_rows, start
 from tests.fixtures.cli import MLAB, mlab
 from tests.test_bench_local import steps_done, wait_for
@@ -32,9 +32,9 @@ def run_logs(bench_dir: Path) -> dict[str, list[str]]:
 def test_runs_started_together_are_spread_over_hosts_per_core():
     jobs = [{"key": str(i)} for i in range(1000)]
     assert [len(h) for h in hosts(jobs[:8], cores=2)] == [1] * 8  # no more than 4 hosts a core: one run each
-    assert [len(h) for h in hosts(jobs[:32], cores=2)] == [4] * 8
+    assert [len(h) for h in hosts(jobs[:12], cores=2)] == [2] * 6
     assert [len(h) for h in hosts(jobs[:9], cores=1)] == [3, 3, 3]
-    assert {len(h) for h in hosts(jobs, cores=2)} == {BATCH_RUNS} | {1000 % BATCH_RUNS}
+    assert [len(h) for h in hosts(jobs, cores=2)] == [RUNS_PER_HOST] * 250  # never more a host
     assert [len(h) for h in hosts(jobs[:32], cores=64)] == [1] * 32
     assert [job for host in hosts(jobs, cores=2) for job in host] == jobs  # every run once, in order
 

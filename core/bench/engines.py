@@ -4,7 +4,7 @@
 The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
 runs then go in processes forked from it (hosts), each in its own session, so a run costs no interpreter start-up
 and no plugin imports, and a Ctrl-C on the terminal reaches only the driver. A host holds one run, or, when a bench
-starts more runs at once than the machine has cores for (HOSTS_PER_CORE), several: each in a thread of its own,
+starts more runs at once than the machine has cores for (HOSTS_PER_CORE), a few: each in a thread of its own,
 sharing the pages that a process per run would each copy on first write (its Python objects' reference counts),
 the most of a run's cost outside its loop on a machine where page faults are dear. A crash of such a host ends
 its runs as harness errors (--retry-errors reruns them). What every run would otherwise repeat at its start
@@ -449,12 +449,16 @@ def zygote_main() -> None:
 BATCH_RUNS = 32
 # Hosts per core that runs started together are spread over: more processes than this buy no CPU, only copies.
 HOSTS_PER_CORE = 4
+# Runs a host holds at most: its threads wake together (runs started together wait alike on their models) and then
+# queue for one interpreter lock; measured beside a load at 256 runs on 2 cores (bench_run_phases.py), hosts of 4
+# took the least CPU a run (of 1, 4, 8, 16 and 32), and a crash ends no more than 4 runs.
+RUNS_PER_HOST = 4
 
 
 def hosts(jobs: list[JobSpec], cores: int) -> list[list[JobSpec]]:
     """Runs started together, by host: one each while there are at most HOSTS_PER_CORE per core, else shared
-    evenly (BATCH_RUNS a host at most)."""
-    size = min(BATCH_RUNS, max(1, math.ceil(len(jobs) / (HOSTS_PER_CORE * max(1, cores)))))
+    evenly, RUNS_PER_HOST a host at most."""
+    size = min(RUNS_PER_HOST, max(1, math.ceil(len(jobs) / (HOSTS_PER_CORE * max(1, cores)))))
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
