@@ -77,6 +77,7 @@ def test_autogpt_retries_invalid_replies_then_gives_up(tmp_path):
 
 
 # ---- langchain ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_langchain_agent_uses_the_actions_as_tools(tmp_path):
     script = [L("execute_script", {"script_name": "train.py"}, 1),
               L("edit_script_ai", {"script_name": "train.py", "edit_instruction": "nearest centroid",

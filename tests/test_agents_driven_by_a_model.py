@@ -90,6 +90,7 @@ def test_mini_swe_agent_observations_carry_no_litellm_banner(tmp_path):
 
 
 # ---- (d) `mlab runs` shows the bound a run ran under, not only its step limit -----------------------------------
+@pytest.mark.slow
 def test_mlab_runs_shows_the_call_limit_that_ended_a_run(tmp_path):
     listing = "Thought: look\nAction: List Files\nAction Input: {\"dir_path\": \".\"}"
     script = tmp_path / "replies.jsonl"

@@ -182,6 +182,7 @@ def test_the_inspect_log_carries_them_as_inspects_tool_calls(tool_run, tmp_path)
     assert not second.output.message.tool_calls
 
 
+@pytest.mark.slow
 def test_unparsed_arguments_and_images_are_kept_and_a_text_only_call_keeps_its_shape(tmp_path):
     """A model may write arguments that are no JSON: chat-jsonl keeps them as written, Inspect says why it could not
     read them. Image parts are OpenAI's image_url content parts, Inspect's images. A call without tools is exported

@@ -69,6 +69,7 @@ def one_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
         assert fragment in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("target", ["other run", "host file"])
 def test_a_call_log_linked_out_of_the_run_is_left_out_with_one_line(tmp_path, fmt, target):

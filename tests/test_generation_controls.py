@@ -206,6 +206,7 @@ def test_the_research_agent_asks_with_an_observation_stop(tmp_path):
     assert call["params"] == {"stop": ["\nObservation:"]} and "I won" not in call["completion"]
 
 
+@pytest.mark.slow
 def test_bench_takes_the_same_generation_flags_and_budgets(tmp_path):
     from tests.fixtures.bench_cli import REGISTRY
     from tests.fixtures.cli import mlab

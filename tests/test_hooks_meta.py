@@ -74,6 +74,7 @@ def test_every_hookspec_is_documented_with_its_signature():
     assert sorted(documented) == sorted(specs), "the Hooks section documents hooks that do not exist"
 
 
+@pytest.mark.slow
 def test_every_hookspec_is_exercised():
     implemented = "\n".join(path.read_text(encoding="utf-8") for root in IMPLEMENTATION_ROOTS if root.is_dir()
                             for path in root.rglob("*.py"))

@@ -157,8 +157,9 @@ def unchanged_or_faster_scorings(true_ratio: float, most: int, scorings: int = 2
     return [timed_ratio(next_ratio, most=most) for _ in range(scorings)]
 
 
-# The up-to-8-pair case (llama-inference) takes 7-10 s of scipy intervals: the slow tier runs it.
-@pytest.mark.parametrize("most", [REPETITIONS, pytest.param(MOST_PAIRS, marks=pytest.mark.slow)])
+# Seconds of scipy intervals (4 pairs: 4 s, up to 8 as llama-inference: 7-10 s): the slow tier runs it.
+@pytest.mark.slow
+@pytest.mark.parametrize("most", [REPETITIONS, MOST_PAIRS])
 def test_noisy_pairs_almost_never_score_an_unchanged_starter_a_success_and_a_real_speed_up_always(most):
     # A success is a ratio below 0.9 (10% better than the starter's 1). A robust mean of the pairs (the middle of
     # them) read 6-9% of these scorings as one, and CI saw it happen (+12.7%).

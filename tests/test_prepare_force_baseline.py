@@ -25,6 +25,7 @@ BENCH = entry("tests.fixtures.gated_run", "mlab")
 in_process = functools.partial(mlab_in_process, registry=gated_registry)
 
 
+@pytest.mark.slow
 def test_prepare_force_keeps_a_baseline_whose_inputs_did_not_change(tmp_path):
     home = tmp_path / "home"
     assert in_process("prepare", "fixture/counter", home=home).returncode == 0

@@ -374,6 +374,7 @@ def test_a_token_budget_stops_mini_swe_agent_cleanly(tmp_path):
     assert "mini-swe-agent stopped" in trace["steps"][-1]["observation"]
 
 
+@pytest.mark.slow
 def test_mlab_agents_lists_program_agents_and_says_how_to_install_a_missing_one(tmp_path):
     import subprocess
     import sys

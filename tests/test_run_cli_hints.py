@@ -10,6 +10,7 @@ from tests.fixtures.param_task import param_task
 
 
 # ---- item 11: --resume of a run still going says so in one line, before anything else --------------------------
+@pytest.mark.slow
 def test_resume_of_a_run_still_running_says_it_is_running_and_prints_nothing_else(tmp_path):
     import fcntl
     import json

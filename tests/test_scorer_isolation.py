@@ -387,6 +387,7 @@ def test_too_many_rows_within_the_byte_cap_are_refused_by_counting(tmp_path):
     assert outcome["growth"] < RSS_BOUND and outcome["cpu_s"] < 5, outcome
 
 
+@pytest.mark.slow
 def test_a_wide_row_is_refused_and_a_fair_submission_still_scores(tmp_path):
     outcome = probe_submission(tmp_path, lambda path: path.write_text("Id,SalePrice\n" + "1," * 2**20 + "1\n"))
     assert "bytes, more than the" in outcome.get("refused", ""), outcome

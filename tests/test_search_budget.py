@@ -69,6 +69,7 @@ def test_in_ten_steps_aide_writes_at_least_five_nodes_and_improves_one(tmp_path)
     assert "wrote submission.csv" in trace.steps[-2].observation and trace.final_score is not None
 
 
+@pytest.mark.slow
 def test_the_prompt_shows_the_data_and_the_memory_keeps_each_nodes_plan_and_metric(tmp_path):
     trace = run(tmp_path)
     prompts = llm_prompts(tmp_path / "run")
@@ -118,6 +119,7 @@ def test_with_allow_validate_the_requirement_names_the_files_a_script_uses(tmp_p
     assert nodes[0]["error"].startswith("validation: there is no 'solutions/node_001_valid.csv'")
 
 
+@pytest.mark.slow
 def test_a_token_budget_ends_the_search_with_the_best_node_submitted(tmp_path):
     trace = run(tmp_path, max_steps=40, max_tokens=9_000)
     nodes = graph_of(trace)

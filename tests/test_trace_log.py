@@ -157,6 +157,7 @@ def test_trace_bytes_grow_linearly_in_steps(tmp_path):
 
 # ---- crashes ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_torn_last_line_is_ignored_and_its_step_done_again(tmp_path, mlab_home):
     from mlab.core.run.trace import read_trace
 
