@@ -1,17 +1,16 @@
 """Where a bench's runs execute: local worker processes here, or Ray tasks (core/bench/ray_engine.py). Both run
 `execute_job`.
 
-The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once;
-runs then go in processes forked from it (hosts), each in its own session, so a run costs no interpreter start-up
-and no plugin imports, and a Ctrl-C on the terminal reaches only the driver. A host holds one run, or, when a bench
-starts more runs at once than the machine has cores for (HOSTS_PER_CORE), a few: each in a thread of its own,
-sharing the pages that a process per run would each copy on first write (its Python objects' reference counts),
-the most of a run's cost outside its loop on a machine where page faults are dear. A crash of such a host ends
-its runs as harness errors (--retry-errors reruns them). What every run would otherwise repeat at its start
-(probing the sandbox, asking the Python for its packages) the zygote does once, before forking, and every run
-inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as a JSON line on the zygote's
-stdout pipe, which the driver reads: no file is written per step for progress, and 256 runs do not contend for
-one folder.
+The local engine starts one helper process (the zygote) that imports mlab and builds the plugin registry once; runs
+then go in processes forked from it (hosts), each in its own session, so a run costs no interpreter start-up and no
+plugin imports, and a Ctrl-C on the terminal reaches only the driver. A host holds one run, or, when a bench starts
+more runs at once than the machine has cores for (HOSTS_PER_CORE), a few: each in a thread of its own, sharing the
+pages that a process per run would each copy on first write (its Python objects' reference counts: ~1,900 page
+faults a run). A crash of such a host ends its runs as harness errors (--retry-errors reruns them). What every run
+would otherwise repeat at its start (probing the sandbox, asking the Python for its packages) the zygote does once,
+before forking, and every run inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as
+a JSON line on the zygote's stdout pipe, which the driver reads: no file is written per step for progress, and 256
+runs do not contend for one folder.
 """
 from __future__ import annotations
 
