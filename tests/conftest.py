@@ -48,9 +48,10 @@ def _isolated_session_home(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_mlab_home(tmp_path_factory, monkeypatch):
+def _isolated_mlab_home(tmp_path, tmp_path_factory, monkeypatch):
     """Each test gets an MLAB_HOME of its own. The terminal size an xdist worker exports (COLUMNS=80) is dropped
-    too: the CLI's output in a test is the piped output a serial run sees."""
+    too: the CLI's output in a test is the piped output a serial run sees. tmp_path comes first so that its removal
+    at teardown (a passing case's, pyproject's retention policy) runs after a case's patches of os are undone."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for name in ("COLUMNS", "LINES"):
             monkeypatch.delenv(name, raising=False)

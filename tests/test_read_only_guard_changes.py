@@ -12,7 +12,7 @@ import pytest
 
 from mlab.core.run.read_only_guard import SEPARATE_MOUNTS_MAX
 from tests.fixtures.sandboxes import CONFINING
-from tests.test_read_only_scale import IMAGES, image_bytes, make_images_env, run
+from tests.test_read_only_scale import image_bytes, make_images_env, run
 
 UNCONFINED = ["unconfined", "fallback"]  # the unconfined sandbox, and the local one without namespaces
 
@@ -85,7 +85,7 @@ def test_writes_through_a_hard_link_are_undone(tmp_path, sandbox):
     """A file's watch is on its inode: a write through another name reaches it, and so does the link itself
     (the file's link count and change time), which is undone too: a link made outside the workspace is left
     with the old file, and a later write through it changes nothing of the workspace."""
-    env = make_images_env(tmp_path, sandbox)
+    env = make_images_env(tmp_path, sandbox, count=60)
     outside = tmp_path / "outside"
     outside.mkdir()
     images = env.workspace / "data" / "images"
@@ -110,7 +110,7 @@ def test_writes_through_a_hard_link_are_undone(tmp_path, sandbox):
 def test_a_write_through_a_mapping_the_repl_keeps_is_undone(tmp_path, sandbox):
     """A write through a shared mapping has no event. The REPL maps a read-only image in one command and writes
     it through the mapping in the next: the open file is looked at after every command, so the write is found."""
-    env = make_images_env(tmp_path, sandbox)
+    env = make_images_env(tmp_path, sandbox, count=60)
     images = env.workspace / "data" / "images"
     try:
         obs, err = act_repl(env, "import mmap\nf = open('data/images/00003.png', 'r+b')\n"
@@ -129,7 +129,7 @@ def test_a_mapping_made_before_the_guard_watched_is_found_through_proc(tmp_path,
     or mapped (/proc), and looks at those after every command."""
     from mlab.core.run.read_only_watch import ReadOnlyWatch
 
-    env = make_images_env(tmp_path, "unconfined")
+    env = make_images_env(tmp_path, "unconfined", count=60)
     images = env.workspace / "data" / "images"
     start = ReadOnlyWatch.start
     monkeypatch.setattr(ReadOnlyWatch, "start", classmethod(lambda cls, *args: None))
@@ -168,22 +168,28 @@ def test_a_pipe_numbered_like_a_recorded_file_is_not_that_file(tmp_path):
 
 
 @pytest.mark.parametrize("sandbox", UNCONFINED)
-def test_a_command_whose_events_overflow_the_queue_is_still_checked(tmp_path, sandbox):
+def test_a_command_whose_events_overflow_the_queue_is_still_checked(tmp_path, monkeypatch, sandbox):
     """Opening the images over and over fills the kernel's event queue (16,384 events by default) after the
-    write: the events are lost, so the record is walked again, and the write is found."""
-    env = make_images_env(tmp_path, sandbox)
+    write: the events are lost, so the record is walked again, and the write is found. 40 rounds of 300 images
+    open and close 12,000 files: 24,000 events."""
+    from mlab.core.run.read_only_watch import ReadOnlyWatch
+
+    env = make_images_env(tmp_path, sandbox, count=300)
     images = env.workspace / "data" / "images"
+    parse, lost = ReadOnlyWatch._parse, []
+    monkeypatch.setattr(ReadOnlyWatch, "_parse", lambda self, *args: lost.append(parse(self, *args)) or lost[-1])
     try:
         obs, err = run(env, "print('first')\n")
         assert not err, obs
         obs, err = run(env, "import os\nopen('data/images/00004.png', 'a').write('x')\n"
-                            "for _ in range(4):\n    for name in os.listdir('data/images'):\n"
+                            "for _ in range(40):\n    for name in os.listdir('data/images'):\n"
                             "        open(os.path.join('data/images', name), 'rb').close()\nprint('read')\n")
         assert not err and "have been restored: data/images/00004.png]" in obs, obs
         assert (images / "00004.png").read_bytes() == image_bytes(4)
+        assert True in lost  # the queue did overflow
         obs, err = run(env, "open('data/images/00005.png', 'w').write('x')\nprint('again')\n")
         assert not err and "have been restored: data/images/00005.png]" in obs, obs
-        assert len(os.listdir(images)) == IMAGES
+        assert len(os.listdir(images)) == 300
     finally:
         env.close()
 
