@@ -225,7 +225,7 @@ def taken_in(path: Path, max_file_bytes: int, capped: frozenset[str] = frozenset
     if problems:
         raise SubmissionRefused("\n".join(problems))
     root = "/dev/shm" if size <= SHM_MAX_BYTES and os.access("/dev/shm", os.W_OK | os.X_OK) else None
-    scratch = tempfile.mkdtemp(prefix="mlab-grade-", dir=root)
+    scratch = tempfile.mkdtemp(prefix=f"mlab-grade-{os.getpid()}-", dir=root)  # whose a leftover is
     watchdog = _watch(scratch)
     try:
         target = Path(scratch) / "submission"
