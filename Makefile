@@ -73,7 +73,8 @@ test: setup browser sandbox-tools cli-agents
 	$(PY) -m pytest -q -p no:cacheprovider -m timing --durations=5
 
 # The quick tier for the edit-test loop, on half again as many pytest-xdist workers as TEST_WORKERS: about a fifth
-# of its time waits on sandboxes and sleeps (two cores, quiet: -n 3 took 99 s; cases over ~2 s are in the slow tier).
+# of its time waits on sandboxes and sleeps (two cores, quiet: -n 3 took 118-124 s in three runs, 1,316 cases; cases
+# over ~2 s are in the slow tier).
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup -m "not slow and not shared_data"
 
