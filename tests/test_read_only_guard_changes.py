@@ -170,9 +170,12 @@ def test_a_pipe_numbered_like_a_recorded_file_is_not_that_file(tmp_path):
 @pytest.mark.parametrize("sandbox", UNCONFINED)
 def test_a_command_whose_events_overflow_the_queue_is_still_checked(tmp_path, monkeypatch, sandbox):
     """Opening the images over and over fills the kernel's event queue (16,384 events by default) after the
-    write: the events are lost, so the record is walked again, and the write is found. 40 rounds of 300 images
-    open and close 12,000 files: 24,000 events."""
+    write: the events are lost, so the record is walked again, and the write is found. Each round opens and
+    closes the 300 images (600 events): rounds enough for twice the machine's queue."""
     from mlab.core.run.read_only_watch import ReadOnlyWatch
+
+    with open("/proc/sys/fs/inotify/max_queued_events") as limit:
+        rounds = 2 * int(limit.read()) // 600 + 1
 
     env = make_images_env(tmp_path, sandbox, count=300)
     images = env.workspace / "data" / "images"
@@ -182,7 +185,8 @@ def test_a_command_whose_events_overflow_the_queue_is_still_checked(tmp_path, mo
         obs, err = run(env, "print('first')\n")
         assert not err, obs
         obs, err = run(env, "import os\nopen('data/images/00004.png', 'a').write('x')\n"
-                            "for _ in range(40):\n    for name in os.listdir('data/images'):\n"
+                            f"for _ in range({rounds}):\n"
+                            "    for name in os.listdir('data/images'):\n"
                             "        open(os.path.join('data/images', name), 'rb').close()\nprint('read')\n")
         assert not err and "have been restored: data/images/00004.png]" in obs, obs
         assert (images / "00004.png").read_bytes() == image_bytes(4)
