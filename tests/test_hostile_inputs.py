@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -136,11 +138,18 @@ def test_a_task_yaml_that_is_a_fifo_is_refused_without_waiting(tmp_path):
 
 # ---- 9: mlab grade checks kinds and sizes before it copies anything --------------------------------------------
 
-def grade(*args: object, tmp: Path) -> subprocess.CompletedProcess:
-    """`mlab grade` with its scratch space (TMPDIR) in a folder of the test's own."""
+def grade(*args: object, tmp: Path, meanwhile: Callable[[int], object] = lambda _pid: None
+          ) -> subprocess.CompletedProcess:
+    """`mlab grade` with its scratch space (TMPDIR) in a folder of the test's own; meanwhile(its pid) is called
+    once it has started."""
     tmp.mkdir(exist_ok=True)
-    return subprocess.run([str(MLAB), "grade", *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TMPDIR": str(tmp)})
+    grading = subprocess.Popen([str(MLAB), "grade", *map(str, args)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        meanwhile(grading.pid)
+    finally:
+        stdout, stderr = grading.communicate(timeout=300)
+    return subprocess.CompletedProcess(grading.args, grading.returncode, stdout, stderr)
 
 
 def test_grade_refuses_a_huge_sparse_file_a_fifo_and_a_link_out_before_any_copy(tmp_path):
@@ -155,18 +164,15 @@ def test_grade_refuses_a_huge_sparse_file_a_fifo_and_a_link_out_before_any_copy(
     os.symlink(secret, folder / "notes.txt")
     (folder / "ok.txt").write_text("fine\n")
     tmp = tmp_path / "tmp"
-    tmp.mkdir()
     # Another worker's `mlab grade` may make its own scratch in /dev/shm meanwhile (the decoy stands for one):
     # this grade's own would carry its process's id.
-    decoy = f"/dev/shm/mlab-grade-1-{os.getpid()}-decoy"
-    grading = subprocess.Popen([str(MLAB), "grade", "lite/wine", str(folder)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
-    os.mkdir(decoy)
+    decoy, pids = f"/dev/shm/mlab-grade-1-{os.getpid()}-decoy", []
     try:
-        stdout, stderr = grading.communicate(timeout=300)
+        result = grade("lite/wine", folder, tmp=tmp, meanwhile=lambda pid: pids.append(pid) or os.mkdir(decoy))
+        scratch = [name for name in os.listdir("/dev/shm") if name.startswith("mlab-grade-")]  # the decoy too
     finally:
-        os.rmdir(decoy)
-    result = subprocess.CompletedProcess(grading.args, grading.returncode, stdout, stderr)
+        with suppress(FileNotFoundError):
+            os.rmdir(decoy)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr and len(lines) == 3, lines
@@ -176,7 +182,7 @@ def test_grade_refuses_a_huge_sparse_file_a_fifo_and_a_link_out_before_any_copy(
     assert f"{folder / 'submission.csv'}: a FIFO" in said
     assert f"{folder / 'notes.txt'}: a link out of the submission" in said and "ok.txt" not in said
     assert os.listdir(tmp) == []  # nothing was copied anywhere
-    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"mlab-grade-{grading.pid}-")]
+    assert not [name for name in scratch if name.startswith(f"mlab-grade-{pids[0]}-")]
 
 
 def test_grade_refuses_a_fifo_given_as_the_file(tmp_path):
