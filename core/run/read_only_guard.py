@@ -64,6 +64,7 @@ class ReadOnlyGuard:
         self._whole: set[str] = set()  # what the last survey judged read-only as a whole, for later looks
         self._watch: ReadOnlyWatch | None = None  # unconfined: the record kept by change events
         self._watch_lock = threading.Lock()
+        self._limit_said = False
 
     def _rule(self) -> ReadOnlyRule:
         return read_only_rule(tuple(self.settings.read_only_patterns))
@@ -138,6 +139,17 @@ class ReadOnlyGuard:
                 self._watch = None
                 return None
             return Survey(mounts=watch.mounts(), journal=watch.journal())
+
+    def watch_limit_note(self) -> str | None:
+        """Once, when the unconfined record went past the user's inotify watch limit: what that costs a command."""
+        watch = self._watch
+        if watch is None or self._limit_said or not watch.limit_reached:
+            return None
+        self._limit_said = True
+        unwatched, files = watch.unwatched_files()
+        return (f"{unwatched:,} of {files:,} read-only files are past the user's inotify watch limit "
+                "(fs.inotify.max_user_watches, shared by all the user's processes), so each costs a stat after every "
+                "command; a limit above the read-only files' count spares that")
 
     def close(self) -> None:
         """Stop watching (the record's inotify instance)."""

@@ -114,6 +114,7 @@ class ReadOnlyWatch:
         self._recording = True  # False while a rebuild fills a new record (compared with the old one after)
         self._deferred: dict[str, list[str]] | None = None  # files a walk found, by folder, watched after it
         self._polls = 0
+        self.limit_reached = False  # a watch was refused for the user's limit (not for a file it may not read)
         # folders the first walk judged read-only as a whole; kept by later walks, so that a folder grown past
         # SEPARATE_MOUNTS_MAX names is no new read-only entry (which would be removed)
         self._whole: set[str] = set()
@@ -172,6 +173,11 @@ class ReadOnlyWatch:
                     then[rel] = old
             return {rel: _STATE.unpack(value) for rel, value in then.items()}
 
+    def unwatched_files(self) -> tuple[int, int]:
+        """How many read-only files are looked at after every command for want of a watch, of how many."""
+        with self._lock:
+            return len(self._unwatched_files), len(self._unwatched_files) + len(self._rel_wd)
+
     def mounts(self) -> list[str]:
         with self._lock:
             if self._mount_list is None:
@@ -202,6 +208,7 @@ class ReadOnlyWatch:
         code = ctypes.get_errno()
         if code in (errno.ENOENT, errno.ENOTDIR):
             raise FileNotFoundError(code, os.strerror(code), path)
+        self.limit_reached |= code == errno.ENOSPC
         return None
 
     def _remove_watch(self, wd: int) -> None:

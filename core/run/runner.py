@@ -266,10 +266,13 @@ class Runner:
     def _record_warnings(self, trace: Trace) -> None:
         """What the sandbox cannot enforce here: said on stderr, and kept in the trace and the error log."""
         for text in self.warnings:
-            self.warn(text)
-            if text not in trace.errors:
-                trace.errors.append(text)
-                append_error(self.run_dir, f"warning: {text}")
+            self._record_warning(trace, text)
+
+    def _record_warning(self, trace: Trace, text: str) -> None:
+        self.warn(text)
+        if text not in trace.errors:
+            trace.errors.append(text)
+            append_error(self.run_dir, f"warning: {text}")
 
     # ---- the loop -------------------------------------------------------------------------------
     def _loop(self, trace: Trace) -> Trace:
@@ -352,6 +355,8 @@ class Runner:
     def snapshot_step(self, name: str, trace: Trace) -> str:
         """Snapshot the workspace after a step; returns a note for the observation. When the disk is too full
         to store the step's files, the step's changes are undone (that frees what it wrote) and stored again."""
+        if costly := self.env.scripts.guard.watch_limit_note():  # learnt at the step's first command
+            self._record_warning(trace, f"sandbox {self.sandbox.name}: {costly}")
         try:
             self.snapshots.record(self.workspace, name, skip=self._skip_read_only, changes=self.snapshots.changes,
                                   durable=False)  # the step's commit syncs it with the step's line
