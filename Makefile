@@ -105,15 +105,27 @@ mypy: setup
 	set -o pipefail; $(VENV)/bin/mypy | sed 's#$(MYPY_PATH_DIR)/mlab/##'
 
 # `make test` while stress-ng loads every core (STRESS_CPUS workers), STRESS_RUNS times in a row; stops at the
-# first failure and prints each run's wall time.
+# first failure and prints each run's wall time. One run takes over an hour on two cores, so three may outlast a
+# session: each run's start and end go to STRESS_LEDGER with the commit (+changes when the tree differs from it),
+# and the passes in a row at this commit are counted from it (a run cut off, with a start and no end, counts
+# neither way; a failure starts the count again).
+STRESS_LEDGER ?= build/stress-runs.tsv
+
 stress-test: setup browser sandbox-tools stress-tools cli-agents
-	@stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & stress=$$!; \
+	@mkdir -p $(dir $(STRESS_LEDGER)); \
+	rev=$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo +changes); \
+	stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & stress=$$!; \
 	trap 'kill $$stress 2>/dev/null; wait $$stress 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for run in $$(seq $(STRESS_RUNS)); do \
 		start=$$(date +%s); \
+		printf '%s\t%s\tstarted\t\n' "$$(date -u +%FT%TZ)" "$$rev" >> $(STRESS_LEDGER); \
 		$(MAKE) --no-print-directory test; rc=$$?; \
-		echo "stress-test run $$run/$(STRESS_RUNS): make test exited $$rc after $$(( $$(date +%s) - start ))s wall time" \
-			"beside stress-ng --cpu $(STRESS_CPUS)"; \
+		wall=$$(( $$(date +%s) - start )); \
+		printf '%s\t%s\texit %s\t%ss\n' "$$(date -u +%FT%TZ)" "$$rev" $$rc $$wall >> $(STRESS_LEDGER); \
+		echo "stress-test run $$run/$(STRESS_RUNS): make test exited $$rc after $${wall}s wall time" \
+			"beside stress-ng --cpu $(STRESS_CPUS); passes in a row at $$rev: $$(awk -F'\t' -v rev=$$rev \
+			'$$2 == rev && $$3 == "exit 0" { n++ } $$2 == rev && $$3 ~ /^exit [1-9]/ { n = 0 } END { print n + 0 }' \
+			$(STRESS_LEDGER)) ($(STRESS_LEDGER))"; \
 		[ $$rc = 0 ] || exit $$rc; \
 	done
 
