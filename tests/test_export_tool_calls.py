@@ -11,15 +11,17 @@ import textwrap
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from mlab.core.llm.client import read_call_log
 from tests.fixtures.agents_fixtures import fixture_registry
 from tests.fixtures.cli import mlab, mlab_in_process
+from tests.fixtures.lazy import lazy
 from tests.fixtures.llm_server import FakeLLMServer
 from tests.fixtures.sandboxes import make_sandbox
 from tests.test_export_untrusted import write_run
+
+jsonschema = lazy("jsonschema")
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",

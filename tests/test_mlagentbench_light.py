@@ -9,14 +9,16 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harness import SCRIPT_TIMEOUT_S, check_task
+from tests.fixtures.lazy import lazy
 from tests.fixtures.mlagentbench import cifar, graph, kaggle
+
+pd = lazy("pandas")
 
 QUIET = {"log": lambda _m: None}
 

@@ -3,11 +3,13 @@ a correct submission in any row order scores 1.0; a row label that is missing or
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission
 from mlab.core.plugins.registry import load_registry
+from tests.fixtures.lazy import lazy
+
+pd = lazy("pandas")
 
 
 @pytest.mark.parametrize(("task_name", "classes", "index_label"), [

@@ -13,14 +13,16 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harness import SCRIPT_TIMEOUT_S, check_task, measure_baseline
+from tests.fixtures.lazy import lazy
 from tests.fixtures.mlagentbench import tabular
+
+pd = lazy("pandas")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MLAB_SHARED_DIR", REPO.parent / "shared")) / "data"

@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from mlab.core import InvalidSubmission, MlabError
 from mlab.core.plugins.registry import load_registry
 from mlab.core.run import taskdata
 from tests.fixtures.harness import check_task
+from tests.fixtures.lazy import lazy
 from tests.fixtures.mlagentbench import images, text
+
+pd = lazy("pandas")
 
 QUIET = {"log": lambda _m: None}
 needs_pillow = pytest.mark.skipif(importlib.util.find_spec("PIL") is None,

@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+from tests.fixtures.lazy import lazy
+
+pd = lazy("pandas")
 
 README = Path(__file__).resolve().parents[1] / "plugins" / "tasks" / "mlagentbench" / "README.md"
 

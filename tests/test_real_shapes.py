@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from mlab.core.models import Action
@@ -32,8 +31,11 @@ from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.taskdata import TaskHome
 from mlab.core.task import Task
 from tests.fixtures import real_shapes
+from tests.fixtures.lazy import lazy
 from tests.fixtures.sandboxes import CONFINING
 from tests.test_sandbox import make_sandbox
+
+pd = lazy("pandas")
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker")]
 

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import stats
-from statsmodels.stats.proportion import proportion_confint
 
 from mlab.core.bench.metrics import (
     BASELINE_METHOD,
@@ -31,6 +29,10 @@ from mlab.core.bench.metrics import (
     wilson,
 )
 from mlab.core.bench.results import FAILURES
+from tests.fixtures.lazy import lazy
+
+stats = lazy("scipy.stats")
+proportion = lazy("statsmodels.stats.proportion")
 
 
 def run(seed=0, score=None, agent="a", task="t", higher=True, status="finished", failure=None, incidents=(),
@@ -112,7 +114,7 @@ def test_overall_interval_is_honest_when_every_run_failed():
     uneven = macro_success([[(s, 1.0) for s in range(n)] for n in (2, 4, 8)])
     n_eff = 3**2 / (1 / 2 + 1 / 4 + 1 / 8)
     assert uneven.mean == 1 and uneven.hi == 1
-    assert uneven.lo == pytest.approx(proportion_confint(n_eff, n_eff, method="wilson")[0])
+    assert uneven.lo == pytest.approx(proportion.proportion_confint(n_eff, n_eff, method="wilson")[0])
 
 
 # ---- two denominators ------------------------------------------------------------------------------
