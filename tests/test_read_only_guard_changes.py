@@ -381,6 +381,9 @@ def test_a_run_past_the_watch_limit_says_so_once(tmp_path, limit):
 
     if shutil.which("unshare") is None:
         pytest.skip("no unshare here")
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user namespace here: {probe.stderr.strip()[-200:]}")
     mlab = str(Path(sys.executable).with_name("mlab"))
     task = make_read_only_task(tmp_path / "ro-task", 300, mlab)
     script = write_script(tmp_path / "model.jsonl", [
