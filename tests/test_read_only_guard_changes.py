@@ -53,6 +53,7 @@ class Examined:
         monkeypatch.setattr(os, "lstat", counted(real_lstat))
 
 
+@pytest.mark.slow  # 3,000 images: over 5 s on two cores
 @pytest.mark.parametrize("sandbox", UNCONFINED)
 def test_a_command_costs_the_unconfined_guard_what_it_changed(tmp_path, monkeypatch, sandbox):
     """Before, the guard listed and compared all 3,000 read-only images before and after every command; now the

@@ -92,6 +92,7 @@ def test_a_script_runs_beside_thousands_of_read_only_files_which_stay_read_only(
         assert below <= 2, obs  # the images folder and train.csv
 
 
+@pytest.mark.slow  # 3,000 images: over 2 s on two cores
 def test_the_guard_neither_mounts_nor_walks_each_file_of_a_big_read_only_folder(tmp_path, monkeypatch):
     """What one command costs the harness: the survey names the folder as one mount and does not list it (only
     enough of it to know it holds more than SEPARATE_MOUNTS_MAX names), and the look after the command does not
@@ -199,6 +200,7 @@ def test_a_step_does_not_walk_a_sealed_folder_and_a_step_that_swapped_it_does(tm
         env.close()
 
 
+@pytest.mark.slow  # 3,000 images: over 2 s on two cores
 def test_without_change_events_a_step_walks_even_a_sealed_folder(tmp_path, monkeypatch, entered):
     """Sealed means agent code could not change the folder; the harness process (a plugin's plain open()) still
     could, and without change events nothing says it did not: the step walks everything (issue 29, snapshots
