@@ -195,9 +195,10 @@ def past_the_limit(env: Environment) -> str:
     """How much of the unconfined guard's record went unwatched (fs.inotify.max_user_watches, shared by all the
     user's processes, was reached): each such file costs a stat, each such folder a listing, per look."""
     watch = getattr(env.scripts.guard, "_watch", None)
-    if watch is None or not (watch._unwatched_files or watch._unwatched_folders):
+    files, _recorded, folders = watch.unwatched() if watch is not None else (0, 0, 0)
+    if not (files or folders):
         return ""
-    return (f" [{len(watch._unwatched_files):,} files, {len(watch._unwatched_folders):,} folders past the inotify "
+    return (f" [{files:,} files, {folders:,} folders past the inotify "
             f"watch limit ({Path('/proc/sys/fs/inotify/max_user_watches').read_text().strip()}): polled]")
 
 

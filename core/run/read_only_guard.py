@@ -146,7 +146,7 @@ class ReadOnlyGuard:
         if watch is None or self._limit_said or not watch.limit_reached:
             return None
         self._limit_said = True
-        unwatched, files = watch.unwatched_files()
+        unwatched, files, _folders = watch.unwatched()
         return (f"{unwatched:,} of {files:,} read-only files are past the user's inotify watch limit "
                 "(fs.inotify.max_user_watches, shared by all the user's processes), so each costs a stat after every "
                 "command; a limit above the read-only files' count spares that")

@@ -173,10 +173,12 @@ class ReadOnlyWatch:
                     then[rel] = old
             return {rel: _STATE.unpack(value) for rel, value in then.items()}
 
-    def unwatched_files(self) -> tuple[int, int]:
-        """How many read-only files are looked at after every command for want of a watch, of how many."""
+    def unwatched(self) -> tuple[int, int, int]:
+        """How many read-only files, of how many, and how many folders are looked at after every command for want
+        of a watch."""
         with self._lock:
-            return len(self._unwatched_files), len(self._unwatched_files) + len(self._rel_wd)
+            files = len(self._unwatched_files)
+            return files, files + len(self._rel_wd), len(self._unwatched_folders)
 
     def mounts(self) -> list[str]:
         with self._lock:
