@@ -65,11 +65,13 @@ run:
 
 # Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
 # (which skips with a reason when ../shared/data is absent). Most cases wait on subprocesses, sandboxes and sockets,
-# so they run on TEST_WORKERS pytest-xdist workers (docker and Ray cases grouped on one: tests/conftest.py); the
-# `timing` cases then run alone, since they time code beside a CPU load of their own. The slowest cases are listed
-# at the end: what to look at first when the suite outgrows its time.
+# so they run on half again as many pytest-xdist workers as TEST_WORKERS, as test-fast's do (docker and Ray cases
+# grouped on one: tests/conftest.py); the `timing` cases then run alone, since they time code beside a CPU load of
+# their own. The slowest cases are listed at the end, and the cases' CPU time beside the machine's busy share: what
+# to look at first when the suite outgrows its time.
 test: setup browser sandbox-tools cli-agents
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not timing" --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup -m "not timing" \
+		--durations=25
 	$(PY) -m pytest -q -p no:cacheprovider -m timing --durations=5
 
 # The quick tier for the edit-test loop, on half again as many pytest-xdist workers as TEST_WORKERS: about a fifth

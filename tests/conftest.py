@@ -10,7 +10,9 @@ another worker's tests would be load they do not control).
 from __future__ import annotations
 
 import os
+import resource
 import sys
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -105,6 +107,62 @@ def _worker_group(item: pytest.Item) -> str | None:
     if params and any(isinstance(value, str) and value == "docker" for value in params.params.values()):
         return "docker"
     return None
+
+
+# Where the suite's time goes: each case's CPU time (its process's and that of the processes it waited for: a
+# sandbox's, a CLI's; not a daemon's) is a property of its report (in --junitxml too), and the run ends with their
+# sum beside the machine's busy time: what more workers or cheaper cases would buy.
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine since boot (/proc/stat; idle and iowait are not busy)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
+_CPU_START, _WALL_START = pytest.StashKey[float](), pytest.StashKey[float]()
+_MACHINE_START = pytest.StashKey[tuple[int, int]]()
+_cases_cpu: list[float] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_START] = _cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        report.user_properties.append(("cpu_seconds", round(_cpu_seconds() - item.stash[_CPU_START], 2)))
+    return report
+
+
+def pytest_runtest_logreport(report):
+    _cases_cpu.extend(value for name, value in report.user_properties if name == "cpu_seconds")
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_WALL_START] = time.monotonic()
+    if not os.environ.get("PYTEST_XDIST_WORKER") and os.path.exists("/proc/stat"):
+        session.config.stash[_MACHINE_START] = _machine_ticks()
+
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not _cases_cpu or _MACHINE_START not in config.stash:
+        return
+    wall = time.monotonic() - config.stash[_WALL_START]
+    (busy0, all0), (busy1, all1) = config.stash[_MACHINE_START], _machine_ticks()
+    cores = len(os.sched_getaffinity(0))
+    terminalreporter.write_line(
+        f"CPU time: {sum(_cases_cpu):,.0f} s in {len(_cases_cpu)} cases and the processes they waited for, over "
+        f"{wall:,.0f} s on {cores} cores; the machine was {(busy1 - busy0) / max(1, all1 - all0):.0%} busy")
 
 
 @pytest.fixture
