@@ -109,9 +109,10 @@ def _worker_group(item: pytest.Item) -> str | None:
     return None
 
 
-# Where the suite's time goes: each case's CPU time (its process's and that of the processes it waited for: a
-# sandbox's, a CLI's; not a daemon's) is a property of its report (in --junitxml too), and the run ends with their
-# sum beside the machine's busy time: what more workers or cheaper cases would buy.
+# Where the suite's time goes: each case's CPU time (its process's and that of the processes it waited for: a CLI's;
+# not a sandbox zygote's reaped later, nor a daemon's or container's) is a property of its report (in --junitxml
+# too), and the run ends with their sum beside the machine's busy share, the figure that says whether more workers
+# would help (96% in a quiet make test: only cheaper cases would).
 def _cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

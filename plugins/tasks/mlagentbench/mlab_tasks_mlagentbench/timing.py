@@ -6,8 +6,7 @@ the score is taken from the per-pair ratios (submission's time / starter's time)
 the same load, where a time compared with a baseline recorded under other load would not. The score is the ratio the
 submission is at most, at 95% confidence (`conservative_ratio`), so noise never passes for a speed-up: beside
 stress-ng a robust mean of up to 6 pairs scored an unchanged llama-inference starter 12.7% faster (a false success).
-A task whose runs disagree more (llama-inference times its part once per run) times more pairs while they
-disagree, up to a cap.
+Pairs that disagree are timed more, up to MOST_PAIRS.
 What is timed, and on what: time_pair.py (one sandboxed command per pair, running no submission code itself)
 loads each script in a worker process, and only then draws the inputs from a seed of its own and sends them; it
 times the CPU time of the worker and everything it started from the inputs going out to the outputs coming back,
@@ -41,6 +40,10 @@ from mlab.core import InvalidSubmission, ScoringContext
 from .base import PACKAGE_DIR
 
 REPETITIONS = 4  # starter/submission pairs, half with the starter first: the least a scoring times
+# The most, timed while the pairs disagree. 4 pairs of the same code, at their slow end, read llama-inference's
+# starter -26%..+2% beside stress-ng and vectorization's -28% (a quiet machine's `make test`, its own stress-ng
+# beside): 8 narrow the interval by about half.
+MOST_PAIRS = 8
 # More pairs while the pairs disagree, up to a cap the task sets: the slow end of the one-sided BOUND_CONFIDENCE
 # interval of their mean log ratio (the score) must be within PRECISION of the mean, in relative terms.
 PRECISION = 0.03

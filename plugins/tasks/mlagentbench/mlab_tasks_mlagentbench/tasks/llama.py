@@ -24,7 +24,7 @@ from mlab.core import DataFile, InvalidSubmission, Metric, MlabError, PrepareCon
 from .. import acquire
 from ..base import FILES_DIR, PACK, MLAgentBenchTask
 from ..time_generation import instrumented
-from ..timing import interleaved_ratio, stage_task_files
+from ..timing import MOST_PAIRS, interleaved_ratio, stage_task_files
 
 WIKITEXT = acquire.Source(url="https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip",
                           filename="wikitext-103-v1.zip", md5="9ddaacaf6af0710eda8c456decff7832",
@@ -40,10 +40,6 @@ CONFIG_FILE = "inference_config.json"
 TASK_FILES = (MODEL_FOLDER, DATA_FOLDER, CONFIG_FILE)  # what every timed script reads from the prepared task
 TIMER = "time_generation.py"
 STARTER_FOLDER = "llama-inference"  # below files/: the shipped starter, timed beside every submission
-# Each run times its generation once (arbitrary code cannot be repeated), so pairs disagree more than
-# vectorization's: up to this many while they do. Beside stress-ng, 4 pairs of the ~0.5 s test part read -26%..+2%;
-# the score is the slow end of their interval, which 8 pairs narrow by a fifth against 6.
-MOST_PAIRS = 8
 
 
 def models_dir() -> Path:

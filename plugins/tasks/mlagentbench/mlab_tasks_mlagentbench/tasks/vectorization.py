@@ -16,7 +16,7 @@ from pathlib import Path
 from mlab.core import InvalidSubmission, Metric, PrepareContext, Resources, scoring_context
 
 from ..base import FILES_DIR, ORIGINAL_FIXED_BASELINE, PACK, MLAgentBenchTask
-from ..timing import interleaved_ratio
+from ..timing import MOST_PAIRS, interleaved_ratio
 
 TAIL_BYTES = 64 * 1024
 TIMER = "time_forward.py"
@@ -51,6 +51,7 @@ class Vectorization(MLAgentBenchTask):
     fixed_baseline = 6.1742
     fixed_baseline_source = ORIGINAL_FIXED_BASELINE
     starter_script = "train.py"
+    most_pairs = MOST_PAIRS  # a test of the scoring's steps, not of its timing, sets the least
     resources = Resources(gpu="none", ram_gb=1.0, network_for_prepare=False, baseline_seconds=5.0)
     research_problem = (
         "Run the script train.py to see how long its forward pass takes. Then make it faster, using only numpy "
@@ -76,6 +77,6 @@ class Vectorization(MLAgentBenchTask):
             shutil.copytree(FILES_DIR / "vectorization", stage / "starter")
             shutil.copytree(workspace, stage / "submission", symlinks=True,
                             ignore=shutil.ignore_patterns("submission.csv"))
-            ratio = interleaved_ratio(ctx, stage, scratch, TIMER, what="forward pass")
+            ratio = interleaved_ratio(ctx, stage, scratch, TIMER, what="forward pass", most=self.most_pairs)
         assert self.fixed_baseline is not None
         return self.fixed_baseline * ratio
