@@ -255,6 +255,19 @@ def test_generators_depend_on_the_seed_only():
         assert not np.array_equal(X, X3)
 
 
+@pytest.mark.slow
+def test_the_digits_task_draws_the_same_images_it_always_has():
+    """The drawing is batched for speed; the images (and so every baseline and recorded score) must not move."""
+    import hashlib
+
+    from mlab_tasks_lite import generate
+    from mlab_tasks_lite.tasks import DigitsTask
+
+    _names, X, y = generate.digits(DigitsTask.seed)
+    digest = hashlib.sha256(X.astype("<f8").tobytes() + y.astype("<i8").tobytes()).hexdigest()
+    assert digest == "6d40253fccffcd87840c9cf34687efb9c34c64c03bfe1a71c20a010795db7c64"
+
+
 # ---- scoring ----------------------------------------------------------------------------------------------------
 
 def perfect_rows(name: str, hidden: Path) -> list[list[str]]:

@@ -43,17 +43,19 @@ def _segments(digit: int):
 
 
 def _render(segs, thickness, canvas_points):
-    """Ink in [0, 1] at each canvas point: full within `thickness` of a stroke, fading over one pixel beyond."""
+    """Ink in [0, 1] at each canvas point of each image: full within `thickness` of a stroke, fading over one pixel
+    beyond. segs is (images, S, 2 ends, 2 coordinates), thickness (images,); returns (images, points)."""
     import numpy as np
 
-    a, b = segs[:, 0], segs[:, 1]
-    ab = b - a
-    length2 = np.maximum((ab * ab).sum(axis=1), 1e-12)
-    ap = canvas_points[:, None, :] - a[None]
-    t = np.clip((ap * ab[None]).sum(axis=2) / length2, 0.0, 1.0)
-    nearest = a[None] + t[..., None] * ab[None]
-    dist = np.sqrt(((canvas_points[:, None, :] - nearest) ** 2).sum(axis=2)).min(axis=1)
-    return np.clip((thickness - dist) * _CANVAS + 1.0, 0.0, 1.0)
+    # x and y apart: a sum over a last axis of 2 runs a numpy loop of 2 per element (the whole took 4x as long)
+    ax, ay = segs[:, None, :, 0, 0], segs[:, None, :, 0, 1]
+    abx, aby = segs[:, None, :, 1, 0] - ax, segs[:, None, :, 1, 1] - ay
+    length2 = np.maximum(abx * abx + aby * aby, 1e-12)
+    px, py = canvas_points[None, :, None, 0], canvas_points[None, :, None, 1]
+    t = np.clip(((px - ax) * abx + (py - ay) * aby) / length2, 0.0, 1.0)
+    dx, dy = px - (ax + t * abx), py - (ay + t * aby)
+    dist = np.sqrt(dx ** 2 + dy ** 2).min(axis=2)
+    return np.clip((thickness[:, None] - dist) * _CANVAS + 1.0, 0.0, 1.0)
 
 
 def digits(seed: int, n: int = 1797, label_noise: float = 0.02):
@@ -67,7 +69,9 @@ def digits(seed: int, n: int = 1797, label_noise: float = 0.02):
     gx, gy = np.meshgrid(centers, centers)
     canvas_points = np.stack([gx.ravel(), gy.ravel()], axis=1)
     templates = {d: _segments(d) for d in range(10)}
-    X = np.empty((n, 64))
+    # The draws stay in their per-image order (the same seed gives the same data); the drawing is batched by digit
+    # (one segment count), a loop of small numpy calls per image having cost ~3 CPU-s a prepare.
+    strokes, widths, noise = [], np.empty(n), np.empty((n, 8, 8))
     for i, digit in enumerate(y):
         p = templates[int(digit)] - 0.5
         angle = rng.normal(0.0, 0.15)
@@ -82,9 +86,19 @@ def digits(seed: int, n: int = 1797, label_noise: float = 0.02):
         amp = rng.uniform(0.0, 0.05, size=2)
         p = p + amp * np.sin(p @ k.T + phase)
         p = p + 0.5 + rng.normal(0.0, 0.05, size=2)
-        ink = _render(p.reshape(-1, 2, 2), rng.uniform(0.03, 0.09), canvas_points)
-        blocks = ink.reshape(8, 4, 8, 4).mean(axis=(1, 3)) * 16.0
-        blocks = blocks + rng.normal(0.0, 0.7, size=(8, 8))
+        strokes.append(p.reshape(-1, 2, 2))
+        widths[i] = rng.uniform(0.03, 0.09)
+        noise[i] = rng.normal(0.0, 0.7, size=(8, 8))
+    ink = np.empty((n, _CANVAS * _CANVAS))
+    for digit in range(10):
+        rows = np.flatnonzero(y == digit)
+        chunk = max(1, 256 // len(templates[digit]))  # images a batch: each array about 2 MB, in cache
+        for start in range(0, len(rows), chunk):
+            batch = rows[start:start + chunk]
+            ink[batch] = _render(np.stack([strokes[i] for i in batch]), widths[batch], canvas_points)
+    X = np.empty((n, 64))
+    for i in range(n):
+        blocks = ink[i].reshape(8, 4, 8, 4).mean(axis=(1, 3)) * 16.0 + noise[i]
         X[i] = np.clip(np.rint(blocks), 0, 16).ravel()
     flip = rng.random(n) < label_noise
     y = np.where(flip, (y + rng.integers(1, 10, size=n)) % 10, y)
