@@ -93,13 +93,12 @@ def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu
     assert abs(verdict.improvement) < 0.25 and not verdict.success, (verdict, timed_pairs)
 
 
+# A vectorised forward pass succeeding (by more than 80%) is test_mlagentbench_light.py's check-task case.
 @pytest.mark.slow
-def test_a_vectorised_forward_pass_succeeds_and_a_wrong_one_is_invalid(tmp_path):
+def test_a_wrong_vectorised_forward_pass_is_invalid(tmp_path):
     task = vectorization()
     workspace = fresh_workspace(task, tmp_path)
     shutil.copytree(REFERENCE_DIR / "vectorization", workspace, dirs_exist_ok=True)
-    verdict = judge(task.evaluate(workspace, taskdata.hidden_dir(task)), task.fixed_baseline, task)
-    assert verdict.success and verdict.improvement > 0.5, verdict
     script = workspace / "train.py"
     script.write_text(script.read_text() + "\nConv2DLayer.forward = lambda self, x: x[:, ::2, ::2, :1]\n")
     with pytest.raises(InvalidSubmission, match="another result|failed"):
