@@ -8,6 +8,7 @@ it lowers without touching the machine's."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def scan(self, fd, prefix, folder, depth):
 tree_index.Scanner.scan = scan
 store = SnapshotStore(stores / 'run')
 store.record(ws, 's0', changes=store.changes)
+notes = [store.watch_limit_note()]
 steps = []
 for number in range(1, 4):
     for n in range(0, {FOLDERS}, 7):  # folders watched and folders past the limit alike
@@ -50,7 +52,8 @@ for number in range(1, 4):
     listed = len(entered)
     walked = SnapshotStore(stores / f'w{{number}}').take(ws, 'all')
     steps.append({{'entered': listed, 'same': manifest == walked}})
-print(json.dumps(steps))
+    notes.append(store.watch_limit_note())
+print(json.dumps({{'steps': steps, 'notes': notes}}))
 """
 
 
@@ -62,8 +65,50 @@ def test_a_tree_past_the_watch_limit_is_not_walked_whole_at_every_step(tmp_path)
     if done.returncode != 0 and not done.stdout and ("unshare" in done.stderr or "max_inotify" in done.stderr):
         pytest.skip(f"no user namespace with a watch limit of its own here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
-    steps = json.loads(done.stdout)
+    found = json.loads(done.stdout)
+    steps = found["steps"]
     for step in steps:
         assert step["same"], steps  # recorded as a walk of everything records it
         # the folders past the limit (about FOLDERS - LIMIT), not all of them
         assert step["entered"] <= FOLDERS - LIMIT + 10, steps
+    # said once, when the first record went past the limit: how many folders, and the setting to raise
+    first, *later = found["notes"]
+    assert first is not None and not any(later), found["notes"]
+    counted = re.search(r"([\d,]+) of ([\d,]+) folders", first)
+    assert counted and int(counted[2]) == FOLDERS + 3 and FOLDERS - LIMIT <= int(counted[1]) <= FOLDERS, first
+    assert "fs.inotify.max_user_watches" in first, first
+
+
+@pytest.mark.slow
+def test_a_run_whose_folders_go_past_the_watch_limit_says_so_once(tmp_path):
+    """The snapshot store's watches past the limit cost each step a listing of those folders: the run says so
+    once (stderr, errors.log, the trace), as the unconfined guard says it of read-only files."""
+    import os
+
+    from tests.fixtures.agents_fixtures import research_response, write_script
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    mlab = str(Path(sys.executable).with_name("mlab"))
+    task = tmp_path / "task"
+    subprocess.run([mlab, "new-task", str(task)], check=True, capture_output=True)
+    with open(task / "starter" / "train.py", "a") as f:  # the workspace grows past the limit in step 1
+        f.write(f"\nimport os\nfor n in range({FOLDERS}):\n    os.makedirs(f'made/r{{n:03d}}', exist_ok=True)\n")
+    script = write_script(tmp_path / "model.jsonl", [
+        *(research_response("Execute Script", {"script_name": "train.py"}, n) for n in (1, 2)),
+        research_response("Final Answer", {"final_answer": "done"}, 3)])
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c",
+                           f'echo {LIMIT} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh", mlab, "run",
+                           "--task", str(task), "--agent", "research", "--llm", f"scripted:{script}",
+                           "--sandbox", "local", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MLAB_HOME": str(tmp_path / "home")})
+    if done.returncode != 0 and "max_inotify_watches" in done.stderr:
+        pytest.skip(f"no user namespace with a watch limit of its own here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = [line for line in done.stderr.splitlines() if "watch limit" in line]
+    logged = [line for line in (tmp_path / "run" / "errors.log").read_text().splitlines() if "watch limit" in line]
+    kept = [text for text in json.loads((tmp_path / "run" / "trace.json").read_text())["errors"]
+            if "watch limit" in text]
+    assert len(said) == 1 and len(logged) == 1 and len(kept) == 1, done.stderr
+    assert re.search(r"[\d,]+ of [\d,]+ folders of the workspace", said[0]), said

@@ -94,6 +94,7 @@ class ChangeWatch:
         self._fd = fd
         self._prefixes: dict[int, str] = {}  # watch descriptor -> the folder's prefix ("" or "a/b/")
         self.unwatched: set[str] = set()  # folders past the watch limit: listed again at every drain
+        self.limit_reached = False  # a watch was refused for the limit: the user is told once (the store's note)
         self.broken = False  # a watch could not be added, or events were lost: nothing is known
 
     @classmethod
@@ -112,11 +113,16 @@ class ChangeWatch:
         if wd < 0:
             if ctypes.get_errno() == errno.ENOSPC:  # past max_user_watches: this folder is listed at every drain
                 self.unwatched.add(prefix)
+                self.limit_reached = True
             else:
                 self.broken = True
             return
         self.unwatched.discard(prefix)
         self._prefixes[wd] = prefix
+
+    def counts(self) -> tuple[int, int]:
+        """(folders past the watch limit, folders of the tree)."""
+        return len(self.unwatched), len(self.unwatched) + len(self._prefixes)
 
     def drain(self) -> dict[str, FolderEvents] | None:
         """The events since the last drain, by folder prefix; None when they cannot be trusted."""

@@ -360,6 +360,8 @@ class Runner:
         try:
             self.snapshots.record(self.workspace, name, skip=self._skip_read_only, changes=self.snapshots.changes,
                                   durable=False)  # the step's commit syncs it with the step's line
+            if costly := self.snapshots.watch_limit_note():
+                self._record_warning(trace, f"snapshots: {costly}")
             if self.snapshots.left_out:
                 return (f"\n[The snapshot of the workspace after this step left files out: {self.snapshots.left_out}."
                         " Files left out are not kept, scored or restored.]")

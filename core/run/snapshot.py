@@ -114,6 +114,7 @@ class SnapshotStore:
         self._watch: ChangeWatch | None = None  # events on the folders of the recorded tree
         self._watch_all = True  # the next walk must watch every folder it lists (a new watch)
         self._linked = False  # a file recorded since the walk began has other hard links
+        self._limit_said = False
 
     def close(self) -> None:
         """Let go of the packs' descriptors (reading again reopens them) and of the change watch."""
@@ -123,6 +124,16 @@ class SnapshotStore:
     def __del__(self) -> None:
         with suppress(Exception):
             self.close()
+
+    def watch_limit_note(self) -> str | None:
+        """Once, when the recorded tree went past the user's inotify watch limit: what that costs a step."""
+        if self._watch is None or self._limit_said or not self._watch.limit_reached:
+            return None
+        self._limit_said = True
+        unwatched, folders = self._watch.counts()
+        return (f"{unwatched:,} of {folders:,} folders of the workspace are past the user's inotify watch limit "
+                "(fs.inotify.max_user_watches, shared by all the user's processes), so each is listed again at every "
+                "step's snapshot; a limit above the workspace's folder count spares that")
 
     # ---- taking a snapshot ----------------------------------------------------------------------
     def take(self, workspace: Path, name: str, skip: Callable[[str], bool] = keep_all,
