@@ -5,16 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mlab.core import InvalidSubmission, PrepareContext
 from mlab.core.run.readonly import is_read_only
-from mlab.core.run.scoring import judge
 from mlab_tasks_lite import reference
 from mlab_tasks_lite.tasks import DiabetesTask, DigitsTask, WineTask
 from tests.fixtures.cli import mlab, mlab_in_process
@@ -161,20 +158,7 @@ def test_prepare_baseline_run_and_eval(name, home, measured, tmp_path):
     assert row["improvement"] == pytest.approx(0.0, abs=1e-9) and row["success"] is False
 
 
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.slow
-def test_reference_solution_beats_the_baseline_by_more_than_10_percent(name, home, measured, tmp_path):
-    task = TASKS[name]
-    measured(name)
-    baseline = json.loads((task_dir(home, name) / "baseline.json").read_text())["score"]
-    workspace = tmp_path / "workspace"
-    shutil.copytree(task_dir(home, name) / "public", workspace)
-    reference.write_script(name, workspace / "train.py")
-    done = subprocess.run([sys.executable, "train.py"], cwd=workspace, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    score = task.evaluate(workspace, task_dir(home, name) / "hidden")
-    improvement = judge(score, baseline, task).improvement
-    assert improvement is not None and improvement > 0.10, (score, baseline)
+# That the reference beats the starter by more than 10% is the check-task case's (below): it runs both.
 
 
 # ---- preparing ------------------------------------------------------------------------------------------------
