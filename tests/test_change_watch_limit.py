@@ -83,32 +83,13 @@ def test_a_tree_past_the_watch_limit_is_not_walked_whole_at_every_step(tmp_path)
 def test_a_run_whose_folders_go_past_the_watch_limit_says_so_once(tmp_path):
     """The snapshot store's watches past the limit cost each step a listing of those folders: the run says so
     once (stderr, errors.log, the trace), as the unconfined guard says it of read-only files."""
-    import os
+    from tests.fixtures.watch_limit import run_under_watch_limit
 
-    from tests.fixtures.agents_fixtures import research_response, write_script
-
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare here")
-    mlab = str(Path(sys.executable).with_name("mlab"))
     task = tmp_path / "task"
-    subprocess.run([mlab, "new-task", str(task)], check=True, capture_output=True)
+    subprocess.run([str(Path(sys.executable).with_name("mlab")), "new-task", str(task)], check=True,
+                   capture_output=True)
     with open(task / "starter" / "train.py", "a") as f:  # the workspace grows past the limit in step 1
         f.write(f"\nimport os\nfor n in range({FOLDERS}):\n    os.makedirs(f'made/r{{n:03d}}', exist_ok=True)\n")
-    script = write_script(tmp_path / "model.jsonl", [
-        *(research_response("Execute Script", {"script_name": "train.py"}, n) for n in (1, 2)),
-        research_response("Final Answer", {"final_answer": "done"}, 3)])
-    done = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c",
-                           f'echo {LIMIT} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh", mlab, "run",
-                           "--task", str(task), "--agent", "research", "--llm", f"scripted:{script}",
-                           "--sandbox", "local", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLAB_HOME": str(tmp_path / "home")})
-    if done.returncode != 0 and "max_inotify_watches" in done.stderr:
-        pytest.skip(f"no user namespace with a watch limit of its own here: {done.stderr.strip()[-200:]}")
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = [line for line in done.stderr.splitlines() if "watch limit" in line]
-    logged = [line for line in (tmp_path / "run" / "errors.log").read_text().splitlines() if "watch limit" in line]
-    kept = [text for text in json.loads((tmp_path / "run" / "trace.json").read_text())["errors"]
-            if "watch limit" in text]
-    assert len(said) == 1 and len(logged) == 1 and len(kept) == 1, done.stderr
+    said, logged, kept = run_under_watch_limit(tmp_path, task, limit=LIMIT, sandbox="local", scripts=2)
+    assert len(said) == 1 and len(logged) == 1 and len(kept) == 1, said
     assert re.search(r"[\d,]+ of [\d,]+ folders of the workspace", said[0]), said

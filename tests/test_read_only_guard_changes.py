@@ -370,43 +370,19 @@ def test_a_run_past_the_watch_limit_says_so_once(tmp_path, limit):
     the run says it once, on stderr and in its error log and trace, with how many files are past it and the
     setting to raise. The limit is lowered in a user namespace of the run's own (user.max_inotify_watches), so the
     machine's stays as it is; under the machine's own limit a run says nothing of it."""
-    import json
     import re
-    import shutil
-    import subprocess
     import sys
     from pathlib import Path
 
-    from tests.fixtures.agents_fixtures import research_response, write_script
     from tests.fixtures.read_only_task import make_read_only_task
+    from tests.fixtures.watch_limit import run_under_watch_limit
 
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare here")
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no user namespace here: {probe.stderr.strip()[-200:]}")
-    mlab = str(Path(sys.executable).with_name("mlab"))
-    task = make_read_only_task(tmp_path / "ro-task", 300, mlab)
-    script = write_script(tmp_path / "model.jsonl", [
-        *(research_response("Execute Script", {"script_name": "train.py"}, n) for n in (1, 2, 3)),
-        research_response("Final Answer", {"final_answer": "done"}, 4)])
-    lower = f"echo {limit} > /proc/sys/user/max_inotify_watches && " if limit else ""
-    done = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", lower + 'exec "$@"', "sh", mlab, "run",
-                           "--task", str(task), "--agent", "research", "--llm", f"scripted:{script}",
-                           "--sandbox", "unconfined", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLAB_HOME": str(tmp_path / "home")})
-    if done.returncode != 0 and "max_inotify_watches" in done.stderr:
-        pytest.skip(f"no user namespace with a watch limit of its own here: {done.stderr.strip()[-200:]}")
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = [line for line in done.stderr.splitlines() if "watch limit" in line]
-    logged = [line for line in (tmp_path / "run" / "errors.log").read_text().splitlines() if "watch limit" in line]
-    kept = [text for text in json.loads((tmp_path / "run" / "trace.json").read_text())["errors"]
-            if "watch limit" in text]
+    task = make_read_only_task(tmp_path / "ro-task", 300, str(Path(sys.executable).with_name("mlab")))
+    said, logged, kept = run_under_watch_limit(tmp_path, task, limit=limit, sandbox="unconfined", scripts=3)
     if limit is None:
-        assert not said and not logged and not kept, done.stderr
+        assert not said and not logged and not kept, said
         return
-    assert len(said) == 1 and len(logged) == 1 and len(kept) == 1, done.stderr  # three commands ran
+    assert len(said) == 1 and len(logged) == 1 and len(kept) == 1, said  # three commands ran
     # the workspace's 300 images, train.csv and test.csv (valid.csv is held out); the limit's 100 watches go to
     # the folders and the first files
     counted = re.search(r"([\d,]+) of 302 read-only files", said[0])
