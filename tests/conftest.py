@@ -112,7 +112,7 @@ def _worker_group(item: pytest.Item) -> str | None:
 # Where the suite's time goes: each case's CPU time (its process's and that of the processes it waited for: a CLI's;
 # not a sandbox zygote's reaped later, nor a daemon's or container's) is a property of its report (in --junitxml
 # too), and the run ends with their sum beside the machine's busy share, the figure that says whether more workers
-# would help (96% in a quiet make test: only cheaper cases would).
+# would help (96% in a quiet make test: only cheaper cases would). benchmarks/suite_cpu counts a case's whole work.
 def _cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
