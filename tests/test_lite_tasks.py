@@ -245,7 +245,6 @@ def test_the_digits_task_draws_the_same_images_it_always_has():
     import hashlib
 
     from mlab_tasks_lite import generate
-    from mlab_tasks_lite.tasks import DigitsTask
 
     _names, X, y = generate.digits(DigitsTask.seed)
     digest = hashlib.sha256(X.astype("<f8").tobytes() + y.astype("<i8").tobytes()).hexdigest()

@@ -114,7 +114,7 @@ class SnapshotStore:
         self._watch: ChangeWatch | None = None  # events on the folders of the recorded tree
         self._watch_all = True  # the next walk must watch every folder it lists (a new watch)
         self._linked = False  # a file recorded since the walk began has other hard links
-        self._limit_said = False
+        self._limit_said = False  # the watch limit's note is given once a store (a run)
 
     def close(self) -> None:
         """Let go of the packs' descriptors (reading again reopens them) and of the change watch."""
