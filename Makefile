@@ -63,16 +63,15 @@ run:
 	done
 	@$(MLAB) eval $(DEMO_DIR)/*
 
-# Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress) and shared_data
-# (which skips with a reason when ../shared/data is absent), on half again as many pytest-xdist workers as
-# TEST_WORKERS, as test-fast's (docker and Ray cases grouped on one: tests/conftest.py): on two quiet cores 3 workers
-# took 1,944 s, 2 took 2,052 s, the machine 96% busy; the `timing` cases then run alone, since they time code beside
-# a CPU load of their own. The slowest cases are listed at the end, and the machine's busy share: what to look at
-# first when the suite outgrows its time.
+# Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress), shared_data (which skips
+# with a reason when ../shared/data is absent) and timing, on half again as many pytest-xdist workers as
+# TEST_WORKERS, as test-fast's (docker, Ray, litellm and timing cases grouped on one worker each:
+# tests/conftest.py): on two quiet cores 3 workers took 1,944 s, 2 took 2,052 s, the machine 96% busy. The timing
+# cases time code beside the other workers' cases (their own CPU load only fills cores those leave idle); run alone
+# afterwards they took 447 s more, mostly their own load's. The slowest cases are listed at the end, and the
+# machine's busy share: what to look at first when the suite outgrows its time.
 test: setup browser sandbox-tools cli-agents
-	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup -m "not timing" \
-		--durations=25
-	$(PY) -m pytest -q -p no:cacheprovider -m timing --durations=5
+	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup --durations=25
 
 # The quick tier for the edit-test loop, on half again as many pytest-xdist workers as TEST_WORKERS: about a fifth
 # of its time waits on sandboxes and sleeps (two cores, quiet: -n 3 took 118-124 s in three runs, 1,316 cases; cases

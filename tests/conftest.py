@@ -3,9 +3,9 @@
 Tiers (markers in pyproject.toml): unmarked tests are the fast tier (`make test-fast`, under two minutes on two
 cores); `slow` ones train models, run whole bench loops, start a browser, Ray or Docker containers (every
 case of the docker sandbox is slow), or stress a sandbox;
-`shared_data` ones need ../shared/data and skip with a reason without it. `make test` runs all three, on
-pytest-xdist workers, and then the `timing` cases alone (they time code beside a CPU load of their own, and
-another worker's tests would be load they do not control).
+`shared_data` ones need ../shared/data and skip with a reason without it; `timing` ones (slow too) time code
+under load. `make test` runs them all on pytest-xdist workers: the timing cases on one worker, beside the other
+workers' cases, which the scorer must withstand as it withstands a bench's other runs.
 """
 from __future__ import annotations
 
@@ -94,13 +94,17 @@ def pytest_xdist_node_collection_finished(node, ids):
 # the worker's own process, which costs 4-7 s the first time in a process, so on one worker it is paid once.
 FILE_GROUPS = {"test_bench_ray.py": "ray", "test_cli.py": "litellm", "test_generation_controls.py": "litellm",
                "test_llm_backends.py": "litellm", "test_llm_cli.py": "litellm", "test_tool_calls.py": "litellm"}
+# --dist loadgroup hands out the largest groups first, so the timing cases (minutes each) start early, not last.
 
 
 def _worker_group(item: pytest.Item) -> str | None:
     """Cases that share one thing run on one xdist worker (with `--dist loadgroup`): the docker sandbox's cases
-    share the worker session's Docker engine, the Ray cases a module's cluster, and the litellm cases its import."""
+    share the worker session's Docker engine, the Ray cases a module's cluster, the litellm cases its import, and
+    the timing cases a CPU load."""
     if item.path.name in FILE_GROUPS:
         return FILE_GROUPS[item.path.name]
+    if item.get_closest_marker("timing"):  # one at a time: neither times code beside the other's load
+        return "timing"
     if "docker_sandbox" in getattr(item, "fixturenames", ()):  # test_docker_exec.py's cases that start containers
         return "docker"
     params = getattr(item, "callspec", None)

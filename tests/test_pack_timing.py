@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import json
 import math
+import os
 import random
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from mlab_tasks_mlagentbench.timing import MOST_PAIRS, REPETITIONS, conservative
 from tests.fixtures import cli
 from tests.fixtures.mlagentbench import text
 
-BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
+BUSY_LOOP = "import time\nend = time.monotonic() + 1800\nwhile time.monotonic() < end:\n    pass\n"
 
 
 @pytest.fixture
@@ -67,11 +68,16 @@ def fresh_workspace(task, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cpu_load():
-    """Two processes keeping both cores busy: stress-ng when installed, else Python busy loops."""
+    """Two processes keeping both cores busy: stress-ng when installed, else Python busy loops. Beside other xdist
+    workers, whose cases are load enough (as a bench's other runs are to its scorings), they run at the lowest
+    priority: they fill only what those leave idle; at the normal one they would take their share of both cores
+    from the suite's other cases for the minutes these take."""
+    shared = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1
+    lowest = functools.partial(os.nice, 19) if shared else None
     if shutil.which("stress-ng"):
-        procs = [subprocess.Popen(["stress-ng", "--cpu", "2", "--timeout", "600s", "--quiet"])]
+        procs = [subprocess.Popen(["stress-ng", "--cpu", "2", "--timeout", "1800s", "--quiet"], preexec_fn=lowest)]
     else:
-        procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]
+        procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=lowest) for _ in range(2)]
     yield
     for proc in procs:
         proc.kill()
@@ -80,6 +86,7 @@ def cpu_load():
 
 @pytest.mark.slow
 @pytest.mark.timing
+@pytest.mark.timeout(1800)  # beside the suite's other workers and stress-test's load: 136 s alone beside its own
 def test_an_unchanged_starter_improves_by_about_nothing_under_load(tmp_path, cpu_load, timed_pairs):
     task = vectorization()
     workspace = fresh_workspace(task, tmp_path)
@@ -218,7 +225,7 @@ def llama_workspace(tmp_path, monkeypatch):
 @needs_transformers
 @pytest.mark.slow
 @pytest.mark.timing
-@pytest.mark.timeout(1200)  # two scorings of up to 8 timed pairs each beside stress-ng: 401 s seen at load 5 with 6
+@pytest.mark.timeout(2400)  # two scorings of up to 8 timed pairs each under load: 401 s seen at load 5 with 6
 def test_llama_unchanged_starter_improves_by_about_nothing_under_load_and_a_faster_one_succeeds(
         llama_workspace, cpu_load, timed_pairs):
     task, workspace = llama_workspace

@@ -3,7 +3,7 @@ suite_cpu_plugin.py (a cgroup per worker) and prints the total, the costliest ca
 
     sudo python benchmarks/suite_cpu/suite_cpu.py [--top 40] [--junit FILE] [-- PYTEST ARGS]
 
-Without PYTEST ARGS it runs make test's main tier: -n 3 --dist loadgroup -m "not timing". It changes nothing in the
+Without PYTEST ARGS it runs make test's suite: -n 3 --dist loadgroup. It changes nothing in the
 suite: the per-case figure make test prints counts only the processes a case waited for (a sandbox's zygote reaps
 the rest), so a cut found by that figure alone can miss most of a case's work. Docker containers run in docker's
 own cgroups and are not counted."""
@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MAIN_TIER = ["-n", "3", "--dist", "loadgroup", "-m", "not timing"]
+SUITE = ["-n", "3", "--dist", "loadgroup"]
 
 
 def cases(junit: Path) -> list[tuple[float, float, str]]:
@@ -36,13 +36,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--top", type=int, default=40, help="cases and files to list")
     parser.add_argument("--junit", type=Path, help="keep the junit file here (default: a temporary one)")
-    parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: make test's main tier)")
+    parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: make test's)")
     args = parser.parse_args()
     junit = args.junit or Path(tempfile.mkdtemp(prefix="suite-cpu-")) / "junit.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                                       os.environ.get("PYTHONPATH")]))}
     code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_cpu_plugin",
-                            f"--junitxml={junit}", *(args.pytest_args or MAIN_TIER)], cwd=REPO, env=env)
+                            f"--junitxml={junit}", *(args.pytest_args or SUITE)], cwd=REPO, env=env)
     found = cases(junit)
     total = sum(cpu for cpu, _wall, _name in found)
     print(f"\n{total:,.0f} CPU-s in {len(found)} cases (junit: {junit})")
