@@ -68,8 +68,8 @@ run:
 # TEST_WORKERS, as test-fast's (docker, Ray, litellm and timing cases grouped on one worker each:
 # tests/conftest.py): on two quiet cores 3 workers took 1,944 s, 2 took 2,052 s, the machine 96% busy. The timing
 # cases time code beside the other workers' cases (their own CPU load only fills cores those leave idle); run alone
-# afterwards they took 447 s more, mostly their own load's. The slowest cases are listed at the end, and the
-# machine's busy share: what to look at first when the suite outgrows its time.
+# afterwards, as before, they added 447 s (quiet: 2,247 s in all then, 2,101 s in one pool). The slowest cases are
+# listed at the end, and the machine's busy share: what to look at first when the suite outgrows its time.
 test: setup browser sandbox-tools cli-agents
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup --durations=25
 

@@ -94,7 +94,8 @@ def pytest_xdist_node_collection_finished(node, ids):
 # the worker's own process, which costs 4-7 s the first time in a process, so on one worker it is paid once.
 FILE_GROUPS = {"test_bench_ray.py": "ray", "test_cli.py": "litellm", "test_generation_controls.py": "litellm",
                "test_llm_backends.py": "litellm", "test_llm_cli.py": "litellm", "test_tool_calls.py": "litellm"}
-# --dist loadgroup hands out the largest groups first, so the timing cases (minutes each) start early, not last.
+# --dist loadgroup hands out the units with the most cases first (a group before any single case), so the timing
+# cases (minutes each) start early, not last.
 
 
 def _worker_group(item: pytest.Item) -> str | None:
