@@ -66,16 +66,16 @@ run:
 # Every tier: fast, slow (training, whole bench loops, browser, Ray, sandbox stress), shared_data (which skips
 # with a reason when ../shared/data is absent) and timing, on half again as many pytest-xdist workers as
 # TEST_WORKERS, as test-fast's (docker, Ray, litellm and timing cases grouped on one worker each:
-# tests/conftest.py): on two quiet cores 3 workers took 1,944 s, 2 took 2,052 s, the machine 96% busy. The timing
-# cases time code beside the other workers' cases (their own CPU load only fills cores those leave idle); run alone
-# afterwards, as before, they added 447 s (quiet: 2,247 s in all then, 2,101 s in one pool). The slowest cases are
-# listed at the end, and the machine's busy share: what to look at first when the suite outgrows its time.
+# tests/conftest.py). The timing cases time code beside the other workers' cases (their own CPU load only fills
+# cores those leave idle). Two quiet cores, 2026-12-04: 943 s on a fresh clone (1,057 s with its set-up), the
+# machine 95% busy; a machine half as fast took 2,101-2,188 s. The slowest cases are listed at the end, and the
+# machine's busy share: what to look at first when the suite outgrows its time.
 test: setup browser sandbox-tools cli-agents
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup --durations=25
 
 # The quick tier for the edit-test loop, on half again as many pytest-xdist workers as TEST_WORKERS: about a fifth
-# of its time waits on sandboxes and sleeps (two cores, quiet: -n 3 took 118-124 s in three runs, 1,316 cases; cases
-# over ~2 s are in the slow tier).
+# of its time waits on sandboxes and sleeps (two quiet cores, 2026-12-04: 54 s, 1,315 cases; 117-124 s on a machine
+# half as fast; cases over ~2 s are in the slow tier).
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -n $$(( $(TEST_WORKERS) * 3 / 2 )) --dist loadgroup -m "not slow and not shared_data"
 

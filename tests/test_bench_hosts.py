@@ -87,7 +87,7 @@ def test_ctrl_c_stops_every_run_of_every_host_resumably_and_a_rerun_finishes_the
 def test_a_host_that_crashes_fails_its_runs_alone_and_retry_errors_reruns_them(tmp_path):
     out = tmp_path / "bench"
     marker = tmp_path / "crashed-once"
-    # the other runs wait 2 s a step: the one beside seed 0 is still under way when seed 0 kills their host
+    # seed 0 kills their host once the run beside it has stepped (a trace begun), which then waits 2 s a step
     result = mlab("bench", *RUNS, "--bench-dir", out, "--agent-option", f"crash_marker={marker}",
                   "--agent-option", "sleep=2", "--retry-errors", "1", entry=ONE_CORE, timeout=300)
     assert result.returncode == 0, result.stderr
