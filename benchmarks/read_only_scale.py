@@ -12,7 +12,8 @@ files, and `mlab check-task` of a task holding thousands of them, per sandbox.
    local and the unconfined sandbox (--step-sandboxes): 200,000 read-only files in the contrails layout (train/ of
    20,000 record folders of 10 files) beside 1,000 writable ones, and 150,000 so (target <= 10 ms), and 50,000
    writable files in folders of 100 (target <= 50 ms). Unconfined, the guard watches each read-only file and
-   folder: what lies past the user's inotify watch limit (fs.inotify.max_user_watches) is polled, and said.
+   folder (a file past the user's inotify watch limit, fs.inotify.max_user_watches, gets a fanotify mark): what
+   lies past both limits is polled, and said.
    The script changes one writable file; the sandbox's own CPU (the command's start and wait) is not counted.
 3. `mlab check-task` of a declarative task (`mlab new-task`) whose prepare also writes N images and declares
    `images/*` read-only, per sandbox: PASSED or not, and its time.
@@ -193,13 +194,16 @@ def timed(function, spent: list[float]):  # the guard's CPU inside Execute Scrip
 
 def past_the_limit(env: Environment) -> str:
     """How much of the unconfined guard's record went unwatched (fs.inotify.max_user_watches, shared by all the
-    user's processes, was reached): each such file costs a stat, each such folder a listing, per look."""
+    user's processes, was reached, and fanotify's marks could not take the rest): each such file costs a stat,
+    each such folder a listing, per look; and how many files fanotify marks."""
     watch = getattr(env.scripts.guard, "_watch", None)
     files, _recorded, folders = watch.unwatched() if watch is not None else (0, 0, 0)
+    marked = sum(wd < 0 for wd in watch._rel_wd.values()) if watch is not None else 0
+    said = f" [{marked:,} files marked by fanotify past the inotify watch limit]" if marked else ""
     if not (files or folders):
-        return ""
-    return (f" [{files:,} files, {folders:,} folders past the inotify "
-            f"watch limit ({Path('/proc/sys/fs/inotify/max_user_watches').read_text().strip()}): polled]")
+        return said
+    return (said + f" [{files:,} files, {folders:,} folders past the inotify watch limit "
+            f"({Path('/proc/sys/fs/inotify/max_user_watches').read_text().strip()}) and fanotify's: polled]")
 
 
 def step_costs(scratch: Path, steps: int, names: list[str]) -> None:

@@ -145,11 +145,17 @@ class ReadOnlyGuard:
         watch = self._watch
         if watch is None or self._limit_said or not watch.limit_reached:
             return None
+        unwatched, files, folders = watch.unwatched()
+        if not unwatched and not folders:
+            return None  # fanotify marks took the files inotify could not watch
         self._limit_said = True
-        unwatched, files, _folders = watch.unwatched()
-        return (f"{unwatched:,} of {files:,} read-only files are past the user's inotify watch limit "
-                "(fs.inotify.max_user_watches, shared by all the user's processes), so each costs a stat after every "
-                "command; a limit above the read-only files' count spares that")
+        limits = "inotify watch limit (fs.inotify.max_user_watches"
+        if watch.marks_used:
+            limits = ("inotify watch limit and fanotify mark limit (fs.inotify.max_user_watches and "
+                      "fs.fanotify.max_user_marks")
+        return (f"{unwatched:,} of {files:,} read-only files are past the user's {limits}, shared by all the user's "
+                "processes), so each costs a stat after every command; a limit above the read-only files' count "
+                "spares that")
 
     def close(self) -> None:
         """Stop watching (the record's inotify instance)."""

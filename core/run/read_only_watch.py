@@ -12,8 +12,10 @@ events name, each named entry looked at again through folder descriptors.
 - Writes through a shared writable mapping have no event. Opens and last closes of read-only files are counted
   (IN_OPEN, IN_CLOSE_*): a file still open after a command (the REPL, or a process outliving its command) is
   looked at after every command until its last close, as the stat comparison did.
-- A watch past the user's limit (fs.inotify.max_user_watches): that file is looked at, that folder listed, after
-  every command.
+- A file past the user's watch limit (fs.inotify.max_user_watches) gets a fanotify inode mark instead, which
+  counts against a limit of its own (mlab.core.fs.inode_marks); its opens are not counted but make it a file
+  found held (below). A file past both limits is looked at, a folder past the watch limit listed, after every
+  command.
 - Events lost (the queue overflowed) or a watch that broke: the record is walked again with a new instance. Opens
   before the watches are unknown (also at the first walk), so the open descriptors and mappings of every process
   the harness can read (/proc) name the read-only files held; those are looked at, and /proc read again, until
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from mlab.core.fs.change_watch import read_queued
 from mlab.core.fs.dirfd import NotAFolder, lstat_at, open_dir_at, open_root
+from mlab.core.fs.inode_marks import FAN_DELETE_SELF, InodeMarks
 from mlab.core.run.read_only_walk import MAX_DEPTH, State, Whole, walk_read_only
 from mlab.core.run.readonly import ReadOnlyRule
 
@@ -109,6 +112,8 @@ class ReadOnlyWatch:
         self.pid = os.getpid()  # a forked copy shares the instance: it makes its own
         self.state: dict[str, Packed] = {}
         self._fd = -1
+        self._marks: InodeMarks | None = None  # opened when the first file is past the watch limit
+        self._marks_failed = False
         self._lock = threading.RLock()
         self._journals: weakref.WeakSet[Journal] = weakref.WeakSet()
         self._recording = True  # False while a rebuild fills a new record (compared with the old one after)
@@ -215,11 +220,32 @@ class ReadOnlyWatch:
 
     def _remove_watch(self, wd: int) -> None:
         assert _libc is not None
-        _libc.inotify_rm_watch(self._fd, wd)  # its IN_IGNORED then finds the watch already forgotten
+        if wd < 0:
+            if self._marks is not None:
+                self._marks.forget(wd)
+        else:
+            _libc.inotify_rm_watch(self._fd, wd)  # its IN_IGNORED then finds the watch already forgotten
         self._opens.pop(wd, None)
+
+    def _mark(self, dir_fd: int, name: str) -> int | None:
+        """A fanotify mark on a file inotify watches no more (a negative number); None where none can be had."""
+        if self._marks is None:
+            if self._marks_failed:
+                return None
+            self._marks = InodeMarks.open()
+            if self._marks is None:
+                self._marks_failed = True
+                return None
+        return self._marks.add(dir_fd, name)
+
+    @property
+    def marks_used(self) -> bool:
+        return self._marks is not None
 
     def _watch_file(self, dir_fd: int, name: str, rel: str) -> None:
         wd = self._add(f"/proc/self/fd/{dir_fd}/{name}", FILE_MASK)
+        if wd is None:
+            wd = self._mark(dir_fd, name)
         old = self._rel_wd.get(rel)
         if old == wd and wd is not None:
             return
@@ -562,6 +588,12 @@ class ReadOnlyWatch:
             return None
         for data in chunks:
             lost = self._parse(data, dirty) or lost
+        if self._marks is not None:
+            marked = self._marks.events()
+            if marked is None:
+                return None
+            for mark, mask in marked:
+                self._file_event(mark, IN_IGNORED if mask & FAN_DELETE_SELF else mask, dirty)
         return None if lost else dirty
 
     def _parse(self, data: bytes, dirty: set[str]) -> bool:
@@ -589,17 +621,28 @@ class ReadOnlyWatch:
                 else:
                     dirty.add(folder)  # the folder itself: its attributes changed, or it moved or went
                 continue
-            named = self._wd_rels.get(wd)
-            if named is None:
-                continue
-            rels = _names(named)
-            if mask & IN_IGNORED:  # the inode went: looked at again, watched again if a file stands there
-                del self._wd_rels[wd]
-                self._opens.pop(wd, None)
-                for rel in rels:
-                    self._rel_wd.pop(rel, None)
-                dirty.update(rels)
-                continue
+            self._file_event(wd, mask, dirty)
+        return lost
+
+    def _file_event(self, wd: int, mask: int, dirty: set[str]) -> None:
+        """Add what an event of a file's watch or mark names to dirty."""
+        named = self._wd_rels.get(wd)
+        if named is None:
+            return
+        rels = _names(named)
+        if mask & IN_IGNORED:  # the inode went: looked at again, watched again if a file stands there
+            del self._wd_rels[wd]
+            self._opens.pop(wd, None)
+            if wd < 0 and self._marks is not None:
+                self._marks.forget(wd)
+            for rel in rels:
+                self._rel_wd.pop(rel, None)
+            dirty.update(rels)
+            return
+        if wd < 0:
+            if mask & IN_OPEN and self._held is not None:
+                self._held.update(rels)  # a mark's opens and closes merge: /proc tells when it is let go
+        else:
             if mask & IN_OPEN:
                 self._opens[wd] = self._opens.get(wd, 0) + 1
             if mask & (IN_CLOSE_WRITE | IN_CLOSE_NOWRITE):
@@ -609,9 +652,8 @@ class ReadOnlyWatch:
                     self._opens[wd] = count
                 else:
                     self._opens.pop(wd, None)
-            if mask & CHANGED:
-                dirty.update(rels)
-        return lost
+        if mask & CHANGED:
+            dirty.update(rels)
 
     # ---- files held open from before the watches -----------------------------------------------------------------
 
@@ -644,6 +686,9 @@ class ReadOnlyWatch:
         if self._fd >= 0 and self.pid == os.getpid():
             os.close(self._fd)
         self._fd = -1
+        if self._marks is not None and self.pid == os.getpid():
+            self._marks.close()
+        self._marks, self._marks_failed = None, False
 
     def __del__(self) -> None:
         self.close()
