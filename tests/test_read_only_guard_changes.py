@@ -444,3 +444,43 @@ def test_a_run_past_the_watch_limit_says_so_once(tmp_path, limit, marks):
     counted = re.search(r"([\d,]+) of 302 read-only files", said[0])
     assert counted and 150 <= int(counted[1].replace(",", "")) < 252, said
     assert "fs.inotify.max_user_watches and fs.fanotify.max_user_marks" in said[0], said
+
+
+FEW_FILES_OPEN = """
+import os, resource, sys
+from pathlib import Path
+from mlab.core.run.read_only_guard import ReadOnlyGuard
+from mlab.core.run.read_only_watch import ReadOnlyWatch
+from mlab.core.run.readonly import read_only_rule
+
+root = Path(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+watch = ReadOnlyWatch.start(root, read_only_rule(("train/*",)), ReadOnlyGuard._whole_size)
+print("unwatched", watch.unwatched()[0])
+journal = watch.journal()
+for record in sorted(os.listdir(root / "train")):
+    with open(root / "train" / record / "a.png", "ab") as out:
+        out.write(b"x")
+watch.refresh()
+_before, now = watch.changes(journal)
+print("changed", sum(rel.endswith("/a.png") for rel in now))
+"""
+
+
+def test_a_tree_of_more_folders_than_files_may_be_open_is_watched_whole(tmp_path):
+    """A user's limit on open files is often 1,024 (mlab leaves it as it is) while a task's read-only files may
+    lie in 20,000 folders (contrails' train/). The record held every folder's descriptor at once while it watched
+    their files, so past the limit files went unwatched (a stat each after every command); and a command whose
+    events named files in more folders than that had changes missed. With the limit at 64: 150 folders."""
+    import subprocess
+    import sys
+
+    for record in range(150):
+        folder = tmp_path / "ws" / "train" / f"r{record:03d}"
+        folder.mkdir(parents=True)
+        (folder / "a.png").write_bytes(b"a")
+        (folder / "b.png").write_bytes(b"b")
+    done = subprocess.run([sys.executable, "-c", FEW_FILES_OPEN, str(tmp_path / "ws")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["unwatched", "0", "changed", "150"], done.stdout
