@@ -14,6 +14,11 @@ With --in-process, the same run (no latency) is instead done several times in th
 per step (user and system apart, start-up and scoring included, the least of --rounds rounds: other load
 only adds) is reported: the cost of the run loop alone, without forks or contention.
 
+The runs write where TMPDIR says (/tmp unless set), and the output names that file system ("scratch_fs"): on
+ext4 without a journal (this project's 2-core machines) each new file's inode is sought past every inode freed
+in the last seconds (ext4's recently_deleted), which perf found to be 45% of the runs' CPU at 1,024 runs; on tmpfs
+and on a journaled ext4 the same runs cost 24-27 and 33-36 ms of CPU each against 41-43.
+
 Usage: python benchmarks/bench_parallel.py [--engine local|ray] [--runs 16[,64,...]] [--steps 20] [--latency 0.5]
        python benchmarks/bench_parallel.py --in-process [--steps 20] [--rounds 5]
 Run from the repository root (workers import the fixture plugins from tests/).
@@ -108,6 +113,21 @@ def _cpu_s(*who: int) -> float:
     return sum(u.ru_utime + u.ru_stime for u in usages)
 
 
+def scratch_filesystem(path: Path) -> str:
+    """The file system holding path, and for ext4 whether it keeps a journal."""
+    device, mount, kind = "?", "", "?"
+    target = str(path.resolve()) + "/"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and target.startswith(fields[1].rstrip("/") + "/") and len(fields[1]) >= len(mount):
+            device, mount, kind = fields[:3]
+    if kind == "ext4":
+        journal = Path("/sys/fs/ext4") / Path(device).name / "journal_task"
+        if journal.exists():
+            kind += " (no journal)" if journal.read_text().strip() == "<none>" else " (journal)"
+    return f"{kind} at {mount}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", choices=["local", "ray"], default="local")
@@ -135,7 +155,8 @@ def main() -> None:
         loop = in_process(root, args.steps, 3)  # the run loop's own CPU per step, beside the benches' (and after)
         single, single_info = one_bench(root, 1, args.steps, args.latency, args.engine, "single")
         result: dict[str, object] = {
-            "engine": args.engine, "cores": os.cpu_count(), "steps": args.steps, "latency_s": args.latency,
+            "engine": args.engine, "cores": os.cpu_count(), "scratch_fs": scratch_filesystem(root),
+            "steps": args.steps, "latency_s": args.latency,
             "ideal_run_s": args.steps * args.latency, "one_run_wall_s": round(single, 2), "one_run": single_info,
             "target_ratio": 1.3}
         if ray_start is not None:
