@@ -16,8 +16,9 @@ only adds) is reported: the cost of the run loop alone, without forks or content
 
 The runs write where TMPDIR says (/tmp unless set), and the output names that file system ("scratch_fs"): on
 ext4 without a journal (this project's 2-core machines) each new file's inode is sought past every inode freed
-in the last seconds (ext4's recently_deleted), which perf found to be 45% of the runs' CPU at 1,024 runs; on tmpfs
-and on a journaled ext4 the same runs cost 24-27 and 33-36 ms of CPU each against 41-43.
+in the last seconds (ext4's recently_deleted): perf found it 45% of the runs' CPU at 1,024 runs, minutes after
+400,000 files were deleted. On tmpfs and on a journaled ext4 the same runs cost 24-27 and 33-36 ms of CPU each,
+against 41-43 on this machine's ext4.
 
 Usage: python benchmarks/bench_parallel.py [--engine local|ray] [--runs 16[,64,...]] [--steps 20] [--latency 0.5]
        python benchmarks/bench_parallel.py --in-process [--steps 20] [--rounds 5]
