@@ -96,7 +96,6 @@ class InodeMarks:
         if code in (errno.ENOENT, errno.ENOTDIR):
             raise FileNotFoundError(code, os.strerror(code))
         self.limit_reached |= code == errno.ENOSPC
-        return None
 
     def forget(self, mark: int) -> None:
         key = self._handles.pop(mark, None)
