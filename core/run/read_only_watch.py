@@ -482,45 +482,51 @@ class ReadOnlyWatch:
             listed = {prefix + name for name in names}
             known = self._children.get(folder, set())
             dirty |= listed ^ known  # come or gone
-            by_folder.setdefault(folder, set()).update((listed & known) - dirty)
-        state, ifmt, pack, stat_at = self.state, stat.S_IFMT, _STATE.pack, os.stat
+            # looked at while its descriptor is held: opening another folder closes it
+            self._stat_entries(folder, fd, by_folder.pop(folder, set()) | ((listed & known) - dirty), dirty, folders)
         for folder, rels in by_folder.items():
             fd = folders.open(folder)
             if fd is None:
                 dirty.update(rels)
+            else:
+                self._stat_entries(folder, fd, rels, dirty, folders)
+
+    def _stat_entries(self, folder: str, fd: int, rels: set[str], dirty: set[str], folders: _Descriptors) -> None:
+        """One stat each for recorded entries of the folder open as fd: a change in place is recorded, what was
+        replaced or is unknown goes to dirty (looked at in full)."""
+        state, ifmt, pack, stat_at = self.state, stat.S_IFMT, _STATE.pack, os.stat
+        start = len(folder) + 1 if folder else 0
+        changed = False
+        for rel in rels:
+            try:
+                st = stat_at(rel[start:], dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                dirty.add(rel)
                 continue
-            start = len(folder) + 1 if folder else 0
-            changed = False
-            for rel in rels:
-                try:
-                    st = stat_at(rel[start:], dir_fd=fd, follow_symlinks=False)
-                except OSError:
+            old = state.get(rel)
+            if old is not None and old == pack(ifmt(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                               st.st_ino):
+                continue  # as recorded (most of them)
+            record = self._folders.get(rel)
+            if record is not None:  # a folder: the same folder, or looked at in full
+                if (st.st_dev, st.st_ino) != record.identity or not stat.S_ISDIR(st.st_mode):
                     dirty.add(rel)
-                    continue
-                old = state.get(rel)
-                if old is not None and old == pack(ifmt(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                   st.st_ino):
-                    continue  # as recorded (most of them)
-                record = self._folders.get(rel)
-                if record is not None:  # a folder: the same folder, or looked at in full
-                    if (st.st_dev, st.st_ino) != record.identity or not stat.S_ISDIR(st.st_mode):
-                        dirty.add(rel)
-                    elif rel in state and state[rel] != _packed(st):
-                        changed = True
-                        self._set(rel, _packed(st))
-                    continue
-                if old is None:
-                    if rel not in self._children.get(folder, ()):
-                        dirty.add(rel)
-                    continue  # an unentered folder that may hold read-only entries: its identity is unknown
-                now = _packed(st)
-                if _kind_inode(old) != (ifmt(st.st_mode), st.st_ino):
+                elif rel in state and state[rel] != _packed(st):
+                    changed = True
+                    self._set(rel, _packed(st))
+                continue
+            if old is None:
+                if rel not in self._children.get(folder, ()):
                     dirty.add(rel)
-                    continue
-                changed = True
-                self._set(rel, now)
-            if changed:
-                folders.restate(folder)
+                continue  # an unentered folder that may hold read-only entries: its identity is unknown
+            now = _packed(st)
+            if _kind_inode(old) != (ifmt(st.st_mode), st.st_ino):
+                dirty.add(rel)
+                continue
+            changed = True
+            self._set(rel, now)
+        if changed:
+            folders.restate(folder)
 
     def _rewatch_folder(self, folder: str, folders: _Descriptors) -> None:
         record = self._folders.get(folder)
