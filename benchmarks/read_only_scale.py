@@ -52,7 +52,7 @@ from mlab.core.fs.bulk_remove import remove_tree  # noqa: E402
 from mlab.core.models import Action  # noqa: E402
 from mlab.core.plugins.registry import load_registry  # noqa: E402
 from mlab.core.run.environment import Environment, EnvSettings  # noqa: E402
-from mlab.core.run.readonly import is_read_only  # noqa: E402
+from mlab.core.run.readonly import read_only_rule  # noqa: E402
 from mlab.core.run.snapshot import SnapshotStore  # noqa: E402
 from mlab.core.sandbox.contract import Sandbox  # noqa: E402
 from mlab.core.sandbox.limits import Limits  # noqa: E402
@@ -233,9 +233,7 @@ def step_costs(scratch: Path, steps: int, names: list[str]) -> None:
             spent: list[float] = []
             guard.survey, guard.restore = timed(guard.survey, spent), timed(guard.restore, spent)
 
-            def skip(rel: str, patterns: list[str] = patterns) -> bool:
-                return is_read_only(rel, patterns)  # as a run's snapshots leave read-only files out
-
+            skip = read_only_rule(tuple(patterns))  # as a run's snapshots leave read-only files out
             store.record(ws, "s0", skip=skip, changes=store.changes)
             cpu, guard_cpu = [], []
             for number in range(1, steps + 1):

@@ -801,3 +801,88 @@ def test_a_step_whose_listing_a_crash_lost_is_done_again(tmp_path):
     assert "snapshot step_0002 is damaged" in (run_dir / "errors.log").read_text()
     (run_dir / "snapshots" / "step_0002.json").unlink()  # never renamed into place
     assert SnapshotStore(run_dir).verify("step_0002") != []
+
+
+class Listed:
+    """The workspace folders the store lists (each by its path), through the one listing function every walk uses."""
+
+    def __init__(self, monkeypatch):
+        from mlab.core.fs import tree_index
+
+        self.paths: list[str] = []
+        real = tree_index.changed_entries
+
+        def listing(fd, *args):
+            self.paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+            return real(fd, *args)
+
+        monkeypatch.setattr(tree_index, "changed_entries", listing)
+
+
+def test_a_folder_whose_every_name_is_read_only_is_never_listed(tmp_path, monkeypatch):
+    """A task like contrails holds 20,000 read-only record folders in train/ (`train/*`): a snapshot leaves every
+    one out, yet listed train/ whole at each step after unconfined code (14 ms of a step's CPU). Now the rule tells
+    the walk no name in it can be recorded, so train/ is not listed, first snapshot or later."""
+    from mlab.core.run.readonly import read_only_rule
+
+    ws = tmp_path / "ws"
+    for record in range(40):
+        (ws / "train" / f"r{record:03d}").mkdir(parents=True)
+        (ws / "train" / f"r{record:03d}" / "band.npy").write_bytes(b"x" * 10)
+    (ws / "train" / "loose.txt").write_text("read-only too\n")
+    (ws / "src").mkdir()
+    (ws / "src" / "model.py").write_text("print('model')\n")
+    skip = read_only_rule(("train/*",))
+    listed = Listed(monkeypatch)
+    store = SnapshotStore(tmp_path / "run")
+    assert set(store.take(ws, "s0", skip=skip)) == {"src/model.py"}
+    store.changes.ran_agent_code()  # as after an unconfined script: the next snapshot walks everything
+    store.changes.code_ended({})
+    (ws / "src" / "model.py").write_text("print('changed')\n")
+    assert set(store.take(ws, "s1", skip=skip, changes=store.changes)) == {"src/model.py"}
+    assert not [path for path in listed.paths if "/train" in path], listed.paths
+    assert sum(path.endswith("/ws") for path in listed.paths) == 2, listed.paths
+
+
+def test_a_pattern_that_leaves_some_names_writable_keeps_its_folder_listed(tmp_path):
+    """`train/[!.]*` matches any name a probe could try, but not `.notes`: that file is the agent's to write, so
+    its folder is listed and the file recorded (and the read-only guard does not take the folder for read-only as
+    a whole, which a confining sandbox would mount read-only)."""
+    from mlab.core.run.readonly import read_only_rule
+
+    ws = tmp_path / "ws"
+    (ws / "train").mkdir(parents=True)
+    (ws / "train" / "a.npy").write_bytes(b"x")
+    (ws / "train" / ".notes").write_text("mine\n")
+    rule = read_only_rule(("train/[!.]*",))
+    assert not rule.any_name_matches("train") and not rule.every_name_in("train")
+    assert set(SnapshotStore(tmp_path / "run").take(ws, "s0", skip=rule)) == {"train/.notes"}
+
+
+@pytest.mark.parametrize(("patterns", "folder", "every"), [
+    (("train/*",), "train", True), (("train/**",), "train", True), (("r*/*",), "rec", True),
+    (("data",), "data/sub", True), (("train/*.npy",), "train", False), (("train/?",), "train", False),
+    (("train/*",), "training", False), (("train/*",), "src", False), (("*",), "anything", True)])
+def test_every_name_in_a_folder_is_decided_from_the_patterns_text(patterns, folder, every):
+    from mlab.core.run.readonly import read_only_rule
+
+    assert read_only_rule(patterns).every_name_in(folder) is every
+
+
+def test_a_runs_snapshots_never_list_its_read_only_folder(tmp_path, monkeypatch):
+    """The run's own skip is the task's read-only rule: fixture/counter's `data/*` folder is not listed at any
+    step, in the unconfined sandbox where every step after a script walks the workspace."""
+    from mlab.core.bench.engines import execute_job
+    from mlab.core.models import RunConfig
+    from tests.fixtures.harness import fixture_registry
+
+    monkeypatch.setenv("MLAB_HOME", str(tmp_path / "home"))
+    config = RunConfig(task="fixture/counter", agent="fixture-stepper", sandbox="unconfined", max_steps=10,
+                       agent_options={"steps": 4})
+    listed = Listed(monkeypatch)
+    result = execute_job({"mode": "start", "config": config.model_dump(), "run_dir": str(tmp_path / "run"),
+                          "key": "1"}, fixture_registry())  # type: ignore[typeddict-item]
+    assert result["status"] == "finished", result
+    workspace = str(tmp_path / "run" / "workspace")
+    assert sum(path == workspace for path in listed.paths) >= 3, listed.paths  # walked after each script
+    assert not [path for path in listed.paths if path.startswith(workspace + "/data")], listed.paths

@@ -14,7 +14,6 @@ MAX_PATH_CHARS = 1024
 # Read-only files at least this large are left out of a run's archive (a receiver links its own copy, see
 # ray_engine.link_shared) and linked when held out; a workspace links every read-only file a sandbox protects.
 SHARE_MIN_BYTES = 1 << 20
-_NO_FILE_NAME = "\x00\x01\x02"  # a file name cannot hold NUL
 
 
 def resolve_in_workspace(root: str, given: str) -> Path:
@@ -80,16 +79,29 @@ def is_read_only(relpath: str, patterns: list[str]) -> bool:
 class ReadOnlyRule:
     """A task's read-only patterns, for walks that visit a folder before what it holds: `matches` tests one
     path alone (what lies below a matching folder is read-only without testing), `may_hold` says whether a
-    folder can hold a match at all, so a walk looking for read-only files enters only those folders."""
+    folder can hold a match at all, so a walk looking for read-only files enters only those folders. Called
+    with a path, it is a snapshot's skip (covers), and `every_name_in` spares the snapshot listing a folder
+    whose entries it would all leave out."""
 
     def __init__(self, patterns: tuple[str, ...]):
         normalized = [_normalize(p) for p in patterns]
         self._regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in normalized)) if patterns else None
         # what every path a pattern matches starts with: the pattern up to its first wildcard
         self._prefixes = tuple(re.split(r"[*?\[]", p, maxsplit=1)[0] for p in normalized)
+        # patterns naming every entry of the folders their head matches: HEAD/ then stars only ("images/*")
+        heads = [head for head, _, tail in (p.rpartition("/") for p in normalized)
+                 if head and tail and not tail.strip("*")]
+        self._filled = re.compile("|".join(f"(?:{fnmatch.translate(h)})" for h in heads)) if heads else None
 
     def __bool__(self) -> bool:
         return self._regex is not None
+
+    def __call__(self, relpath: str) -> bool:
+        return self.covers(relpath)
+
+    def every_name_in(self, folder: str) -> bool:
+        """Whether every path below `folder` is read-only, whatever its name."""
+        return self.covers(folder) or self.any_name_matches(folder)
 
     def matches(self, relpath: str) -> bool:
         return self._regex is not None and self._regex.match(relpath) is not None
@@ -102,9 +114,10 @@ class ReadOnlyRule:
         return any(self._regex.match("/".join(parts[: i + 1])) for i in range(len(parts)))
 
     def any_name_matches(self, folder: str) -> bool:
-        """Whether every name in `folder` is read-only (`images/*`): tested with a name no file can have, so
-        no pattern names it on purpose."""
-        return self.matches(f"{folder}/{_NO_FILE_NAME}")
+        """Whether every name in `folder` is read-only: a pattern is HEAD/ then stars only (`images/*`), HEAD
+        matching the folder. Decided from the patterns' text: a probe name cannot stand in for all names
+        (`images/[!.]*` matches any probe but leaves `.notes` writable)."""
+        return self._filled is not None and self._filled.match(folder) is not None
 
     def may_hold(self, folder: str) -> bool:
         below = folder + "/"

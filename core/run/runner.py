@@ -39,7 +39,7 @@ from mlab.core.run.held_out import held_out_files
 from mlab.core.run.live import RUN_LOCK_FILE, LiveStep
 from mlab.core.run.packages import package_versions
 from mlab.core.run.program_agent import ProgramLoop
-from mlab.core.run.readonly import is_read_only
+from mlab.core.run.readonly import ReadOnlyRule, read_only_rule
 from mlab.core.run.snapshot import SnapshotStore
 from mlab.core.run.task_lookup import task_of_run
 from mlab.core.run.taskdata import TaskHome
@@ -126,8 +126,11 @@ class Runner:
             raise RuntimeError("the run's snapshot store is used before the run was built")
         return self.store
 
-    def _skip_read_only(self, rel: str) -> bool:
-        return is_read_only(rel, self.task.read_only_files)
+    @property
+    def _skip_read_only(self) -> ReadOnlyRule:
+        """What snapshots leave out: the task's read-only paths (one object per patterns, so a store knows a
+        later step asks the same)."""
+        return read_only_rule(tuple(self.task.read_only_files))
 
     def _lock(self) -> None:
         """One process per run directory: a second `--resume` while the first is alive would corrupt it."""
