@@ -7,7 +7,10 @@ invocation against the same one-run bench, so the ratios are side by side, and t
 Besides the wall time, each count reports how long the runs took to start (first to last run's start), the CPU
 seconds the bench's processes used per run (and per step, start-up and scoring included), and of those the
 kernel's share and the driver's own; and the CPU per step against the run loop's own (the --in-process measure,
-taken in the same invocation before and after the benches, the least of both): target <= 1.5x. With --engine ray
+taken in the same invocation before and after the benches, the least of both): target <= 1.5x. Beside it, the
+same loop with the benches' latency ("loop_cpu_ms_per_step_waiting", three runs one after another): a step after a
+0.5 s wait costs 2-2.5x the same step done back to back on this project's VMs (the CPU's caches are cold), so
+"cpu_per_step_vs_waiting_loop" is what the bench adds to the loop itself. With --engine ray
 (needs Ray installed) the same bench runs as Ray tasks on a local Ray, whose start-up is reported separately.
 
 With --in-process, the same run (no latency) is instead done several times in this process, and its CPU
@@ -69,14 +72,15 @@ def one_bench(root: Path, runs: int, steps: int, latency: float, engine: str, na
                   "cpu_ms_per_step": round(cpu / runs / steps * 1000, 2)}
 
 
-def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5) -> dict[str, float]:
-    """CPU ms per step of runs done in this process, user and system apart: the least round of each."""
+def in_process(root: Path, steps: int, rounds: int, runs_per_round: int = 5, latency: float = 0.0) -> dict[str, float]:
+    """CPU ms per step of runs done in this process, user and system apart: the least round of each. With a
+    latency, each step waits for its model as in the benches."""
     from mlab.core.bench.engines import execute_job
     from mlab.core.models import RunConfig
     from tests.fixtures.bench_plugins import bench_registry
 
     registry = bench_registry()
-    config = RunConfig(task="fixture/counter", agent="fixture-llm-stepper", llm="fixture-sleepy:0",
+    config = RunConfig(task="fixture/counter", agent="fixture-llm-stepper", llm=f"fixture-sleepy:{latency}",
                        max_steps=steps + 5, agent_options={"steps": steps}).model_dump()
     made = 0
     folder = Path(tempfile.mkdtemp(prefix="in-process-", dir=root))  # called more than once in an invocation
@@ -174,6 +178,10 @@ def main() -> None:
             result[key]["cpu_s_per_run_again"] = again_info["cpu_s_per_run"]  # type: ignore[index]
             result[key]["cpu_ms_per_step_again"] = again_info["cpu_ms_per_step"]  # type: ignore[index]
         after = in_process(root, args.steps, 3)
+        # The same loop with the benches' latency: a step after a wait finds the CPU's caches cold (on this
+        # project's VMs it costs 2-2.5x the same step done back to back), which a bench pays whatever its overhead
+        waiting = in_process(root, args.steps, 3, runs_per_round=1, latency=args.latency)
+        result["loop_cpu_ms_per_step_waiting"] = waiting["cpu_ms_per_step"]
         # the loop's own: the least of both measures (other load only adds); each bench's CPU per step against it
         # (target <= 1.5x), start-up, scoring, the fork, the exit and the driver included
         own = min(loop["cpu_ms_per_step"], after["cpu_ms_per_step"])
@@ -182,6 +190,7 @@ def main() -> None:
         for value in result.values():
             if isinstance(value, dict) and "cpu_ms_per_step" in value:
                 value["cpu_per_step_vs_loop"] = round(value["cpu_ms_per_step"] / own, 2)
+                value["cpu_per_step_vs_waiting_loop"] = round(value["cpu_ms_per_step"] / waiting["cpu_ms_per_step"], 2)
                 if "cpu_ms_per_step_again" in value:
                     value["cpu_per_step_vs_loop_again"] = round(value["cpu_ms_per_step_again"] / own, 2)
         print(json.dumps(result, indent=1))
