@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -886,3 +888,163 @@ def test_a_runs_snapshots_never_list_its_read_only_folder(tmp_path, monkeypatch)
     workspace = str(tmp_path / "run" / "workspace")
     assert sum(path == workspace for path in listed.paths) >= 3, listed.paths  # walked after each script
     assert not [path for path in listed.paths if path.startswith(workspace + "/data")], listed.paths
+
+
+class Unconfined:
+    """As Execute Script brackets a script in the unconfined sandbox: agent code ran, and ended with its whole
+    tree (the sandbox killed it), unconfined."""
+
+    def __init__(self, store: SnapshotStore):
+        self.store = store
+
+    def __enter__(self):
+        self.store.changes.ran_agent_code()
+
+    def __exit__(self, *exc):
+        self.store.changes.code_ended({}, confined=False, reaped=True)
+
+
+def unconfined_tree(tmp_path: Path) -> tuple[Path, SnapshotStore]:
+    ws = tmp_path / "ws"
+    for d in range(5):
+        (ws / f"d{d}").mkdir(parents=True)
+        for f in range(40):
+            (ws / f"d{d}" / f"f{f}.txt").write_text(f"folder {d} file {f}\n")
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", changes=store.changes)
+    with Unconfined(store):
+        (ws / "d0" / "f0.txt").write_text("first command\n")
+    assert manifest_state(store.take(ws, "s1", changes=store.changes)) == state(ws)  # walks, watching each file
+    return ws, store
+
+
+def test_a_step_after_unconfined_code_looks_only_at_what_changed(tmp_path, monkeypatch):
+    """A step after unconfined code listed every folder and lstatted every file (50,000 writable files: 81 ms of
+    CPU), since unconfined code may write through a hard link it made anywhere, which no folder's event tells. Now
+    each recorded file's inode has a watch too, so such a step costs what changed."""
+    ws, store = unconfined_tree(tmp_path)
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        (ws / "d3" / "f2.txt").write_text("second command\n")
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    with Unconfined(store):
+        (ws / "d1" / "new.txt").write_text("a new file\n")
+    assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
+    assert listed.paths == [str(ws), str(ws / "d1")], listed.paths  # the new file's folder, and the way to it
+
+
+def test_writes_through_a_link_made_outside_are_seen_after_unconfined_code(tmp_path, monkeypatch):
+    """Unconfined code links a workspace file from outside the workspace, and a later command writes through
+    that link, in place and through a shared mapping of a process that has ended: the file's inode watch names
+    it, under its name and under the name it was renamed to meanwhile."""
+    ws, store = unconfined_tree(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with Unconfined(store):
+        os.link(ws / "d0" / "f3.txt", outside / "far.txt")
+        os.link(ws / "d1" / "f4.txt", outside / "moved.txt")
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    with Unconfined(store):
+        with open(outside / "far.txt", "r+") as far:
+            far.write("hacked")
+        os.rename(ws / "d1" / "f4.txt", ws / "d2" / "moved.txt")
+    assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
+    assert (ws / "d0" / "f3.txt").read_text().startswith("hacked")
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        subprocess.run([sys.executable, "-c", "import mmap, sys\n"
+                        "with open(sys.argv[1], 'r+b') as f:\n"
+                        "    m = mmap.mmap(f.fileno(), 0)\n"
+                        "    m[:6] = b'MAPPED'\n", str(outside / "moved.txt")], check=True)
+    after = store.take(ws, "s4", changes=store.changes)
+    assert (ws / "d2" / "moved.txt").read_bytes().startswith(b"MAPPED")
+    assert manifest_state(after) == state(ws)
+    assert listed.paths == [], listed.paths
+
+
+def test_a_file_written_in_a_loop_does_not_overflow_the_events(tmp_path, monkeypatch):
+    """Each write is one event, of the file's inode watch alone (its folder's watch tells only what comes and
+    goes), so 40,000 writes merge into one queued event instead of filling the queue (16,384 events) and making
+    the next step walk everything again."""
+    ws, store = unconfined_tree(tmp_path)
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        subprocess.run([sys.executable, "-c", "import os, sys\n"
+                        "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+                        "for i in range(40000):\n"
+                        "    os.write(fd, b'.')\n", str(ws / "d4" / "f9.txt")], check=True)
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    assert listed.paths == [], listed.paths
+
+
+def test_past_the_watch_limit_a_step_after_unconfined_code_walks(tmp_path, monkeypatch):
+    """A file whose inode watch is refused (the user's watch limit): the folders keep watches that tell
+    everything, and a step after unconfined code walks the workspace as before, seeing a write through a link
+    made outside."""
+    from mlab.core.fs.change_watch import ChangeWatch
+
+    def refused(self, dir_fd, name, prefix):
+        self.files_refused = True
+
+    monkeypatch.setattr(ChangeWatch, "add_file", refused)
+    ws, store = unconfined_tree(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with Unconfined(store):
+        os.link(ws / "d2" / "f5.txt", outside / "far.txt")
+    store.take(ws, "s2", changes=store.changes)
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        (outside / "far.txt").write_text("hacked\n")
+    assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
+    assert (ws / "d2" / "f5.txt").read_text() == "hacked\n"
+    assert len(listed.paths) == 6, listed.paths  # every folder
+    (ws / "d3" / "f1.txt").write_text("the harness's own write\n")  # no agent code: the folders' events tell
+    assert manifest_state(store.take(ws, "s4", changes=store.changes)) == state(ws)
+
+
+def test_files_a_restore_put_back_are_watched_anew(tmp_path):
+    """A restore writes files back as new inodes, which have no watch: the next step looks at everything and
+    watches them, so a write through a link unconfined code makes to one later is seen."""
+    ws, store = unconfined_tree(tmp_path)
+    (ws / "d0" / "f7.txt").write_text("changed, to be put back\n")
+    store.restore("s1", ws)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with Unconfined(store):
+        os.link(ws / "d0" / "f7.txt", outside / "far.txt")
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    with Unconfined(store):
+        (outside / "far.txt").write_text("hacked\n")
+    assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
+    assert (ws / "d0" / "f7.txt").read_text() == "hacked\n"
+
+
+def test_an_unconfined_script_writing_through_a_link_it_made_outside_is_recorded(tmp_path, monkeypatch):
+    """The real unconfined sandbox: one script links a workspace file from outside the workspace, a later one
+    writes through that link; the step's snapshot after it records the new content, without listing the
+    workspace."""
+    from mlab.core.run.readonly import read_only_rule
+    from tests.test_read_only_scale import make_images_env, run
+
+    env = make_images_env(tmp_path, "unconfined", count=5)
+    store, ws = env.s.store, env.workspace
+    skip = read_only_rule(tuple(env.s.read_only_patterns))
+    (ws / "src").mkdir()
+    (ws / "src" / "model.py").write_text("weights = 1\n")
+    far = tmp_path / "far.py"
+    try:
+        store.take(ws, "s0", skip=skip, changes=store.changes)
+        obs, err = run(env, f"import os\nos.link('src/model.py', {str(far)!r})\nprint('linked')\n")
+        assert not err and "linked" in obs, obs
+        store.take(ws, "s1", skip=skip, changes=store.changes)
+        listed = Listed(monkeypatch)
+        obs, err = run(env, f"open({str(far)!r}, 'w').write('weights = 2\\n')\nprint('wrote')\n")
+        assert not err and "wrote" in obs, obs
+        manifest = store.take(ws, "s2", skip=skip, changes=store.changes)
+        assert manifest["src/model.py"]["sha256"] == hashlib.sha256(b"weights = 2\n").hexdigest()
+        assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items()
+                                            if not skip(rel)}
+        assert listed.paths == [], listed.paths
+    finally:
+        env.close()

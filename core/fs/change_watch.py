@@ -7,7 +7,11 @@ costs what changed rather than what the workspace holds.
 What the events cannot tell, and what covers it:
 - a write through another hard link of the same file: only the link written through has an event. A file found
   with more than one link on an event's path makes the caller walk the whole tree (a confined command can link
-  only inside its workspace: links across its mounts fail with EXDEV);
+  only inside its workspace: links across its mounts fail with EXDEV). Unconfined code can link a file from
+  anywhere, so after it the caller may ask for a watch on each recorded file's inode too (`files`): a write
+  through any link is then an event naming the file's recorded names, and the folders' watches need tell only
+  what came, went or was renamed (one watch per write: a file written in a loop makes merged events, not two
+  streams taking turns that fill the queue);
 - writes through a shared memory mapping have no event; the mapping's last release does (IN_CLOSE_WRITE), which
   a finished command's exit brings. A process that lives on (the REPL) may still hold one: the caller trusts
   events only for steps whose agent code ended;
@@ -37,6 +41,9 @@ IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 CONTENT = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
 LISTING = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 MASK = CONTENT | LISTING | IN_ONLYDIR
+LISTING_MASK = LISTING | IN_ONLYDIR  # a folder's, where its files have watches of their own
+IN_DONT_FOLLOW = 0x2000000
+FILE_MASK = CONTENT | IN_DONT_FOLLOW
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -96,6 +103,11 @@ class ChangeWatch:
         self.unwatched: set[str] = set()  # folders past the watch limit: listed again at every drain
         self.limit_reached = False  # a watch was refused for the limit: the user is told once (the store's note)
         self.broken = False  # a watch could not be added, or events were lost: nothing is known
+        # Set before the first folder is added: each recorded file gets a watch on its inode (add_file), named
+        # by the recorded names of that inode
+        self.files = False
+        self.files_refused = False  # a file's watch could not be added: file events do not tell all
+        self._files: dict[int, set[tuple[str, str]]] = {}
 
     @classmethod
     def open(cls) -> ChangeWatch | None:
@@ -109,7 +121,8 @@ class ChangeWatch:
         """Watch the folder open as dir_fd (reached through its descriptor, never by re-resolving its path)."""
         if self.broken or _libc is None:
             return
-        wd = _libc.inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(), MASK)
+        wd = _libc.inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(),
+                                     LISTING_MASK if self.files else MASK)
         if wd < 0:
             if ctypes.get_errno() == errno.ENOSPC:  # past max_user_watches: this folder is listed at every drain
                 self.unwatched.add(prefix)
@@ -119,6 +132,18 @@ class ChangeWatch:
             return
         self.unwatched.discard(prefix)
         self._prefixes[wd] = prefix
+
+    def add_file(self, dir_fd: int, name: str, prefix: str) -> None:
+        """Watch the inode of the file `name` in the folder open as dir_fd (a link is watched itself, never
+        followed); its events name prefix + name, and every other recorded name of the same inode."""
+        if self.broken or self.files_refused or _libc is None:
+            return
+        wd = _libc.inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}/".encode() + os.fsencode(name), FILE_MASK)
+        if wd < 0:
+            if ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):  # gone: its folder's events tell
+                self.files_refused = True
+            return
+        self._files.setdefault(wd, set()).add((prefix, name))
 
     def counts(self) -> tuple[int, int]:
         """(folders past the watch limit, folders of the tree)."""
@@ -144,6 +169,14 @@ class ChangeWatch:
             offset += _HEADER.size + length
             if mask & IN_Q_OVERFLOW:
                 self.broken = True
+                continue
+            links = self._files.get(wd)
+            if links is not None:
+                if mask & IN_IGNORED:  # the inode went: its names' folders had events of their own
+                    del self._files[wd]
+                    continue
+                for folder, leaf in links:  # names since renamed away are looked at for nothing
+                    found.setdefault(folder, FolderEvents()).names.add(leaf)
                 continue
             prefix = self._prefixes.get(wd)
             if mask & IN_IGNORED:  # the folder went (or its watch was removed): its events are over

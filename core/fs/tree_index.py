@@ -121,8 +121,10 @@ class Scanner:
         # Folders ("a/b") nothing could change since they were last scanned, with their (device, inode): kept
         # as recorded when the same folder is found there again
         self.sealed = sealed or {}
-        self.watch: Any = None  # a ChangeWatch (mlab.core.fs.change_watch) told of each folder newly listed
-        self.watch_all = False  # tell it of every folder listed (a new watch)
+        # A ChangeWatch (mlab.core.fs.change_watch) told of each folder newly listed, and with its `files` of
+        # each file recorded
+        self.watch: Any = None
+        self.watch_all = False  # tell it of every folder listed, and every file kept (a new watch)
         # Set: list only these recorded folders (prefixes "a/b/", those on their way included) and folders not
         # recorded before; any other recorded folder still there as the same folder is kept as it is
         self.only: set[str] | None = None
@@ -150,6 +152,7 @@ class Scanner:
         identity = (here.st_dev, here.st_ino)
         if self.watch is not None and (self.watch_all or folder.identity != identity):
             self.watch.add(fd, prefix)  # before the listing: a change after it is an event
+        watch_files = self.watch is not None and self.watch.files
         folder.identity = identity
         new_verdicts: dict[str, bool] = {}
         listed: list[str] = []
@@ -258,6 +261,8 @@ class Scanner:
                 continue
             if before is None and name in folders:  # a folder became a file or link
                 _forget(folder, name)
+            if watch_files and not is_link:  # before it is read: a write after the read is an event
+                self.watch.add_file(fd, name, prefix)
             recorded = record(fd, name, is_link)
             if recorded is None:
                 _forget(folder, name)
@@ -269,6 +274,10 @@ class Scanner:
                 folder.touched(name)
         limits.entries = count
         folder.entries_below = count - entries_before
+        if watch_files and self.watch_all:  # a new watch: the files kept as recorded get theirs too
+            for name, (_key, entry) in files.items():
+                if "link" not in entry:
+                    self.watch.add_file(fd, name, prefix)
         folder.verdicts = new_verdicts
         if gone is not None:
             for name in gone:
@@ -342,6 +351,8 @@ class Scanner:
             else:
                 if before is not None and before[0] is not None and before[0] == stat_key(st):
                     return True
+                if self.watch is not None and self.watch.files and stat.S_ISREG(st.st_mode):
+                    self.watch.add_file(fd, leaf, "".join(f"{part}/" for part in parts))
                 recorded = self.record(fd, leaf, stat.S_ISLNK(st.st_mode))
                 if recorded is None:
                     _forget(folder, leaf)

@@ -116,8 +116,10 @@ class ScriptRunner:
         finally:
             self.workspace.recreate_if_removed()
             outcome = self.guard.restore(before)
-            # Nothing of a confined script outlives it: the kernel's change events name all it changed.
-            changes.code_ended(outcome.intact, confined=bool(getattr(self.settings.sandbox, "confined", False)))
+            # Nothing of a script outlives it (the sandbox killed its tree): the kernel's change events name all
+            # it changed, confined; unconfined, with a watch on each file's inode (another hard link).
+            changes.code_ended(outcome.intact, confined=bool(getattr(self.settings.sandbox, "confined", False)),
+                               reaped=True)
         return result, outcome.changed
 
     def execute_script(self, script_name: str) -> str:

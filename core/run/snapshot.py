@@ -13,7 +13,9 @@ Cost: the store remembers the workspace as it last recorded it (mlab.core.fs.tre
 lstats every entry and reads only files whose (inode, size, mtime_ns, ctime_ns) changed. Between snapshots the
 kernel's change events (mlab.core.fs.change_watch) name what anyone wrote, the harness's actions and a plugin's
 plain open() alike: the store looks only there, or reuses the previous snapshot when nothing changed. Nothing
-has to announce its writes; without events (no inotify, events lost) every snapshot walks.
+has to announce its writes; without events (no inotify, events lost) every snapshot walks. After unconfined
+code (which can write through a hard link made anywhere) the events tell all only with a watch on each recorded
+file's inode: the first such snapshot walks and adds them.
 Objects go to a content-addressed store (mlab.core.run.object_store) without fsync, listings too, and are made
 durable together by one syncfs before take() returns, or by the caller's own next one (a run's step commit, so
 one sync a step); verify() checks a whole snapshot, and finds one a crash before that sync tore. Putting one
@@ -64,19 +66,23 @@ class WorkspaceChanges:
         self._sealed: dict[str, tuple[int, int]] | None = None  # None: no run of agent code vouched yet
         self._running = 0  # runs of agent code that have not vouched (yet): nothing is sealed
         self._ended_confined = False  # every run of agent code since the last snapshot ended, confined
+        self._ended_reaped = False  # every run of agent code since the last snapshot ended, all its processes
 
     def ran_agent_code(self) -> None:
         self.unknown = True
         if self._running == 0 and self._sealed is None:
-            self._ended_confined = True
+            self._ended_confined = self._ended_reaped = True
         self._running += 1
 
-    def code_ended(self, sealed: dict[str, tuple[int, int]], confined: bool = False) -> None:
+    def code_ended(self, sealed: dict[str, tuple[int, int]], confined: bool = False, reaped: bool = False) -> None:
         """The run of agent code started last could not change these folders ((device, inode) each); confined:
         it ran in a confining sandbox and nothing of it lives on (a script, not the REPL), so the kernel's
-        change events name everything it changed (mlab.core.fs.change_watch)."""
+        change events name everything it changed (mlab.core.fs.change_watch); reaped: nothing of it lives on,
+        but it may have written through hard links from anywhere (unconfined), which only watches on the files'
+        inodes tell."""
         self._running -= 1
         self._ended_confined = self._ended_confined and confined
+        self._ended_reaped = self._ended_reaped and (confined or reaped)
         if self._sealed is None:
             self._sealed = dict(sealed)
         else:
@@ -88,6 +94,12 @@ class WorkspaceChanges:
         return not self.unknown or (self._running == 0 and self._sealed is not None and self._ended_confined)
 
     @property
+    def reaped(self) -> bool:
+        """Agent code ran, and every run of it ended with all its processes: with a watch on each recorded file's
+        inode, the events tell all (events_tell_all says whether they do without)."""
+        return self.unknown and self._running == 0 and self._sealed is not None and self._ended_reaped
+
+    @property
     def sealed(self) -> dict[str, tuple[int, int]]:
         if self._running or not self._sealed:
             return {}
@@ -95,7 +107,7 @@ class WorkspaceChanges:
 
     def clear(self) -> None:
         self.unknown = False
-        self._sealed, self._running, self._ended_confined = None, 0, False
+        self._sealed, self._running, self._ended_confined, self._ended_reaped = None, 0, False, False
 
 
 class SnapshotStore:
@@ -114,6 +126,7 @@ class SnapshotStore:
         self._watch: ChangeWatch | None = None  # events on the folders of the recorded tree
         self._watch_all = True  # the next walk must watch every folder it lists (a new watch)
         self._linked = False  # a file recorded since the walk began has other hard links
+        self._files_refused = False  # a file's inode watch was refused (the watch limit): folders' watches only
         self._limit_said = False  # the watch limit's note is given once a store (a run)
 
     def close(self) -> None:
@@ -169,8 +182,8 @@ class SnapshotStore:
             events = self._drain_events()
             # The events name every write since the last snapshot, whoever made it, unless agent code may have
             # written without one; None when they cannot be had: then the whole tree is walked.
-            told = changes is not None and changes.events_tell_all and events is not None and previous \
-                and not self.left_out
+            told = changes is not None and (changes.events_tell_all or self._inodes_tell(changes, events)) \
+                and events is not None and previous and not self.left_out
             if told and changes is not None and not changes.unknown and not events:
                 self.name_again(previous, name, durable)
                 self._index = (identity, skip, tree, name)
@@ -183,10 +196,25 @@ class SnapshotStore:
             if not (told and self._apply_events(scanner, root, tree, events or {})):
                 self._full_walk(scanner, root, tree, sealed)
             self._watch_all = False
+            if self._watch is not None and self._watch.files_refused:  # past the watch limit: folders only again
+                self._files_refused = True
+                self._drop_watch()
             listing = tree.encode(self._seal)
             tree.dirty = False
             self._commit(name, listing, durable)
             self._index = (identity, skip, tree, name)
+
+    def _inodes_tell(self, changes: WorkspaceChanges, events: dict[str, FolderEvents] | None) -> bool:
+        """Whether, after agent code that ended whole but perhaps unconfined, the events tell all: every recorded
+        file's inode has had a watch since it was recorded. The first time, the watch is told to give each file
+        one (and each folder its own again), which this step's walk does."""
+        watch = self._watch
+        if not changes.reaped or watch is None or self._files_refused:
+            return False
+        if not watch.files:
+            watch.files = self._watch_all = True
+            return False
+        return events is not None and not watch.files_refused
 
     def _sealed(self, changes: WorkspaceChanges | None,
                 events: dict[str, FolderEvents] | None) -> dict[str, tuple[int, int]]:
@@ -319,7 +347,7 @@ class SnapshotStore:
         if stored is None:  # no longer a regular file (removed, or swapped for a FIFO)
             return None
         digest, size, st = stored
-        if st.st_nlink > 1:
+        if st.st_nlink > 1 and not (self._watch is not None and self._watch.files):  # else its inode tells
             self._linked = True
         return {"sha256": digest, "size": size, "mode": st.st_mode & 0o777}, stat_key(st)
 
@@ -380,6 +408,7 @@ class SnapshotStore:
         """Make the workspace equal to snapshot `name`, leaving paths for which skip() is true alone."""
         manifest = self.manifest(name)
         self._index = None  # until the restore is complete the workspace is neither what was recorded nor this
+        self._drop_watch()  # the files put back are new inodes, with no watch of their own: watched anew
         identity, tree = snapshot_restore.restore(manifest, self.objects, workspace, skip, self.manifests / ".clock")
         self._index = (identity, skip, tree, name)
         self.left_out = ""
