@@ -1048,3 +1048,20 @@ def test_an_unconfined_script_writing_through_a_link_it_made_outside_is_recorded
         assert listed.paths == [], listed.paths
     finally:
         env.close()
+
+
+def test_a_write_through_one_of_two_workspace_names_of_a_file_changes_both(tmp_path, monkeypatch):
+    """Two names in the workspace for one inode: a write through one is an event of the inode's watch, which
+    names both, so both are recorded anew without a walk."""
+    ws, store = unconfined_tree(tmp_path)
+    with Unconfined(store):
+        os.link(ws / "d0" / "f1.txt", ws / "d4" / "twin.txt")
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        with open(ws / "d4" / "twin.txt", "r+") as twin:
+            twin.write("both")
+    manifest = store.take(ws, "s3", changes=store.changes)
+    assert manifest_state(manifest) == state(ws)
+    assert manifest["d0/f1.txt"] == manifest["d4/twin.txt"] and (ws / "d0" / "f1.txt").read_text().startswith("both")
+    assert listed.paths == [], listed.paths

@@ -107,7 +107,8 @@ class ChangeWatch:
         # by the recorded names of that inode
         self.files = False
         self.files_refused = False  # a file's watch could not be added: file events do not tell all
-        self._files: dict[int, set[tuple[str, str]]] = {}
+        self._files: dict[int, tuple[str, str]] = {}  # an inode's watch -> (folder prefix, name) first recorded
+        self._more_links: dict[int, set[tuple[str, str]]] = {}  # its other recorded names (hard links, renames)
 
     @classmethod
     def open(cls) -> ChangeWatch | None:
@@ -143,7 +144,9 @@ class ChangeWatch:
             if ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):  # gone: its folder's events tell
                 self.files_refused = True
             return
-        self._files.setdefault(wd, set()).add((prefix, name))
+        link = self._files.setdefault(wd, (prefix, name))
+        if link != (prefix, name):
+            self._more_links.setdefault(wd, set()).add((prefix, name))
 
     def counts(self) -> tuple[int, int]:
         """(folders past the watch limit, folders of the tree)."""
@@ -170,12 +173,13 @@ class ChangeWatch:
             if mask & IN_Q_OVERFLOW:
                 self.broken = True
                 continue
-            links = self._files.get(wd)
-            if links is not None:
+            link = self._files.get(wd)
+            if link is not None:
                 if mask & IN_IGNORED:  # the inode went: its names' folders had events of their own
                     del self._files[wd]
+                    self._more_links.pop(wd, None)
                     continue
-                for folder, leaf in links:  # names since renamed away are looked at for nothing
+                for folder, leaf in (link, *self._more_links.get(wd, ())):  # a name renamed away: looked at for nothing
                     found.setdefault(folder, FolderEvents()).names.add(leaf)
                 continue
             prefix = self._prefixes.get(wd)
