@@ -1065,3 +1065,40 @@ def test_a_write_through_one_of_two_workspace_names_of_a_file_changes_both(tmp_p
     assert manifest_state(manifest) == state(ws)
     assert manifest["d0/f1.txt"] == manifest["d4/twin.txt"] and (ws / "d0" / "f1.txt").read_text().startswith("both")
     assert listed.paths == [], listed.paths
+
+
+@pytest.mark.slow  # 17,000 files made and read: over 2 s on two cores
+def test_events_lost_to_a_full_queue_cost_a_walk_not_every_watch_again(tmp_path, monkeypatch):
+    """Unconfined code makes more files than the event queue holds (16,384 by default): the events are lost and
+    the step walks the workspace, but the watches are all still there, so the step watches only the new files,
+    not every file again (a walk plus 50,000 watches: 370 ms), and a write through a link made outside to an old
+    file is still an event."""
+    from mlab.core.fs.change_watch import ChangeWatch
+
+    with open("/proc/sys/fs/inotify/max_queued_events") as limit:
+        queued = int(limit.read())
+    ws, store = unconfined_tree(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    added: list[str] = []
+    real_add_file = ChangeWatch.add_file
+
+    def counted(self, dir_fd, name, prefix):
+        added.append(prefix + name)
+        return real_add_file(self, dir_fd, name, prefix)
+
+    monkeypatch.setattr(ChangeWatch, "add_file", counted)
+    with Unconfined(store):
+        for number in range(queued + 500):  # in a watched folder: an event each
+            (ws / "d0" / f"new{number}.txt").write_text("x")
+        os.link(ws / "d3" / "f3.txt", outside / "far.txt")
+    assert manifest_state(store.take(ws, "s2", changes=store.changes)) == state(ws)
+    # the new files, and a few the walk read again (the linked one's change time moved; one recorded in the clock
+    # tick of its write); not the 200 others again
+    assert queued + 500 <= len(added) <= queued + 510, len(added)
+    added.clear()
+    listed = Listed(monkeypatch)
+    with Unconfined(store):
+        (outside / "far.txt").write_text("hacked\n")
+    assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
+    assert (ws / "d3" / "f3.txt").read_text() == "hacked\n" and listed.paths == [] and len(added) <= 1, added

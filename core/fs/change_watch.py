@@ -18,8 +18,9 @@ What the events cannot tell, and what covers it:
 - a folder past the user's watch limit (fs.inotify.max_user_watches, 8,192 on many machines, shared by all the
   user's processes): it is reported at every drain as to be listed again, so a tree larger than the limit
   costs a step its unwatched folders, not a walk of everything;
-- events past the kernel's queue (IN_Q_OVERFLOW), a watch that failed otherwise, or no inotify at all: the
-  caller is told nothing is known and walks the whole tree.
+- events past the kernel's queue (IN_Q_OVERFLOW): the caller is told nothing is known this once and walks the
+  whole tree, but the watches stand, so it need not make them again (a file's watch each: 50,000 system calls);
+- a watch that failed otherwise, or no inotify at all: nothing is known, and the caller walks with a new watch.
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ class ChangeWatch:
         self._prefixes: dict[int, str] = {}  # watch descriptor -> the folder's prefix ("" or "a/b/")
         self.unwatched: set[str] = set()  # folders past the watch limit: listed again at every drain
         self.limit_reached = False  # a watch was refused for the limit: the user is told once (the store's note)
-        self.broken = False  # a watch could not be added, or events were lost: nothing is known
+        self.broken = False  # a watch could not be added: nothing is known
+        self.overflowed = False  # events were lost to a full queue (the watches stand): the next drain says so
         # Set before the first folder is added: each recorded file gets a watch on its inode (add_file), named
         # by the recorded names of that inode
         self.files = False
@@ -162,6 +164,9 @@ class ChangeWatch:
             self._parse(data, found)
         for prefix in self.unwatched:  # no event can come from there: whatever happened, listed again
             found.setdefault(prefix, FolderEvents()).relist = True
+        if self.overflowed:  # the caller walks the tree once; the watches go on telling what happens next
+            self.overflowed = False
+            return None
         return None if self.broken else found
 
     def _parse(self, data: bytes, found: dict[str, FolderEvents]) -> None:
@@ -171,7 +176,7 @@ class ChangeWatch:
             name = data[offset + _HEADER.size:offset + _HEADER.size + length].rstrip(b"\0")
             offset += _HEADER.size + length
             if mask & IN_Q_OVERFLOW:
-                self.broken = True
+                self.overflowed = True
                 continue
             link = self._files.get(wd)
             if link is not None:

@@ -261,8 +261,8 @@ class Scanner:
                 continue
             if before is None and name in folders:  # a folder became a file or link
                 _forget(folder, name)
-            if watch_files and not is_link:  # before it is read: a write after the read is an event
-                self.watch.add_file(fd, name, prefix)
+            if watch_files and not is_link and not self.watch_all:  # before it is read (a write after is an event);
+                self.watch.add_file(fd, name, prefix)  # with watch_all, with the others below (nothing runs meanwhile)
             recorded = record(fd, name, is_link)
             if recorded is None:
                 _forget(folder, name)

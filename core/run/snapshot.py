@@ -270,7 +270,9 @@ class SnapshotStore:
     def _drain_events(self) -> dict[str, FolderEvents] | None:
         """The change events since the last snapshot (a watch is made on the first); None when unknown."""
         events = self._watch.drain() if self._watch is not None else None
-        if events is None:  # the first snapshot, or events were lost: watch afresh, every folder at the next walk
+        # the first snapshot, or a watch failed: watch afresh, every folder at the next walk (events lost to a
+        # full queue leave the watches standing: that walk need not add them again)
+        if events is None and (self._watch is None or self._watch.broken):
             self._drop_watch()
             self._watch = ChangeWatch.open()
             self._watch_all = self._watch is not None
