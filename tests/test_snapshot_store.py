@@ -1102,3 +1102,56 @@ def test_events_lost_to_a_full_queue_cost_a_walk_not_every_watch_again(tmp_path,
         (outside / "far.txt").write_text("hacked\n")
     assert manifest_state(store.take(ws, "s3", changes=store.changes)) == state(ws)
     assert (ws / "d3" / "f3.txt").read_text() == "hacked\n" and listed.paths == [] and len(added) <= 1, added
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_steps_after_unconfined_code_match_the_workspace_whatever_it_did(tmp_path, seed):
+    """Random commands of unconfined code (writes in place and through links made outside or inside, renames,
+    removals, new files and folders, mode changes, truncation), a snapshot after each: each equals the workspace,
+    contents and modes."""
+    import random
+
+    ws, store = unconfined_tree(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    rng = random.Random(seed)
+    made = 0
+
+    def files() -> list[Path]:
+        return sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink())
+
+    for step in range(40):
+        with Unconfined(store):
+            for _ in range(rng.randint(1, 4)):
+                made += 1
+                target = rng.choice(files())
+                action = rng.choice(["write", "link_out", "write_out", "rename", "remove", "new", "folder", "chmod",
+                                     "truncate", "link_in"])
+                if action == "write":
+                    with open(target, "r+") as f:
+                        f.write(f"w{made}")
+                elif action == "link_out":
+                    os.link(target, outside / f"l{made}")
+                elif action == "write_out" and list(outside.iterdir()):
+                    with open(rng.choice(sorted(outside.iterdir())), "a") as f:
+                        f.write(f"far{made}")
+                elif action == "rename":
+                    folder = rng.choice(sorted(p for p in ws.rglob("*") if p.is_dir()) + [ws])
+                    os.rename(target, folder / f"r{made}.txt")
+                elif action == "remove" and len(files()) > 20:
+                    target.unlink()
+                elif action == "new":
+                    (target.parent / f"n{made}.txt").write_text(f"new {made}\n")
+                elif action == "folder":
+                    (ws / f"g{made}").mkdir()
+                    (ws / f"g{made}" / "x.txt").write_text(f"in g{made}\n")
+                elif action == "chmod":
+                    target.chmod(rng.choice([0o600, 0o644, 0o755]))
+                elif action == "truncate":
+                    os.truncate(target, rng.randint(0, 5))
+                elif action == "link_in":
+                    os.link(target, target.parent / f"k{made}.txt")
+        manifest = store.take(ws, f"r{step}", changes=store.changes)
+        assert manifest_state(manifest) == state(ws), (seed, step)
+        assert {rel: entry["mode"] for rel, entry in manifest.items()} == {
+            rel: (ws / rel).stat().st_mode & 0o777 for rel in state(ws)}, (seed, step)

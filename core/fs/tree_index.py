@@ -351,8 +351,6 @@ class Scanner:
             else:
                 if before is not None and before[0] is not None and before[0] == stat_key(st):
                     return True
-                if self.watch is not None and self.watch.files and stat.S_ISREG(st.st_mode):
-                    self.watch.add_file(fd, leaf, "".join(f"{part}/" for part in parts))
                 recorded = self.record(fd, leaf, stat.S_ISLNK(st.st_mode))
                 if recorded is None:
                     _forget(folder, leaf)
