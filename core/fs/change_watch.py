@@ -105,8 +105,8 @@ class ChangeWatch:
         self.limit_reached = False  # a watch was refused for the limit: the user is told once (the store's note)
         self.broken = False  # a watch could not be added: nothing is known
         self.overflowed = False  # events were lost to a full queue (the watches stand): the next drain says so
-        # Set before the first folder is added: each recorded file gets a watch on its inode (add_file), named
-        # by the recorded names of that inode
+        # Each recorded file gets a watch on its inode (add_file), named by the recorded names of that inode, and
+        # each folder added from then on (again: the caller's next walk adds them all) tells only what comes and goes
         self.files = False
         self.files_refused = False  # a file's watch could not be added: file events do not tell all
         self._files: dict[int, tuple[str, str]] = {}  # an inode's watch -> (folder prefix, name) first recorded
