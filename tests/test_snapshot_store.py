@@ -1155,3 +1155,19 @@ def test_steps_after_unconfined_code_match_the_workspace_whatever_it_did(tmp_pat
         assert manifest_state(manifest) == state(ws), (seed, step)
         assert {rel: entry["mode"] for rel, entry in manifest.items()} == {
             rel: (ws / rel).stat().st_mode & 0o777 for rel in state(ws)}, (seed, step)
+
+
+def test_the_same_read_only_rule_built_again_keeps_the_recorded_tree(tmp_path, monkeypatch):
+    """The store keeps its record while the skip is the same: a rule built again for the same patterns (the cache
+    of rules evicted it) is the same skip, so the next step does not walk the workspace again."""
+    from mlab.core.run.readonly import ReadOnlyRule
+
+    ws = tmp_path / "ws"
+    make_tree(ws)
+    store = SnapshotStore(tmp_path / "run")
+    store.take(ws, "s0", skip=ReadOnlyRule(("d0/*",)), changes=store.changes)
+    listed = Listed(monkeypatch)
+    (ws / "d1" / "f1.txt").write_text("the harness's write\n")
+    manifest = store.take(ws, "s1", skip=ReadOnlyRule(("d0/*",)), changes=store.changes)
+    assert manifest_state(manifest) == {rel: digest for rel, digest in state(ws).items() if not rel.startswith("d0/")}
+    assert listed.paths == [], listed.paths

@@ -84,6 +84,7 @@ class ReadOnlyRule:
     whose entries it would all leave out."""
 
     def __init__(self, patterns: tuple[str, ...]):
+        self.patterns = patterns
         normalized = [_normalize(p) for p in patterns]
         self._regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in normalized)) if patterns else None
         # what every path a pattern matches starts with: the pattern up to its first wildcard
@@ -95,6 +96,12 @@ class ReadOnlyRule:
 
     def __bool__(self) -> bool:
         return self._regex is not None
+
+    def __eq__(self, other: object) -> bool:  # a snapshot store knows the same skip, built again, for the same
+        return isinstance(other, ReadOnlyRule) and other.patterns == self.patterns
+
+    def __hash__(self) -> int:
+        return hash(self.patterns)
 
     def __call__(self, relpath: str) -> bool:
         return self.covers(relpath)
