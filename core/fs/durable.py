@@ -1,14 +1,19 @@
 """Making many unsynced writes durable at once, and the file system's own clock.
 
 Objects are written without fsync; one `syncfs` of their file system before a step is committed makes all of
-them durable at the price of one call (fsync per file costs about as much as writing a small file).
+them durable at the price of one call (fsync per file costs about as much as writing a small file). The threads
+of one process share it: a call made while a flush of the same file system runs waits for that flush, which may
+have begun before the call's writes, and then one flush serves every call that waited (a bench host's runs end
+their steps together, and each syncfs of a busy file system waits on everyone's writes and on the others' syncfs).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import os
+import threading
 import time
+from collections.abc import Callable
 
 from mlab.core.fs.dirfd import opened
 
@@ -28,16 +33,69 @@ def _libc() -> ctypes.CDLL | None:
 
 def sync_filesystem(where: str | os.PathLike[str] | int) -> None:
     """Flush every dirty page and pending metadata change of the file system holding `where` (a folder, or an
-    open descriptor of any file on it) to its disk."""
+    open descriptor of any file on it) to its disk: returns once a flush begun after this call has ended."""
     libc = _libc()
     if libc is None:
         os.sync()  # no syncfs here: flush everything
         return
     if isinstance(where, int):
-        _syncfs(libc, where, where)
+        _flusher(os.fstat(where).st_dev).flush(lambda: _syncfs(libc, where, where))
         return
     with opened(os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
-        _syncfs(libc, fd, os.fspath(where))
+        _flusher(os.fstat(fd).st_dev).flush(lambda: _syncfs(libc, fd, os.fspath(where)))
+
+
+class _Flusher:
+    """The flushes of one file system by this process's threads: one at a time, shared by the calls made while
+    the one before it ran (group commit)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._asked = 0  # calls numbered in the order they came
+        self._done = 0  # every call up to this number is served by a flush that has ended
+        self._running = False
+
+    def flush(self, sync: Callable[[], None]) -> None:
+        with self._turn:
+            self._asked += 1
+            mine = self._asked
+            while self._running and self._done < mine:  # it may have begun before this call's writes
+                self._turn.wait()
+            if self._done >= mine:
+                return
+            self._running, serves = True, self._asked
+        try:
+            sync()
+        except BaseException:
+            with self._turn:  # the calls it was to serve flush again, one of them for all
+                self._running = False
+                self._turn.notify_all()
+            raise
+        with self._turn:
+            self._running, self._done = False, max(self._done, serves)
+            self._turn.notify_all()
+
+
+_flushers: dict[int, _Flusher] = {}
+_flushers_lock = threading.Lock()
+
+
+def _forget_flushers() -> None:
+    """In a forked child: the parent's flushes (and locks another of its threads held) are not the child's."""
+    global _flushers_lock
+    _flushers.clear()
+    _flushers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_flushers)
+
+
+def _flusher(device: int) -> _Flusher:
+    with _flushers_lock:
+        flusher = _flushers.get(device)
+        if flusher is None:
+            flusher = _flushers[device] = _Flusher()
+        return flusher
 
 
 def _syncfs(libc: ctypes.CDLL, fd: int, where: str | int) -> None:

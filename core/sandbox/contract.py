@@ -82,9 +82,7 @@ class Sandbox(ABC):
         """Run argv to its end, showing on_output each chunk of output as it comes, and return the exit code (-N
         for a death by signal N; None when unknown), the output and the limit hit. Raises as `popen`. The time
         limit counts from `popen`'s return, output past spec.limits.output_bytes is cut in the middle, and a broken
-        limit kills the tree: ProcessSandbox's `run`, mlab.core.sandbox.supervise.run_to_end(self, ...), does so.
-        When it returns, nothing it started runs any more (run_to_end kills the tree at the end): the snapshot
-        after a script trusts the kernel's change events, and with an unconfined sandbox, inode watches."""
+        limit kills the tree, as returning does (snapshots trust change events): supervise.run_to_end(self, ...)."""
 
     def close(self) -> None:
         """Let go of what is kept between commands (zygotes, containers); the run's owner calls it when the run
