@@ -8,46 +8,46 @@ from mlab.core.fs import durable
 
 
 def test_threads_flushing_together_share_a_flush_that_began_after_each_asked(tmp_path, monkeypatch):
-    """Each call returns only once a flush that began after the call did has ended (what it wrote before the call
-    is on disk); calls that come while a flush runs wait for it and share the next one."""
+    """Eight threads ask while a first flush runs: that flush may have begun before their writes, so it serves
+    only the thread that ran it; one more flush, begun after all seven asked, serves them all (before: eight)."""
     lock = threading.Lock()
     clock = 0  # orders calls and flushes
     flushes: list[tuple[int, int]] = []  # (began, ended) of each flush
     real = durable._syncfs
+    device = tmp_path.stat().st_dev
 
-    def flush(libc, fd, where):
+    def tick() -> int:
         nonlocal clock
         with lock:
             clock += 1
-            began = clock
+            return clock
+
+    def flush(libc, fd, where):
+        began = tick()
+        if not flushes:  # the first: hold it until every thread has asked
+            asked = durable._flusher(device)
+            for _ in range(20_000):  # a bound, so a broken flusher fails below rather than hangs
+                if asked._asked >= 8:
+                    break
+                threading.Event().wait(0.001)
         real(libc, fd, where)
-        threading.Event().wait(0.005)  # a flush takes a while: calls pile up meanwhile
-        with lock:
-            clock += 1
-            flushes.append((began, clock))
+        flushes.append((began, tick()))
 
     monkeypatch.setattr(durable, "_syncfs", flush)
     calls: list[tuple[int, int]] = []  # (asked, returned)
 
     def step() -> None:
-        nonlocal clock
-        for _ in range(25):
-            with lock:
-                clock += 1
-                asked = clock
-            durable.sync_filesystem(tmp_path)
-            with lock:
-                clock += 1
-                calls.append((asked, clock))
+        asked = tick()
+        durable.sync_filesystem(tmp_path)
+        calls.append((asked, tick()))
 
     threads = [threading.Thread(target=step) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(calls) == 200
+    assert len(calls) == 8 and len(flushes) == 2, flushes
     assert all(any(asked < began and ended < returned for began, ended in flushes) for asked, returned in calls)
-    assert len(flushes) < len(calls) / 2, len(flushes)  # before: one flush a call
 
 
 def test_a_failed_flush_serves_nobody(tmp_path, monkeypatch):
