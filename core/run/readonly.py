@@ -97,7 +97,7 @@ class ReadOnlyRule:
     def __bool__(self) -> bool:
         return self._regex is not None
 
-    def __eq__(self, other: object) -> bool:  # a snapshot store knows the same skip, built again, for the same
+    def __eq__(self, other: object) -> bool:  # the same skip to a snapshot store, when built again
         return isinstance(other, ReadOnlyRule) and other.patterns == self.patterns
 
     def __hash__(self) -> int:
