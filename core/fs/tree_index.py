@@ -129,9 +129,10 @@ class Scanner:
         # recorded before; any other recorded folder still there as the same folder is kept as it is
         self.only: set[str] | None = None
         self.skip = skip
-        # A skip that knows every name in a folder is left out (mlab.core.run.readonly.ReadOnlyRule) spares
-        # listing it: 20,000 read-only record folders in train/ cost a walk more than the rest of the workspace
-        self.skips_folder: Callable[[str], bool] | None = getattr(skip, "every_name_in", None)
+        # A skip that knows every name in a folder it does not skip itself is left out (ReadOnlyRule's
+        # any_name_matches, mlab.core.run.readonly) spares listing it: 20,000 read-only record folders in train/
+        # cost a walk more than the rest of the workspace. One regex match a folder: its own verdict was False.
+        self.skips_folder: Callable[[str], bool] | None = getattr(skip, "any_name_matches", None)
         self.limits = limits
         self.horizon_ns = horizon_ns  # stat keys with a change time before this vouch for the content
         # Folders another process listed and compared already (split_walk.SplitWalk): take(prefix, fd) gives

@@ -80,7 +80,7 @@ class ReadOnlyRule:
     """A task's read-only patterns, for walks that visit a folder before what it holds: `matches` tests one
     path alone (what lies below a matching folder is read-only without testing), `may_hold` says whether a
     folder can hold a match at all, so a walk looking for read-only files enters only those folders. Called
-    with a path, it is a snapshot's skip (covers), and `every_name_in` spares the snapshot listing a folder
+    with a path, it is a snapshot's skip (covers), and `any_name_matches` spares the snapshot listing a folder
     whose entries it would all leave out."""
 
     def __init__(self, patterns: tuple[str, ...]):
@@ -105,10 +105,6 @@ class ReadOnlyRule:
 
     def __call__(self, relpath: str) -> bool:
         return self.covers(relpath)
-
-    def every_name_in(self, folder: str) -> bool:
-        """Whether every path below `folder` is read-only, whatever its name."""
-        return self.covers(folder) or self.any_name_matches(folder)
 
     def matches(self, relpath: str) -> bool:
         return self._regex is not None and self._regex.match(relpath) is not None
