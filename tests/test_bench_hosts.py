@@ -30,7 +30,7 @@ def run_logs(bench_dir: Path) -> dict[str, list[str]]:
 
 
 def test_runs_started_together_are_spread_over_hosts_per_core():
-    jobs = [{"key": str(i)} for i in range(1000)]
+    jobs = [{"key": str(i)} for i in range(RUNS_PER_HOST * 250)]
     assert [len(h) for h in hosts(jobs[:8], cores=2)] == [1] * 8  # no more than 4 hosts a core: one run each
     assert [len(h) for h in hosts(jobs[:12], cores=2)] == [2] * 6
     assert [len(h) for h in hosts(jobs[:9], cores=1)] == [3, 3, 3]

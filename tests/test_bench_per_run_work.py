@@ -70,7 +70,8 @@ if pid == 0:
     after = caches()
     os.write(write_end, json.dumps({"code": code, "compiled": [str(k) for k in set(re._cache) - compiled],
                                     "filled": {k: after[k] - before[k] for k in after if after[k] != before[k]},
-                                    "synced": synced}).encode())
+                                    "synced": synced, "shared_flushes": durable._shared is not None and
+                                    durable._shared.slot(os.stat(job["run_dir"]).st_dev) is not None}).encode())
     os._exit(0)
 os.close(write_end)
 engines._Batch.release(batch)
@@ -134,6 +135,14 @@ def test_the_result_handed_to_the_driver_is_not_synced_and_final_is_a_second_nam
     run = next((bench / "runs").iterdir())
     final, last = run / "snapshots" / "final.json", run / "snapshots" / "step_0003.json"
     assert final.read_bytes() == last.read_bytes() and final.stat().st_ino == last.stat().st_ino
+
+
+@pytest.mark.slow
+def test_a_forked_runs_flushes_are_shared_with_the_other_hosts_of_its_bench(forked_run):
+    """The zygote named the runs' file system before forking (durable.share_flushes): each step's syncfs there
+    serves the steps of every host that asked while the one before it ran."""
+    report, _, _ = forked_run
+    assert report["shared_flushes"] is True
 
 
 def test_runs_of_a_task_list_its_read_only_files_once_until_it_is_prepared_again(tmp_path, monkeypatch):

@@ -2,7 +2,14 @@
 their steps end together (their models answer alike), so each step's flush of the file system is shared."""
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
 import threading
+import time
+from pathlib import Path
+
+import pytest
 
 from mlab.core.fs import durable
 
@@ -87,3 +94,127 @@ def test_a_failed_flush_serves_nobody(tmp_path, monkeypatch):
     for thread in [first, *waiting]:
         thread.join()
     assert sorted(outcomes) == ["raised", "synced", "synced", "synced"] and flushes[0] == "failed" and "ok" in flushes
+
+
+def _appended(path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{text} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _lines(path) -> list[str]:
+    return path.read_text().split()[::2] if path.exists() else []
+
+
+def _until(done, what: str) -> None:
+    """Polls done() (a hang guard, not a timing: 60 s)."""
+    for _ in range(6000):
+        if done():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+_children: set[int] = set()  # forked and not yet waited for: killed when their test ends
+
+
+def _forked(body) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    _children.add(pid)
+    return pid
+
+
+def _wait(pid: int) -> int:
+    """The exit code of a forked child, waiting at most 60 s (a hang guard)."""
+    for _ in range(6000):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            _children.discard(pid)
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} hung")
+
+
+def _waiting_for_its_turn(pid: int) -> bool:
+    """Whether the process is blocked taking a shared flush's lock (fcntl F_OFD_SETLKW)."""
+    try:
+        fields = (Path("/proc") / str(pid) / "syscall").read_text().split()
+    except OSError:
+        return False
+    return len(fields) > 2 and fields[2] == hex(fcntl.F_OFD_SETLKW)
+
+
+@pytest.fixture
+def shared(tmp_path, monkeypatch):
+    """This process shares the flushes of tmp_path's file system with the processes it forks from now on; the
+    fake syncfs notes each flush in tmp_path/flushes and, in a process told to, waits for a byte on `hold`."""
+    monkeypatch.setattr(durable, "_shared", None)
+    durable.share_flushes(tmp_path)
+    assert durable._shared is not None
+    log = tmp_path / "flushes"
+    hold_r, hold_w = os.pipe()
+    real = durable._syncfs
+    holding = {"yes": False}
+
+    def flush(libc, fd, where):
+        _appended(log, "began")
+        if holding["yes"]:
+            os.read(hold_r, 1)
+        real(libc, fd, where)
+        _appended(log, "ended")
+
+    monkeypatch.setattr(durable, "_syncfs", flush)
+    yield log, holding, hold_w
+    for pid in _children:  # a failed test's
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    _children.clear()
+    os.close(hold_r)
+    os.close(hold_w)
+
+
+def test_processes_forked_after_share_flushes_share_a_flush_begun_after_each_asked(tmp_path, shared):
+    """A bench's hosts are processes forked from its zygote: seven ask while another's flush runs (which may have
+    begun before their writes); one more flush, begun after all seven asked, serves them all (before: eight)."""
+    log, holding, hold = shared
+    holding["yes"] = True
+    first = _forked(lambda: durable.sync_filesystem(tmp_path))
+    holding["yes"] = False
+    _until(lambda: _lines(log) == ["began"], "the first flush begins")
+    others = [_forked(lambda: durable.sync_filesystem(tmp_path)) for _ in range(7)]
+    _until(lambda: all(_waiting_for_its_turn(pid) for pid in others), "the seven wait their turn")
+    os.write(hold, b"x")
+    assert [_wait(pid) for pid in [first, *others]] == [0] * 8
+    assert _lines(log) == ["began", "ended", "began", "ended"]
+
+
+def test_a_process_killed_while_flushing_holds_up_nobody(tmp_path, shared):
+    """The lock is the process's own: the kernel drops it when the process dies mid-flush, and the flush that
+    never ended served nobody, so the next caller flushes."""
+    log, holding, _hold = shared
+    holding["yes"] = True
+    first = _forked(lambda: durable.sync_filesystem(tmp_path))
+    holding["yes"] = False
+    _until(lambda: _lines(log) == ["began"], "the first flush begins")
+    second = _forked(lambda: durable.sync_filesystem(tmp_path))
+    _until(lambda: _waiting_for_its_turn(second), "the second waits its turn")
+    os.kill(first, signal.SIGKILL)
+    assert _wait(first) == -signal.SIGKILL and _wait(second) == 0
+    assert _lines(log) == ["began", "began", "ended"]
+
+
+def test_a_file_system_not_shared_is_flushed_by_each_process_alone(tmp_path, shared, monkeypatch):
+    log, _holding, _hold = shared
+    monkeypatch.setattr(durable._shared, "slot", lambda device: None)  # as a device share_flushes never named
+    children = [_forked(lambda: durable.sync_filesystem(tmp_path)) for _ in range(3)]
+    assert [_wait(pid) for pid in children] == [0] * 3
+    assert sorted(_lines(log)) == ["began"] * 3 + ["ended"] * 3

@@ -6,9 +6,10 @@ then go in processes forked from it (hosts), each in its own session, so a run c
 plugin imports, and a Ctrl-C on the terminal reaches only the driver. A host holds one run, or, when a bench starts
 more runs at once than the machine has cores for (HOSTS_PER_CORE), a few: each in a thread of its own, sharing the
 pages that a process per run would each copy on first write (its Python objects' reference counts: ~1,900 page
-faults a run). A crash of such a host ends its runs as harness errors (--retry-errors reruns them). What every run
-would otherwise repeat at its start (probing the sandbox, asking the Python for its packages) the zygote does once,
-before forking, and every run inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as
+faults a run alone, ~170 in hosts of 32). A crash of such a host ends its runs as harness errors (--retry-errors
+reruns them). What every run would otherwise repeat at its start (probing the sandbox, asking the Python for its
+packages, naming the file system whose flushes its hosts share) the zygote does once, before forking, and every run
+inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as
 a JSON line on the zygote's stdout pipe, which the driver reads: no file is written per step for progress, and 256
 runs do not contend for one folder.
 """
@@ -36,6 +37,7 @@ from mlab.core.bench.evaluate import intermediate_steps, registry_from
 from mlab.core.bench.results import Row, summarize
 from mlab.core.bench.slices import Slices
 from mlab.core.errors import MlabError
+from mlab.core.fs.durable import share_flushes
 from mlab.core.models import ComputeSlice, RunConfig, Step
 from mlab.core.plugins.registry import Registry
 from mlab.core.run.harness import Harness
@@ -298,6 +300,7 @@ class _StartUp:
         from mlab.core.run.scripts import interpreter_prefixes
         from mlab.core.sandbox.resolve import resolve_sandbox
 
+        share_flushes(Path(job["run_dir"]).parent)  # the runs' step commits, one syncfs for many
         choice = str(job["config"].get("sandbox", "auto"))
         if choice not in self.sandboxes:
             self.sandboxes.add(choice)
@@ -449,9 +452,11 @@ BATCH_RUNS = 32
 # Hosts per core that runs started together are spread over: more processes than this buy no CPU, only copies.
 HOSTS_PER_CORE = 4
 # Runs a host holds at most: its threads wake together (runs started together wait alike on their models) and then
-# queue for one interpreter lock; measured beside a load at 256 runs on 2 cores (bench_run_phases.py), hosts of 4
-# took the least CPU a run (of 1, 4, 8, 16 and 32), and a crash ends no more than 4 runs.
-RUNS_PER_HOST = 4
+# queue for one interpreter lock, but each process more copies the pages its runs touch. At 1,024 runs on 2 cores
+# (bench_parallel.py, side by side) hosts of 4, 8, 16 and 32 took 29-30, 24-25, 21-23 and 18-19 ms of CPU a run
+# (643, 376, 240 and 168 page faults), and 1,024 runs 2.1-2.2x, 2.0x, 1.9-2.0x and 1.8x one run's time; at 256
+# runs hosts of 4 took 26-28 ms, of 16 22-23. A crash ends no more than 32 runs (--retry-errors reruns them).
+RUNS_PER_HOST = 32
 
 
 def hosts(jobs: list[JobSpec], cores: int) -> list[list[JobSpec]]:
