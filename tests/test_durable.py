@@ -218,3 +218,39 @@ def test_a_file_system_not_shared_is_flushed_by_each_process_alone(tmp_path, sha
     children = [_forked(lambda: durable.sync_filesystem(tmp_path)) for _ in range(3)]
     assert [_wait(pid) for pid in children] == [0] * 3
     assert sorted(_lines(log)) == ["began"] * 3 + ["ended"] * 3
+
+
+def test_a_flush_begun_later_serves_every_call_made_while_the_one_before_ran(tmp_path, monkeypatch):
+    """flush_later returns at once; calls made while a flush runs wait for one more flush, begun after all of
+    them asked, which serves them all; its error reaches each."""
+    real = durable._syncfs
+    first_began, release = threading.Event(), threading.Event()
+    flushes: list[str] = []
+
+    def flush(libc, fd, where):
+        flushes.append("began")
+        if len(flushes) == 1:
+            first_began.set()
+            assert release.wait(60)  # a hang guard
+        elif len(flushes) == 2:
+            raise OSError(5, "syncfs: Input/output error", str(where))
+        real(libc, fd, where)
+
+    monkeypatch.setattr(durable, "_syncfs", flush)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = durable.flush_later(fd)
+        assert first_began.wait(60)
+        later = [durable.flush_later(fd) for _ in range(5)]  # while the first runs: it returned, unflushed
+        release.set()
+        first.wait()
+        errors = []
+        for flushing in later:
+            with pytest.raises(OSError) as raised:
+                flushing.wait()
+            errors.append(raised.value.errno)
+        assert flushes == ["began", "began"] and errors == [5] * 5
+        durable.flush_later(fd).wait()  # and the next one flushes again
+        assert flushes == ["began"] * 3
+    finally:
+        os.close(fd)

@@ -18,6 +18,7 @@ import fcntl
 import functools
 import mmap
 import os
+import queue
 import struct
 import threading
 import time
@@ -51,6 +52,70 @@ def sync_filesystem(where: str | os.PathLike[str] | int) -> None:
         return
     with opened(os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)) as fd:
         _flush(libc, fd, os.fspath(where))
+
+
+class Flushing:
+    """A flush begun in the background by flush_later(): wait() returns once it has ended, raising its error."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd  # a descriptor of its own, closed once flushed
+        self._ended = threading.Event()
+        self._error: BaseException | None = None
+
+    def wait(self) -> None:
+        self._ended.wait()
+        if isinstance(self._error, OSError):
+            raise OSError(*self._error.args) from self._error  # its own: one error may reach several threads
+        if self._error is not None:
+            raise RuntimeError(f"the flush failed: {self._error!r}") from self._error
+
+    def _end(self, error: BaseException | None) -> None:
+        os.close(self.fd)
+        self._error = error
+        self._ended.set()
+
+
+def flush_later(fd: int) -> Flushing:
+    """sync_filesystem(fd) in this process's flushing thread, which does one flush for every call made while the
+    one before ran (the threads of a bench host, and the steps they go on with meanwhile: a run's next model call
+    takes longer than the flush of its last step, so nothing waits for it)."""
+    flushing = Flushing(os.dup(fd))
+    _background().put(flushing)
+    return flushing
+
+
+_queue: queue.SimpleQueue[Flushing] | None = None
+_queue_pid = -1
+
+
+def _background() -> queue.SimpleQueue[Flushing]:
+    global _queue, _queue_pid
+    with _flushers_lock:
+        if _queue is None or _queue_pid != os.getpid():  # a forked child has the queue but not its thread
+            _queue, _queue_pid = queue.SimpleQueue(), os.getpid()
+            threading.Thread(target=_flush_in_background, args=(_queue,), name="mlab-flush", daemon=True).start()
+        return _queue
+
+
+def _flush_in_background(asked: queue.SimpleQueue[Flushing]) -> None:
+    while True:
+        batch = [asked.get()]
+        while not asked.empty():
+            batch.append(asked.get())  # asked after their writes, so one flush begun now serves them all
+        by_device: dict[int, list[Flushing]] = {}
+        for flushing in batch:
+            try:
+                by_device.setdefault(os.fstat(flushing.fd).st_dev, []).append(flushing)
+            except OSError as exc:
+                flushing._end(exc)
+        for waiting in by_device.values():
+            error: BaseException | None = None
+            try:
+                sync_filesystem(waiting[0].fd)
+            except Exception as exc:  # each caller raises it
+                error = exc
+            for flushing in waiting:
+                flushing._end(error)
 
 
 def _flush(libc: ctypes.CDLL, fd: int, where: str | int) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import write_atomic
 from mlab.core.fs.dirfd import NotRegular, pwrite_all, read_regular_at
-from mlab.core.fs.durable import sync_filesystem
+from mlab.core.fs.durable import Flushing, flush_later, sync_filesystem
 from mlab.core.models import Step, Trace
 
 TRACE_FILE = "trace.json"
@@ -415,6 +415,7 @@ class TraceLog:
         self.chains = {key: StateChain(self.objects) for key in STATE_FIELDS}
         self._log_fd: int | None = None
         self._log_size = 0
+        self._flushing: Flushing | None = None  # the last step's flush, still running
         self._texts: list[str] = []  # each step as trace.json keeps it, states by reference
         self._json_fd: int | None = None
         self._last_at = 0  # where trace.json's last step begins
@@ -483,7 +484,7 @@ class TraceLog:
         before = self._log_size
         objects = self.objects.take_pending()  # new states go in the same write, before the line naming them
         try:
-            self._append(objects + line)
+            self._append(objects + line, wait=False)
             self._update_json(moving, text.encode(), tail)
         except BaseException:
             self._truncate_log(before)
@@ -493,21 +494,33 @@ class TraceLog:
             raise
         self._texts.append(text)
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes, wait: bool = True) -> None:
+        """Append to the log and flush: the line and what the run wrote unsynced before it (the step's snapshot
+        and its objects) made durable by one syncfs. A crash before it ends may keep any part of them; a resume
+        finds a torn line, state or snapshot and does that step again. wait=False (a step): the flush runs in
+        the background while the run goes on to its next model call, and the next append waits for it first, so
+        a step's line never reaches the disk before the step before it is whole."""
         fd = self._log_fd
         if fd is None:
             raise RuntimeError("the trace log is used before begin()")
+        self.settle()
         before = self._log_size
         try:
             pwrite_all(fd, data, before)
-            # One syncfs: the line and what the run wrote unsynced before it (the step's snapshot and its
-            # objects) at once. A crash before it returns may keep any part of them; a resume finds a torn
-            # line, state or snapshot and does that step again.
-            sync_filesystem(fd)
+            if wait:
+                sync_filesystem(fd)
+            else:
+                self._flushing = flush_later(fd)
         except BaseException:
             self._truncate_log(before)
             raise
         self._log_size = before + len(data)
+
+    def settle(self) -> None:
+        """Wait for the last step's flush (raising its error: that step may not be durable)."""
+        flushing, self._flushing = self._flushing, None
+        if flushing is not None:
+            flushing.wait()
 
     def _truncate_log(self, size: int) -> None:
         if self._log_fd is not None:
@@ -557,6 +570,8 @@ class TraceLog:
         self._rewrite(trace)
 
     def close(self) -> None:
+        with suppress(OSError):  # said by the append or finish that waited for it, if any did
+            self.settle()
         for fd in (self._log_fd, self._json_fd):
             if fd is not None:
                 os.close(fd)
