@@ -112,7 +112,7 @@ def _flush_in_background(asked: queue.SimpleQueue[Flushing]) -> None:
             error: BaseException | None = None
             try:
                 sync_filesystem(waiting[0].fd)
-            except Exception as exc:  # each caller raises it
+            except BaseException as exc:  # each caller raises it (a thread that died would leave them waiting)
                 error = exc
             for flushing in waiting:
                 flushing._end(error)
