@@ -570,7 +570,7 @@ class TraceLog:
         self._rewrite(trace)
 
     def close(self) -> None:
-        with suppress(OSError):  # said by the append or finish that waited for it, if any did
+        with suppress(OSError, RuntimeError):  # a run that stopped before its next commit: it is resumable
             self.settle()
         for fd in (self._log_fd, self._json_fd):
             if fd is not None:
