@@ -454,8 +454,9 @@ HOSTS_PER_CORE = 4
 # Runs a host holds at most: its threads wake together (runs started together wait alike on their models) and then
 # queue for one interpreter lock, but each process more copies the pages its runs touch. At 1,024 runs on 2 cores
 # (bench_parallel.py, side by side) hosts of 4, 8, 16 and 32 took 29-30, 24-25, 21-23 and 18-19 ms of CPU a run
-# (643, 376, 240 and 168 page faults), and 1,024 runs 2.1-2.2x, 2.0x, 1.9-2.0x and 1.8x one run's time; at 256
-# runs hosts of 4 took 26-28 ms, of 16 22-23. A crash ends no more than 32 runs (--retry-errors reruns them).
+# (643, 376, 240 and 168 page faults), and 1,024 runs 2.1-2.2x, 2.0x, 1.9-2.0x and 1.8x one run's time (a step
+# then waited for its flush; 1.3x since it does not); at 256 runs hosts of 4 took 26-28 ms, of 16 22-23. A crash
+# ends no more than 32 runs (--retry-errors reruns them).
 RUNS_PER_HOST = 32
 
 

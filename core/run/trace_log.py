@@ -4,9 +4,9 @@ A run's trace is written as it happens, at a cost that does not grow with the ru
 
 - `steps.jsonl` holds one JSON line per record, appended and synced by one syncfs, which makes the step's
   unsynced snapshot durable with it: a `run` record (the trace without its steps, and how many steps it keeps)
-  when a run starts, resumes or ends, and a `step` record per step. A step is committed when its line is; a
-  torn last line (a kill while appending) is ignored and cut off before the next append, and that step is
-  done again.
+  when a run starts, resumes or ends, and a `step` record per step (its syncfs runs while the run goes on to its
+  next model call, and ends before the next line is written). A step is committed when its line is; a torn last
+  line (a kill while appending) is ignored and cut off before the next append, and that step is done again.
 - Agent, environment and LLM states are content-addressed JSON objects (named by the sha256 of their
   compact JSON), each the changes from the previous step's state (`base` names it): an unchanged state is the
   same name and costs nothing, a grown list stores only its new items, a dict only its changed keys. An object
