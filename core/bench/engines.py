@@ -293,6 +293,7 @@ class _StartUp:
         self.sandboxes: set[str] = set()
         self.models: set[str] = set()
         self.tasks: set[str] = set()
+        self.runs_folders: set[str] = set()  # whose file systems' flushes the hosts share
         self.machine_known = False
 
     def warm(self, job: JobSpec) -> None:
@@ -300,7 +301,10 @@ class _StartUp:
         from mlab.core.run.scripts import interpreter_prefixes
         from mlab.core.sandbox.resolve import resolve_sandbox
 
-        share_flushes(Path(job["run_dir"]).parent)  # the runs' step commits, one syncfs for many
+        runs_folder = str(Path(job["run_dir"]).parent)
+        if runs_folder not in self.runs_folders:
+            self.runs_folders.add(runs_folder)
+            share_flushes(runs_folder)  # the runs' step commits, one syncfs for many
         choice = str(job["config"].get("sandbox", "auto"))
         if choice not in self.sandboxes:
             self.sandboxes.add(choice)

@@ -87,15 +87,14 @@ def flush_later(fd: int) -> Flushing:
     return flushing
 
 
-_queue: queue.SimpleQueue[Flushing] | None = None
-_queue_pid = -1
+_queue: queue.SimpleQueue[Flushing] | None = None  # the flushing thread's, made with it
 
 
 def _background() -> queue.SimpleQueue[Flushing]:
-    global _queue, _queue_pid
+    global _queue
     with _flushers_lock:
-        if _queue is None or _queue_pid != os.getpid():  # a forked child has the queue but not its thread
-            _queue, _queue_pid = queue.SimpleQueue(), os.getpid()
+        if _queue is None:
+            _queue = queue.SimpleQueue()
             threading.Thread(target=_flush_in_background, args=(_queue,), name="mlab-flush", daemon=True).start()
         return _queue
 
@@ -123,11 +122,15 @@ def _flush_in_background(asked: queue.SimpleQueue[Flushing]) -> None:
 
 def _flush(libc: ctypes.CDLL, fd: int, where: str | int) -> None:
     device = os.fstat(fd).st_dev
+
+    def sync() -> None:
+        _syncfs(libc, fd, where)
+
     shared = _shared
     if shared is not None and (slot := shared.slot(device)) is not None:
-        _flusher(device).flush(lambda: shared.flush(slot, lambda: _syncfs(libc, fd, where)))
+        _flusher(device).flush(lambda: shared.flush(slot, sync))
     else:
-        _flusher(device).flush(lambda: _syncfs(libc, fd, where))
+        _flusher(device).flush(sync)
 
 
 class _Flusher:
@@ -160,10 +163,14 @@ _flushers_lock = threading.Lock()
 
 
 def _forget_flushers() -> None:
-    """In a forked child: the parent's flushes (and locks another of its threads held) are not the child's."""
-    global _flushers_lock
+    """In a forked child: the parent's flushes (and locks another of its threads held), its flushing thread and
+    its turn on the shared flushes are not the child's."""
+    global _flushers_lock, _queue
     _flushers.clear()
     _flushers_lock = threading.Lock()
+    _queue = None
+    if _shared is not None:
+        _shared.forget_lock()
 
 
 os.register_at_fork(after_in_child=_forget_flushers)
@@ -192,8 +199,7 @@ class _SharedFlushes:
         os.ftruncate(self._fd, mmap.PAGESIZE)
         self._memory = mmap.mmap(self._fd, mmap.PAGESIZE)  # shared with forked children
         self._words = (ctypes.c_uint64 * (self.SLOTS * self._WORDS)).from_buffer(self._memory)
-        self._locks = -1  # this process's own open file description of the shared file
-        self._locks_pid = -1
+        self._locks = -1  # this process's own open file description of the shared file, opened at its first turn
 
     def add(self, device: int) -> None:
         """Share the flushes of `device` (only before forking: the processes read the slots unlocked)."""
@@ -231,10 +237,15 @@ class _SharedFlushes:
 
     def _lock_fd(self) -> int:
         with _flushers_lock:  # the threads flushing two file systems at once
-            if self._locks_pid != os.getpid():  # inherited over fork, it would be the parent's lock too
+            if self._locks < 0:
                 self._locks = os.open(f"/proc/self/fd/{self._fd}", os.O_RDWR | os.O_CLOEXEC)
-                self._locks_pid = os.getpid()
             return self._locks
+
+    def forget_lock(self) -> None:
+        """In a forked child: the parent's description, kept, would make the parent's turns the child's too."""
+        if self._locks >= 0:
+            os.close(self._locks)
+            self._locks = -1
 
     @staticmethod
     def _lock(fd: int, slot: int, kind: int) -> None:
