@@ -22,6 +22,7 @@ from mlab.core.task_context import ScoringContext
 from tests.fixtures.bench_cli import db_rows
 from tests.fixtures.cli import mlab, mlab_in_process
 from tests.fixtures.compute_plugins import REGISTRY, THREAD_VARS, compute_registry, probe_of
+from tests.fixtures.sandboxes import CONFINING, make_sandbox
 
 TASK = "fixture/counter"
 CPUS = sorted(os.sched_getaffinity(0))
@@ -186,3 +187,100 @@ def test_cgroup_v2_files_say_the_quota_and_the_set(tmp_path):
     assert (tmp_path / "cpu.max").read_text() == "150000 100000"
     assert _cpu_bounds("cpuset", str(tmp_path), 2, str(tmp_path), None, [3, 1])
     assert (tmp_path / "cpuset.cpus").read_text() == "1,3" and not (tmp_path / "cpuset.mems").exists()
+
+
+# The command waits for this file in its folder (every sandbox binds the folder), so that the test reads the cgroup
+# of a process that is still running.
+WAIT_FOR_GO = r'''
+import json, os, sys, time
+os.sched_setaffinity(0, range(os.cpu_count()))  # the cgroup's cpuset, not the affinity alone, must hold it
+print(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_NUM_THREADS")}), flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.01)
+'''
+
+
+def cgroup_files_of(pid: int) -> dict[str, str]:
+    """The host's view of pid's cgroups: its CPU quota and period, its CPU set and its memory bound, read from
+    the hierarchies (v1 per controller, v2 unified) mounted at their root."""
+    mounts: dict[str, str] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if fields[3] != "/" or not tail:
+            continue
+        if tail[0] == "cgroup2":
+            mounts.setdefault("", fields[4])
+        elif tail[0] == "cgroup":
+            for controller in tail[2].split(","):
+                mounts.setdefault(controller, fields[4])
+    where: dict[str, str] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            if controller in mounts:
+                where[controller] = os.path.join(mounts[controller], path.lstrip("/"))
+
+    def read(controller: str, v1: str, v2: str) -> str:
+        if controller in where and Path(where[controller], v1).exists():
+            return Path(where[controller], v1).read_text().strip()
+        return Path(where[""], v2).read_text().strip()
+
+    quota = read("cpu", "cpu.cfs_quota_us", "cpu.max").split()[0]
+    period = read("cpu", "cpu.cfs_period_us", "cpu.max").split()[-1]
+    return {"cpu": f"{quota}/{period}", "cpuset": read("cpuset", "cpuset.cpus", "cpuset.cpus"),
+            "memory": read("memory", "memory.limit_in_bytes", "memory.max")}
+
+
+def python_with(marker: str) -> list[int]:
+    """Host pids of the Python processes whose command line holds marker (not bwrap's, nor docker's client)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in argv and os.path.basename(argv[0]).startswith(b"python"):
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(CPUS) < 2 or not {"cpu", "cpuset", "memory"} <= set(cgroup_parents()),
+                    reason="fewer than 2 CPUs, or no cpu, cpuset and memory cgroups here")
+@pytest.mark.parametrize("name", ["unconfined", *CONFINING])
+def test_a_runs_cpus_quota_and_memory_are_its_commands_cgroup_in_every_sandbox(tmp_path, name):
+    """A run's slice is enforced by the kernel in every sandbox (docker's --cpuset-cpus, --cpus and --memory
+    included): the command's own cgroup, read from the host while it runs, has the run's CPU, half a CPU's quota
+    and its memory; widening its affinity changes nothing; its thread variables say one."""
+    import secrets
+    import threading
+
+    from mlab.core.sandbox.spec import ExecSpec
+
+    box = UnconfinedSandbox() if name == "unconfined" else make_sandbox(name)
+    last, marker = CPUS[-1], f"mlab-slice-{secrets.token_hex(4)}"
+    folder = Path(tempfile.mkdtemp(prefix="mlab-slice-", dir="/var/tmp"))  # not /tmp: each sandbox has its own
+    results = []
+    ran = threading.Thread(target=lambda: results.append(box.run(
+        [sys.executable, "-c", WAIT_FOR_GO, marker],
+        ExecSpec(cwd=folder, limits=Limits(cpus=0.5, cpu_set=[last], memory_bytes=1 << 30, timeout_s=300)))))
+    ran.start()
+    try:
+        for _ in range(30_000):  # a hang guard: it waits on the process, not on time
+            if python_with(marker) or not ran.is_alive():
+                break
+            threading.Event().wait(0.01)
+        pids = python_with(marker)
+        assert pids, results
+        for pid in pids:
+            assert cgroup_files_of(pid) == {"cpu": "50000/100000", "cpuset": str(last), "memory": str(1 << 30)}
+    finally:
+        (folder / "go").touch()
+        ran.join()
+        box.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    (result,) = results
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"cpus": [last], "omp": "1"}
