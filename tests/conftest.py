@@ -192,6 +192,27 @@ def stand_in_gpu(monkeypatch):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture
+def stand_in_gpus():
+    """Two stand-in GPUs and a control node: character devices with the null device's numbers where this is
+    root, else plain files. Outside /tmp: every sandbox gives a command a /tmp of its own."""
+    import shutil
+    import stat
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="mlab-gpus-", dir="/var/tmp"))
+    nodes = [folder / name for name in ("nvidia0", "nvidia1", "nvidiactl")]
+    for node in nodes:
+        if os.geteuid() == 0:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        else:
+            node.touch()
+    try:
+        yield [str(n) for n in nodes]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _docker_engine_stopped_at_the_end():
     """The docker sandbox's cases start a Docker engine of the session's own on first use

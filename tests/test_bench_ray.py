@@ -22,8 +22,11 @@ from types import SimpleNamespace
 import pytest
 
 from mlab.core.errors import MlabError
+from mlab.core.sandbox.rootfs import GPU_DEVICES_VAR
 from tests.fixtures.bench_cli import REGISTRY, REPO, command, db_rows, env
 from tests.fixtures.cli import mlab
+from tests.fixtures.compute_plugins import REGISTRY as COMPUTE_REGISTRY
+from tests.fixtures.compute_plugins import probe_of
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -198,7 +201,7 @@ ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
 deadline = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < deadline:
     nodes = [n for n in ray.nodes() if n["Alive"]]
-    if len(nodes) >= 2:
+    if len(nodes) >= int(sys.argv[3]):
         print(json.dumps(sorted(n["NodeID"] for n in nodes)))
         break
     time.sleep(0.5)
@@ -219,16 +222,16 @@ _NODE_PORT_OPTIONS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-p
                       "--metrics-export-port", "--node-manager-port", "--object-manager-port")
 
 
-@pytest.fixture(scope="module")
-def two_node_cluster(tmp_path_factory):
-    """A Ray head and a second node, each with its own temp root, TMPDIR and MLAB_HOME (nothing shared but the
-    machine). Each node is a `ray start --block` in a session of its own; at the end every process of those
-    sessions is stopped, whatever happened (never `ray stop`, which would stop other Ray clusters here too)."""
-    tmp_path = tmp_path_factory.mktemp("ray-cluster")
+@contextlib.contextmanager
+def _ray_cluster(tmp_path: Path, nodes_args: dict[str, list[str]], extra_env: dict[str, str] | None = None):
+    """Ray nodes on this machine (the first one the head, given its own options), each with its own temp root,
+    TMPDIR and MLAB_HOME (nothing shared but the machine). Each node is a `ray start --block` in a session of its
+    own; at the end every process of those sessions is stopped, whatever happened (never `ray stop`, which would
+    stop other Ray clusters here too). Yields (address, node ids, node name -> its root)."""
     nodes: dict[str, Path] = {}
     procs: list[subprocess.Popen] = []
     # every port fixed and distinct: Ray's own random picks landed on one of ours once (CI, stop 48)
-    free = iter(_free_ports(1 + 2 * len(_NODE_PORT_OPTIONS)))
+    free = iter(_free_ports(1 + len(nodes_args) * len(_NODE_PORT_OPTIONS)))
     port = next(free)
     address = f"127.0.0.1:{port}"
 
@@ -237,11 +240,12 @@ def two_node_cluster(tmp_path_factory):
         nodes[name] = root
         (root / "tmp").mkdir()
         env = {**os.environ, "TMPDIR": str(root / "tmp"), "MLAB_HOME": str(root / "home"),
-               "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
+               "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), **(extra_env or {})}
         ports = [arg for option in _NODE_PORT_OPTIONS for arg in (option, str(next(free)))]
         log = open(tmp_path / f"ray-{name}.log", "wb")
+        cpus = [] if "--num-cpus" in args else ["--num-cpus", "1"]
         procs.append(subprocess.Popen(
-            [str(RAY), "start", "--block", "--num-cpus", "1", "--temp-dir", str(root / "ray"),
+            [str(RAY), "start", "--block", *cpus, "--temp-dir", str(root / "ray"),
              "--disable-usage-stats", *ports, *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root))
 
@@ -260,10 +264,14 @@ def two_node_cluster(tmp_path_factory):
             shutil.rmtree(root, ignore_errors=True)
 
     try:
-        start("a", "--head", "--port", str(port), "--include-dashboard", "false")
-        start("b", "--address", address)
-        probe = subprocess.Popen([sys.executable, "-c", _NODES, address, "240"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        for index, (name, args) in enumerate(nodes_args.items()):
+            if index == 0:
+                start(name, "--head", "--port", str(port), "--include-dashboard", "false", *args)
+            else:
+                start(name, "--address", address, *args)
+        probe = subprocess.Popen([sys.executable, "-c", _NODES, address, "240", str(len(nodes_args))],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "RAY_AUTH_MODE": "disabled"})
         deadline = time.monotonic() + 300
         while probe.poll() is None and all(p.poll() is None for p in procs) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -272,10 +280,17 @@ def two_node_cluster(tmp_path_factory):
         found, errors = probe.communicate()
         if not found.strip():
             logs = "\n".join((tmp_path / f"ray-{n}.log").read_text(errors="replace")[-2000:] for n in nodes)
-            pytest.fail(f"the two-node Ray cluster did not come up:\n{errors[-3000:]}\n{logs}")
+            pytest.fail(f"the Ray cluster did not come up:\n{errors[-3000:]}\n{logs}")
         yield address, json.loads(found), nodes
     finally:
         stop()
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster(tmp_path_factory):
+    """A Ray head and a second node of one CPU each."""
+    with _ray_cluster(tmp_path_factory.mktemp("ray-cluster"), {"a": [], "b": []}) as cluster:
+        yield cluster
 
 
 def _session_alive(sid: int) -> bool:
@@ -391,3 +406,40 @@ def test_ctrl_c_brings_runs_back_resumable_and_a_rerun_resumes_them_on_the_clust
         assert r["final_score"] == executed and r["attempts"] == 1
     modes = [json.loads(line)["mode"] for line in (out / "logs" / "ray_runs.jsonl").read_text().splitlines()]
     assert modes == ["start", "start", "resume", "resume"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'mlab[ray]')")
+def test_ray_leases_each_run_a_gpu_of_its_node_by_num_gpus(tmp_path, stand_in_gpus):
+    """A real Ray node with two GPUs (stand-in device nodes: Ray counts what `--num-gpus` says): three runs of one
+    GPU each, three workers; Ray runs two at once, each with a GPU of its own (ray.get_gpu_ids), which the run's
+    sandbox alone shows and CUDA_VISIBLE_DEVICES names; the third waits until one is given back."""
+    devices = {GPU_DEVICES_VAR: ":".join(stand_in_gpus)}
+    with _ray_cluster(tmp_path, {"g": ["--num-cpus", "3", "--num-gpus", "2"]}, devices) as (address, _ids, _roots):
+        out = tmp_path / "bench"
+        extra = {"MLAB_HOME": str(tmp_path / "head-home"), "RAY_AUTH_MODE": "disabled"}
+        args = ["bench", "--tasks", "fixture/counter", "--agents", "fixture-compute-probe", "--registry",
+                COMPUTE_REGISTRY, "--engine", "ray", "--ray-address", address, "--cpus-per-run", "1"]
+        result = mlab(*args, "--runs", "3", "--workers", "3", "--gpus-per-run", "1", "--agent-option",
+                      f"paths={json.dumps(stand_in_gpus)}", "--agent-option", "hold=2", "--bench-dir", str(out),
+                      timeout=900, env=extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        too_many = mlab(*args, "--gpus-per-run", "3", "--bench-dir", str(tmp_path / "refused"), timeout=300,
+                        env=extra)
+    assert too_many.returncode == 2, too_many.stderr
+    assert too_many.stderr.strip().splitlines()[-1] == "mlab: error: --gpus-per-run 3: the Ray cluster has 2 GPUs"
+    found = [json.loads((out / row["run_dir"] / "trace.json").read_text()) for row in _rows(out)]
+    assert [trace["status"] for trace in found] == ["finished"] * 3
+    held: dict[int, list[tuple[float, float]]] = {}
+    cuda: dict[int, str] = {}
+    for trace in found:
+        probe = probe_of(trace)
+        (gpu,) = trace["config"]["compute"]["gpus"]
+        assert probe["seen"] == [stand_in_gpus[gpu], stand_in_gpus[2]]  # its GPU and the control node
+        assert probe["cuda"] and "," not in probe["cuda"]
+        assert cuda.setdefault(gpu, probe["cuda"]) == probe["cuda"]
+        held.setdefault(gpu, []).append((probe["t0"], probe["t1"]))
+    assert sorted(held) == [0, 1] and cuda[0] != cuda[1]
+    for spans in held.values():  # runs of one GPU never held it at once
+        spans.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -35,23 +34,6 @@ def bench(out: Path, *args: str, env: dict[str, str] | None = None):
 
 def traces(out: Path) -> list[dict]:
     return [json.loads((out / r["run_dir"] / "trace.json").read_text()) for r in db_rows(out)]
-
-
-@pytest.fixture
-def stand_in_gpus():
-    """Two stand-in GPUs and a control node: character devices with the null device's numbers where this is
-    root, else plain files. Outside /tmp: every sandbox gives a command a /tmp of its own."""
-    folder = Path(tempfile.mkdtemp(prefix="mlab-gpus-", dir="/var/tmp"))
-    nodes = [folder / name for name in ("nvidia0", "nvidia1", "nvidiactl")]
-    for node in nodes:
-        if os.geteuid() == 0:
-            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-        else:
-            node.touch()
-    try:
-        yield [str(n) for n in nodes]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.slow
