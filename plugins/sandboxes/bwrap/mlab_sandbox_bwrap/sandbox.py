@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 
 from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, path_identity, root_view
@@ -47,13 +48,19 @@ def command_for(argv: list[str], spec: ExecSpec, exe: str | None = None) -> list
     return [exe or shutil.which("bwrap") or "bwrap", *options_for(spec, argv), "--", *argv]
 
 
-def options_for(spec: ExecSpec, argv: list[str]) -> list[str]:
-    """bwrap's options for the core's RootView of argv per spec (everything before `--`)."""
+def options_for(spec: ExecSpec, argv: list[str], copies: bool = False) -> list[str]:
+    """bwrap's options for the core's RootView of argv per spec (everything before `--`). With copies, each file
+    of /etc is an option pair naming its source (COPY_FD, COPY_PERMS), which with_copies() turns into a copy."""
     view = root_view(argv, spec)
     cmd = [*_namespace_options(spec.network), "--hostname", "mlab-sandbox"]
     for path, target in view.links:
         cmd += ["--symlink", target, path]
     for source, target in view.read_only:
+        if copies and target.startswith("/etc/") and os.path.isfile(source):
+            # bwrap reads the whole mount table after each bind (half of its CPU a command, 16 of them here):
+            # a copy in the root mounts nothing, and `--remount-ro /` below makes it read-only
+            cmd += ["--perms", COPY_PERMS + source, "--file", COPY_FD + source, target]
+            continue
         cmd += ["--ro-bind", source, target]
     # The command may run as uid 0 (without capabilities), which still owns /proc/sys and /proc/sysrq-trigger of
     # the host kernel: those are read-only; the rest of /proc is not (CUDA's driver does not start without it).
@@ -77,6 +84,33 @@ def options_for(spec: ExecSpec, argv: list[str]) -> list[str]:
     # the workspace, the home and /tmp.
     cmd += ["--remount-ro", "/", "--chdir", view.writable[0]]
     return cmd
+
+
+COPY_FD = "mlab-copy-fd:"  # before a source path: the descriptor bwrap copies it from (a path starts with /)
+COPY_PERMS = "mlab-copy-perms:"
+_COPY_BYTES = 4 << 20  # /etc's files are small; anything larger is bound
+
+
+def with_copies(options: list[str], opened: list[int]) -> list[str]:
+    """options with each copied file's source opened (its descriptor appended to opened, for the caller to pass
+    and close) and its permissions read, afresh for each command: an edit in place is seen. OSError when one
+    cannot be read or is no longer a small file."""
+    done = list(options)
+    fds: dict[str, os.stat_result] = {}
+    for index, option in enumerate(done):
+        if option.startswith(COPY_FD):
+            source = option[len(COPY_FD):]
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+            opened.append(fd)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _COPY_BYTES:
+                raise OSError(f"{source}: not a small file")
+            fds[source] = st
+            done[index] = str(fd)
+    for index, option in enumerate(done):
+        if option.startswith(COPY_PERMS):
+            done[index] = f"{fds[option[len(COPY_PERMS):]].st_mode & 0o7777:04o}"
+    return done
 
 
 def options_descriptor(options: list[str]) -> int:
@@ -148,16 +182,25 @@ class BwrapSandbox(ProcessSandbox):
         kept = self._options.get(key)
         if kept is not None and kept[1] == _identity(kept[0], spec):
             return kept[0]
-        options = options_for(spec, argv)
+        options = options_for(spec, argv, copies=True)
         if len(self._options) >= _KEPT:
             self._options.clear()
         self._options[key] = (options, _identity(options, spec))
         return options
 
     def popen(self, argv: list[str], spec: ExecSpec) -> ProcessCommand:
-        fd = options_descriptor(self._options_for(spec, argv))
+        opened: list[int] = []
         try:
-            return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(fd), "--", *_own_session(), *argv],
-                              spec, pass_fds=(fd,))
+            try:
+                options = with_copies(self._options_for(spec, argv), opened)
+            except OSError:  # a file of /etc gone or changed since: bound, as before
+                for fd in opened:
+                    os.close(fd)
+                opened = []
+                options = options_for(spec, argv)
+            opened.append(options_descriptor(options))
+            return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(opened[-1]), "--",
+                               *_own_session(), *argv], spec, pass_fds=tuple(opened))
         finally:
-            os.close(fd)
+            for fd in opened:
+                os.close(fd)
