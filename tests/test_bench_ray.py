@@ -26,7 +26,7 @@ from mlab.core.sandbox.rootfs import GPU_DEVICES_VAR
 from tests.fixtures.bench_cli import REGISTRY, REPO, command, db_rows, env
 from tests.fixtures.cli import mlab
 from tests.fixtures.compute_plugins import REGISTRY as COMPUTE_REGISTRY
-from tests.fixtures.compute_plugins import probe_of
+from tests.fixtures.compute_plugins import assert_gpus_leased_exclusively
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
@@ -430,16 +430,4 @@ def test_ray_leases_each_run_a_gpu_of_its_node_by_num_gpus(tmp_path, stand_in_gp
     assert too_many.stderr.strip().splitlines()[-1] == "mlab: error: --gpus-per-run 3: the Ray cluster has 2 GPUs"
     found = [json.loads((out / row["run_dir"] / "trace.json").read_text()) for row in _rows(out)]
     assert [trace["status"] for trace in found] == ["finished"] * 3
-    held: dict[int, list[tuple[float, float]]] = {}
-    cuda: dict[int, str] = {}
-    for trace in found:
-        probe = probe_of(trace)
-        (gpu,) = trace["config"]["compute"]["gpus"]
-        assert probe["seen"] == [stand_in_gpus[gpu], stand_in_gpus[2]]  # its GPU and the control node
-        assert probe["cuda"] and "," not in probe["cuda"]
-        assert cuda.setdefault(gpu, probe["cuda"]) == probe["cuda"]
-        held.setdefault(gpu, []).append((probe["t0"], probe["t1"]))
-    assert sorted(held) == [0, 1] and cuda[0] != cuda[1]
-    for spans in held.values():  # runs of one GPU never held it at once
-        spans.sort()
-        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+    assert_gpus_leased_exclusively(found, stand_in_gpus)

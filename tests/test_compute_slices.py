@@ -20,7 +20,13 @@ from mlab.core.sandbox.rootfs import GPU_DEVICES_VAR
 from mlab.core.task_context import ScoringContext
 from tests.fixtures.bench_cli import db_rows
 from tests.fixtures.cli import mlab, mlab_in_process
-from tests.fixtures.compute_plugins import REGISTRY, THREAD_VARS, compute_registry, probe_of
+from tests.fixtures.compute_plugins import (
+    REGISTRY,
+    THREAD_VARS,
+    assert_gpus_leased_exclusively,
+    compute_registry,
+    probe_of,
+)
 from tests.fixtures.sandboxes import CONFINING, make_sandbox
 
 TASK = "fixture/counter"
@@ -68,22 +74,7 @@ def test_gpus_per_run_leases_stand_in_devices_exclusively(tmp_path, stand_in_gpu
     assert result.returncode == 0, result.stderr
     found = traces(out)
     assert [t["status"] for t in found] == ["finished"] * 3
-    held: dict[int, list[tuple[float, float]]] = {}
-    cuda: dict[int, str] = {}
-    for trace in found:
-        probe = probe_of(trace)
-        gpus = trace["config"]["compute"]["gpus"]
-        assert len(gpus) == 1, trace["config"]["compute"]
-        (gpu,) = gpus
-        assert probe["seen"] == [stand_in_gpus[gpu], stand_in_gpus[2]]  # its GPU and the control node
-        assert trace["devices"] == [stand_in_gpus[gpu], stand_in_gpus[2]]
-        assert probe["cuda"] and "," not in probe["cuda"]
-        assert cuda.setdefault(gpu, probe["cuda"]) == probe["cuda"]
-        held.setdefault(gpu, []).append((probe["t0"], probe["t1"]))
-    assert sorted(held) == [0, 1] and cuda[0] != cuda[1]
-    for spans in held.values():  # runs of one GPU never held it at once
-        spans.sort()
-        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+    assert_gpus_leased_exclusively(found, stand_in_gpus)
 
 
 def test_more_gpus_per_run_than_the_machine_has_is_refused(tmp_path, stand_in_gpus):
