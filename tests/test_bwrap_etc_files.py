@@ -90,3 +90,15 @@ def test_a_file_changed_on_the_host_is_seen_by_the_next_command(tmp_path, monkey
     finally:
         sandbox.close()
     assert (first.output, second.output, third.output) == ("first\n", "second\n", "True\n")
+
+
+def test_a_bwrap_without_perms_binds_them_as_before(tmp_path, monkeypatch):
+    from mlab_sandbox_bwrap import sandbox as module
+
+    names = host_files()
+    if not names:
+        pytest.skip("no file of ETC_ENTRIES in this machine's /etc")
+    monkeypatch.setattr(module, "_copies_supported", lambda: False)  # bubblewrap before 0.5
+    found = seen(tmp_path, names)
+    assert sorted(m[5:] for m in found["mounts"] if m.startswith("/etc/") and m[5:] in names) == sorted(names)
+    assert not any(file["writable"] for file in found["files"].values())

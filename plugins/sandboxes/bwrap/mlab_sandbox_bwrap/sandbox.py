@@ -109,7 +109,7 @@ def with_copies(options: list[str], opened: list[int]) -> list[str]:
             done[index] = str(fd)
     for index, option in enumerate(done):
         if option.startswith(COPY_PERMS):
-            done[index] = f"{fds[option[len(COPY_PERMS):]].st_mode & 0o7777:04o}"
+            done[index] = f"{fds[option[len(COPY_PERMS):]].st_mode & 0o777:04o}"
     return done
 
 
@@ -126,6 +126,16 @@ def options_descriptor(options: list[str]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@functools.lru_cache(maxsize=1)
+def _copies_supported() -> bool:
+    """Whether this bwrap sets a copy's permissions (`--perms`, bubblewrap 0.5 and later)."""
+    try:
+        shown = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--perms" in shown.stdout + shown.stderr
 
 
 @functools.lru_cache(maxsize=1)
@@ -182,7 +192,7 @@ class BwrapSandbox(ProcessSandbox):
         kept = self._options.get(key)
         if kept is not None and kept[1] == _identity(kept[0], spec):
             return kept[0]
-        options = options_for(spec, argv, copies=True)
+        options = options_for(spec, argv, copies=_copies_supported())
         if len(self._options) >= _KEPT:
             self._options.clear()
         self._options[key] = (options, _identity(options, spec))
