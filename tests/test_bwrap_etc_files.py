@@ -102,3 +102,14 @@ def test_a_bwrap_without_perms_binds_them_as_before(tmp_path, monkeypatch):
     found = seen(tmp_path, names)
     assert sorted(m[5:] for m in found["mounts"] if m.startswith("/etc/") and m[5:] in names) == sorted(names)
     assert not any(file["writable"] for file in found["files"].values())
+
+
+def test_whether_bwrap_can_copy_is_learnt_with_its_probe():
+    """A bench's zygote probes the sandbox once before forking its hosts: they inherit this answer too, and no host
+    runs `bwrap --help` of its own."""
+    from mlab_sandbox_bwrap import sandbox as module
+
+    make_sandbox("bwrap")  # skips where bwrap is not usable
+    module._copies_supported.cache_clear()
+    assert module.BwrapSandbox.available()[0]
+    assert module._copies_supported.cache_info().currsize == 1

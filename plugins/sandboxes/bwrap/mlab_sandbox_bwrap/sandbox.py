@@ -96,7 +96,7 @@ def with_copies(options: list[str], opened: list[int]) -> list[str]:
     and close) and its permissions read, afresh for each command: an edit in place is seen. OSError when one
     cannot be read or is no longer a small file."""
     done = list(options)
-    fds: dict[str, os.stat_result] = {}
+    stats: dict[str, os.stat_result] = {}
     for index, option in enumerate(done):
         if option.startswith(COPY_FD):
             source = option[len(COPY_FD):]
@@ -105,11 +105,11 @@ def with_copies(options: list[str], opened: list[int]) -> list[str]:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > _COPY_BYTES:
                 raise OSError(f"{source}: not a small file")
-            fds[source] = st
+            stats[source] = st
             done[index] = str(fd)
     for index, option in enumerate(done):
         if option.startswith(COPY_PERMS):
-            done[index] = f"{fds[option[len(COPY_PERMS):]].st_mode & 0o777:04o}"
+            done[index] = f"{stats[option[len(COPY_PERMS):]].st_mode & 0o777:04o}"
     return done
 
 
@@ -180,7 +180,10 @@ class BwrapSandbox(ProcessSandbox):
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        return _probe()
+        ok, why = _probe()
+        if ok:
+            _copies_supported()  # asked where a bench's zygote probes, once: the hosts it forks inherit the answer
+        return ok, why
 
     def _options_for(self, spec: ExecSpec, argv: list[str]) -> list[str]:
         """options_for(spec, argv), remembered while what it depends on is as it was: building it costs a few
