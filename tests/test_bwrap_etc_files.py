@@ -113,3 +113,4 @@ def test_whether_bwrap_can_copy_is_learnt_with_its_probe():
     module._copies_supported.cache_clear()
     assert module.BwrapSandbox.available()[0]
     assert module._copies_supported.cache_info().currsize == 1
+

@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 
 from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, path_identity, root_view
 
@@ -23,14 +24,25 @@ def _probe() -> tuple[bool, str]:
     if exe is None:
         return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     command = [exe, *_namespace_options(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
-    try:
-        probe = subprocess.run(command, capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"bwrap does not run: {exc}"
-    if probe.returncode != 0:
+    why = ""
+    for attempt in range(_PROBE_TRIES):
+        if attempt:
+            time.sleep(0.2)
+        try:
+            probe = subprocess.run(command, capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"bwrap does not run: {exc}"
+            continue
+        if probe.returncode == 0:
+            return True, ""
         detail = probe.stderr.decode(errors="replace").strip().splitlines()
-        return False, f"bwrap cannot create namespaces here: {detail[-1] if detail else probe.returncode}"
-    return True, ""
+        why = f"bwrap cannot create namespaces here: {detail[-1] if detail else probe.returncode}"
+    return False, why
+
+
+# The probe binds the whole host root: a mount coming or going meanwhile (another program's container) once made
+# it fail with EINVAL in a full test run, and every run of that bench with it. A kernel that cannot fails every try.
+_PROBE_TRIES = 3
 
 
 def _namespace_options(network: bool = False) -> list[str]:
