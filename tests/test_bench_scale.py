@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from mlab.core.bench import progress as progress_module
 from mlab.core.bench.driver import PROGRESS_DIR, Bench, BenchSpec, BenchStatus
-from mlab.core.bench.engines import _pipe_reporter, _progress_pipe
+from mlab.core.bench.engines import _progress_pipe
 from mlab.core.bench.evaluate import evaluate_runs
+from mlab.core.bench.progress import HostProgress, pipe_sender
 from mlab.core.bench.results import ResultsDB
 from mlab.core.run.trace_log import load_trace, read_log
 from mlab.core.view.live import run_in_progress
@@ -30,13 +33,52 @@ def rows_of(bench: Path) -> list[dict]:
 
 
 # ---- progress over the pipe ---------------------------------------------------------------------------
-def test_a_full_progress_pipe_drops_lines_whole_and_never_blocks_the_run():
+def _lines_until(read_end: int, done, deadline_s: float = 60) -> list[dict]:
+    """The progress lines read from the pipe until done(lines) (a hang guard, not a timing)."""
+    data, lines = b"", []
+    deadline = time.monotonic() + deadline_s
+    while not done(lines):
+        assert time.monotonic() < deadline, lines[-5:]
+        if select.select([read_end], [], [], 0.1)[0]:
+            data += os.read(read_end, 1 << 16)
+            *whole, data = data.split(b"\n")
+            lines += [json.loads(line) for line in whole]  # every line whole
+    return lines
+
+
+def test_a_hosts_progress_is_the_latest_line_of_each_run_sent_together_not_a_line_per_step(monkeypatch):
+    monkeypatch.setattr(progress_module, "SEND_EVERY_S", 0.2)
+    read_end, write_end = os.pipe()
+    try:
+        progress = HostProgress(pipe_sender(_progress_pipe(write_end)))
+        runs = {name: progress.reporter(name) for name in ("run-a", "run-b", "run-c")}
+        for step in range(300):
+            for report in runs.values():
+                report({"step": step, "tokens": 7 * step, "action": "Append File"})
+        lines = _lines_until(read_end, lambda got: {(m["progress"], m["step"]) for m in got} >= {
+            (name, 299) for name in runs})
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    for name in runs:
+        steps = [m["step"] for m in lines if m["progress"] == name]
+        assert steps == sorted(set(steps)) and steps[-1] == 299  # in order, the last one always sent
+        assert all(m["tokens"] == 7 * m["step"] for m in lines if m["progress"] == name)
+    assert len(lines) < 3 * 300  # steps taken between two sends go as one line
+
+
+def test_a_driver_that_stops_reading_costs_progress_lines_whole_never_a_step(monkeypatch):
+    monkeypatch.setattr(progress_module, "SEND_EVERY_S", 0)
     read_end, write_end = os.pipe()
     try:
         fd = _progress_pipe(write_end)
-        report = _pipe_reporter(fd, "run-a")
-        for step in range(20_000):  # far more than a pipe holds: nobody reads while the run goes on
-            report({"step": step, "tokens": 7 * step, "action": "Append File"})
+        progress = HostProgress(pipe_sender(fd))
+        for run in range(3000):  # far more than a pipe holds: nobody reads while the runs go on
+            progress.reporter(f"run-{run}")({"step": 1, "tokens": run, "action": "Append File"})
+        deadline = time.monotonic() + 60
+        while progress._pending:  # the sender has tried every line
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         os.close(fd)
         os.close(write_end)
         data = b""
@@ -45,22 +87,39 @@ def test_a_full_progress_pipe_drops_lines_whole_and_never_blocks_the_run():
     finally:
         os.close(read_end)
     lines = [json.loads(line) for line in data.decode().splitlines()]  # every line whole: none cut by a full pipe
-    assert 0 < len(lines) < 20_000
-    assert [line["step"] for line in lines] == list(range(len(lines)))  # the first ones kept, in order
-    assert all(line["progress"] == "run-a" and line["tokens"] == 7 * line["step"] for line in lines)
+    assert 0 < len(lines) < 3000
+    assert all(m["progress"] == f"run-{m['tokens']}" for m in lines)
+
+
+@pytest.mark.slow
+def test_an_ended_runs_unsent_progress_is_dropped_so_none_follows_its_end(monkeypatch):
+    monkeypatch.setattr(progress_module, "SEND_EVERY_S", 3)  # the unsent line waits, well past the next statement
+    read_end, write_end = os.pipe()
+    try:
+        progress = HostProgress(pipe_sender(_progress_pipe(write_end)))
+        progress.reporter("run-a")({"step": 1})  # sent at once: nothing was sent before
+        _lines_until(read_end, lambda got: len(got) == 1)
+        progress.reporter("run-a")({"step": 2})  # due with the next send
+        progress.forget("run-a")  # the run ends (its end is told next)
+        progress.reporter("run-b")({"step": 1})
+        lines = _lines_until(read_end, lambda got: any(m["progress"] == "run-b" for m in got))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert [(m["progress"], m["step"]) for m in lines] == [("run-b", 1)]
 
 
 def test_a_progress_line_longer_than_an_atomic_pipe_write_is_left_out():
     read_end, write_end = os.pipe()
     try:
-        report = _pipe_reporter(_progress_pipe(write_end), "run-b")
-        report({"step": 1, "action": "x" * 5000})
-        report({"step": 2, "action": "Final Answer"})
-        os.close(write_end)
-        received = os.read(read_end, 1 << 16).decode().splitlines()
+        progress = HostProgress(pipe_sender(_progress_pipe(write_end)))
+        progress.reporter("run-big")({"step": 1, "action": "x" * 5000})
+        progress.reporter("run-small")({"step": 1, "action": "Final Answer"})
+        lines = _lines_until(read_end, lambda got: any(m["progress"] == "run-small" for m in got))
     finally:
         os.close(read_end)
-    assert [json.loads(line)["step"] for line in received] == [2]
+        os.close(write_end)
+    assert [m["progress"] for m in lines] == ["run-small"]
 
 
 @pytest.mark.slow
@@ -200,6 +259,9 @@ def test_a_batchs_runs_wait_forked_until_the_zygote_has_forked_them_all(tmp_path
             messages.append(json.loads(zygote.stdout.readline()))
         exited = [m for m in messages if "exited" in m]
         assert {m["progress"] for m in messages if "progress" in m} == {Path(j["run_dir"]).name for j in jobs}
+        for job in jobs:  # a run's progress never comes after its end
+            told = [i for i, m in enumerate(messages) if m.get("progress") == Path(job["run_dir"]).name]
+            assert max(told) < next(i for i, m in enumerate(messages) if m.get("ended") == job["key"])
         assert sorted(m["exited"] for m in exited) == sorted(m["pid"] for m in started)
         assert [m["code"] for m in exited] == [0, 0]
         assert sorted((m["ended"], m["code"]) for m in messages if "ended" in m) == sorted((j["key"], 0) for j in jobs)

@@ -9,9 +9,9 @@ pages that a process per run would each copy on first write (its Python objects'
 faults a run alone, ~170 in hosts of 32). A crash of such a host ends its runs as harness errors (--retry-errors
 reruns them). What every run would otherwise repeat at its start (probing the sandbox, asking the Python for its
 packages, naming the file system whose flushes its hosts share) the zygote does once, before forking, and every run
-inherits. Hosts go to the zygote as JSON lines on its stdin; runs report each step as
-a JSON line on the zygote's stdout pipe, which the driver reads: no file is written per step for progress, and 256
-runs do not contend for one folder.
+inherits. Hosts go to the zygote as JSON lines on its stdin; a host sends its runs' progress (the latest step of
+each, a few times a second: core/bench/progress.py) as JSON lines on the zygote's stdout pipe, which the driver
+reads: no file is written per step for progress, and 256 runs do not contend for one folder.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any, TypedDict
 
 from mlab.core.bench.evaluate import intermediate_steps, registry_from
+from mlab.core.bench.progress import HostProgress, pipe_sender
 from mlab.core.bench.results import Row, summarize
 from mlab.core.bench.slices import Slices
 from mlab.core.errors import MlabError
@@ -161,19 +162,6 @@ def _progress_pipe(fd: int) -> int:
         return os.dup(fd)
 
 
-def _pipe_reporter(fd: int, name: str) -> Callable[[dict[str, Any]], None]:
-    def report(progress: dict[str, Any]) -> None:
-        line = (json.dumps({"progress": name, **progress}) + "\n").encode()
-        if len(line) > select.PIPE_BUF:
-            return  # a longer write could interleave with another worker's line
-        try:
-            os.write(fd, line)  # all or nothing: at most PIPE_BUF bytes
-        except OSError:
-            pass  # the pipe is full or gone: progress is best effort, the run goes on
-
-    return report
-
-
 def _run_host(jobs: list[JobSpec], registry: Registry, batch: _Batch) -> int:
     """In a forked host: its runs, the first in this thread and each other in a thread of its own, each reporting
     its end on the driver's pipe. SIGINT (from the driver, or when the zygote dies) stops every run at once,
@@ -197,7 +185,7 @@ def _run_host(jobs: list[JobSpec], registry: Registry, batch: _Batch) -> int:
     except KeyboardInterrupt:
         return 130  # stopped before it began
     ends = os.dup(1)  # blocking, unlike progress: the driver must learn of every run's end
-    progress = _progress_pipe(1)
+    progress = HostProgress(pipe_sender(_progress_pipe(1)))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -230,7 +218,7 @@ def _run_host(jobs: list[JobSpec], registry: Registry, batch: _Batch) -> int:
     return code if len(jobs) == 1 else 0
 
 
-def _run_one(job: JobSpec, registry: Registry, progress: int, ends: int, stopping: threading.Event,
+def _run_one(job: JobSpec, registry: Registry, progress: HostProgress, ends: int, stopping: threading.Event,
              own_log: bool) -> int:
     """One run of a host; its end (0, or 130 when stopped) told on `ends`. With `own_log`, what its thread
     prints goes to its log."""
@@ -240,12 +228,13 @@ def _run_one(job: JobSpec, registry: Registry, progress: int, ends: int, stoppin
         if log is not None:
             _RunOutput.local.log = log
         if not stopping.is_set():
-            result = execute_job(job, registry, report=_pipe_reporter(progress, run_name(job)))
+            result = execute_job(job, registry, report=progress.reporter(run_name(job)))
             _hand_over(Path(job["result"]), json.dumps(result).encode())
             code = 0
     except KeyboardInterrupt:
         code = 130  # the trace still says "running"
     finally:
+        progress.forget(run_name(job))
         if log is not None:
             _RunOutput.local.log = None
             log.close()
@@ -377,8 +366,8 @@ class _StartUp:
 def zygote_main() -> None:
     """`python -c '...zygote_main()' SETTINGS`: reads hosts on stdin, one JSON line each (a list of jobs), a blank
     line ending a batch; writes JSON lines {"ready"}, {"started" (a job's key), "pid" (its host's)}, {"exited",
-    "pid", "code"} on stdout, and its hosts write {"progress" (the run's name), "step", ...} there after each
-    step and {"ended" (the job's key), "code"} at each run's end."""
+    "pid", "code"} on stdout, and its hosts write {"progress" (the run's name), "step", ...} there as their runs
+    take steps and {"ended" (the job's key), "code"} at each run's end."""
     settings = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides what stops
     _die_with_parent(signal.SIGTERM)

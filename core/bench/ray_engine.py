@@ -41,6 +41,7 @@ from typing import IO, Any
 
 from mlab.core.bench.engines import JobSpec, Result, execute_job
 from mlab.core.bench.evaluate import registry_from
+from mlab.core.bench.progress import HostProgress
 from mlab.core.errors import MlabError
 from mlab.core.fs.atomic import replace_folder, write_atomic
 from mlab.core.fs.dirfd import MAX_ENTRIES
@@ -299,17 +300,17 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
                             task.get("read_only", []))
                 os.replace(space / "incoming" / RUN_MEMBER, run_dir)
             name = Path(job["run_dir"]).name
-
-            def report(progress: dict[str, Any]) -> None:
-                board.report.remote(name, progress)
+            progress = HostProgress(lambda batch: board.report.remote(batch))  # a call a few times a second, not a step
 
             ran = True
             with _output_to(log):
                 try:
                     with _stops_on(board):
-                        result = execute_job(local, report=report)
+                        result = execute_job(local, report=progress.reporter(name))
                 except KeyboardInterrupt:
                     pass  # stopped part-way, the trace still says "running": the next bench resumes it
+                finally:
+                    progress.close()
         except Exception as exc:
             result = {"status": "failed", "failure": "harness_error",
                       "end_reason": f"harness error on Ray node {node['node_ip']}: {type(exc).__name__}: {exc}"}
@@ -390,14 +391,14 @@ def link_shared(staging: Path, public: Path, read_only: list[str]) -> None:
 
 # ---- the progress board (an actor on the head's node) ---------------------------------------------------
 class ProgressBoard:
-    """Workers' progress lines and the driver's stop flag."""
+    """Workers' progress (the latest of each run, sent together a few times a second) and the driver's stop flag."""
 
     def __init__(self) -> None:
         self.latest: dict[str, dict[str, Any]] = {}
         self.stop = False
 
-    def report(self, name: str, progress: dict[str, Any]) -> None:
-        self.latest[name] = progress
+    def report(self, batch: dict[str, dict[str, Any]]) -> None:
+        self.latest.update(batch)  # run name -> its latest progress
 
     def drain(self) -> dict[str, dict[str, Any]]:
         latest, self.latest = self.latest, {}
