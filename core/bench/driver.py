@@ -4,9 +4,9 @@ The driver (this process) plans the runs, hands each to an engine (core/bench/en
 of the database: what it learns in one tick (runs started, runs ended) is written in one transaction. `local`
 forks processes from a pre-loaded helper process, one per run or several runs to one (engines.hosts()); `ray`
 submits each run as a Ray task.
-Workers report each step's progress to the engine, which the driver reads in memory, and return a summary of
-their run. Rerunning a bench skips finished runs, resumes interrupted ones from their last step, and retries
-failed ones only when asked.
+Workers report their runs' progress (the latest step of each, a few times a second) to the engine, which the driver
+reads in memory, and return a summary of their run. Rerunning a bench skips finished runs, resumes interrupted ones
+from their last step, and retries failed ones only when asked.
 """
 from __future__ import annotations
 
