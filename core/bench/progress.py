@@ -2,8 +2,8 @@
 by a thread of the host's own.
 
 The driver only shows progress (at its tick, 0.2 s), so a line per step bought nothing but wake-ups: a bench of 256
-runs of 20 steps woke the driver's reader 5,120 times; sent together, the driver's CPU went from 0.87-1.18 to
-0.53-0.60 ms a run (benchmarks/bench_parallel.py's bench, old and new side by side, five rounds each), and a Ray run
+runs of 20 steps woke the driver's reader 5,120 times; sent together, the driver's CPU went from 0.84-1.18 to
+0.53-0.61 ms a run (benchmarks/bench_parallel.py's bench, old and new side by side, five rounds each), and a Ray run
 makes a call to the progress board a few times a second instead of one a step. A run's own thread only stores its
 progress; a run that ends is forgotten before its end is told, so none of it follows its end.
 """
