@@ -20,7 +20,7 @@ Targets: local <= 1.3x bare; bwrap <= 30 ms more than local (idle and at --load 
 unconfined / bare is printed too (the cost of start, wait and limits alone). `--load N` runs N busy Python loops
 beside the rounds, each in a session of its own as other runs' commands would be (`--load-session harness`: in
 this script's session, a busy harness); bwrap - local is also given as the median of each round's own difference,
-which the load weighs on alike.
+which the load weighs on alike, with its 95% bootstrap interval (scipy).
 
 docker uses the engine `docker` reaches (DOCKER_HOST, MLAB_DOCKER_IMAGE); when there is none usable and this
 runs as root with dockerd installed, it starts a daemon of its own as the tests do (tests/fixtures/docker_engine.py)
@@ -176,6 +176,17 @@ def measure(runners: dict[str, Callable[[], str]], rounds: int) -> dict[str, lis
     return times
 
 
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float]:
+    """A 95% bootstrap interval (rounds resampled as pairs) of the median of a - b: how far the noise of a loaded
+    machine leaves the paired estimate from its target."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    found = bootstrap((a, b), lambda x, y: np.median(x - y), paired=True, vectorized=False,
+                      n_resamples=2000, method="percentile", random_state=0)
+    return float(found.confidence_interval.low), float(found.confidence_interval.high)
+
+
 def report(times: dict[str, list[float]], rounds: int) -> None:
     print(f"Sandbox.run of `python -u {SCRIPT}` (a one-line script), {rounds} interleaved rounds (ms):")
     print(f"{'':<12}{'median':>9}{'mean':>9}{'p90':>9}{'min':>9}")
@@ -206,6 +217,8 @@ def report(times: dict[str, list[float]], rounds: int) -> None:
         own = statistics.median(b - a for b, a in zip(times["bwrap"], times["local"], strict=True))
         print(f"bwrap - local: {extra:+.1f} ms [{own:+.1f} ms] (target <= {BWRAP_TARGET_MS:g} ms): "
               f"{verdict(extra <= BWRAP_TARGET_MS)}")
+        low, high = paired_interval(times["bwrap"], times["local"])
+        print(f"  95% interval of the median of each round's difference: {low:+.1f} to {high:+.1f} ms")
     if "docker" in med and "docker-exec" in med:
         ratio = med["docker"] / med["docker-exec"]
         print(f"docker / docker-exec: {ratio:.2f}x [{paired('docker', 'docker-exec'):.2f}x], "
