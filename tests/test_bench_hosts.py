@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlab.core.bench.engines import RUNS_PER_HOST, hosts
+from mlab.core.bench.engines import HOST_FLUSH_GATHER_S, RUNS_PER_HOST, hosts
 from tests.fixtures.bench_cli import db_rows, start
 from tests.fixtures.cli import MLAB, mlab
 from tests.test_bench_local import steps_done, wait_for
@@ -55,7 +55,21 @@ def test_runs_sharing_a_host_each_keep_their_own_log_and_result(tmp_path):
         [seed] = seeds
         assert f"seed {seed} on stderr" in lines and len(lines) == 8  # 4 steps, stdout and stderr
         pids |= {line.split()[3] for line in lines if " pid " in line}
+        # runs sharing a process share its flushes over a window, as their steps end together
+        assert {line.split()[-1] for line in lines if " pid " in line} == {str(HOST_FLUSH_GATHER_S)}
     assert len(pids) == 4  # 8 runs in hosts of 2
+
+
+@pytest.mark.slow
+def test_a_run_alone_in_its_process_flushes_its_steps_at_once(tmp_path):
+    out = tmp_path / "bench"
+    two = [*RUNS[:-4], "--runs", "2", "--workers", "2"]
+    result = mlab("bench", *two, "--bench-dir", out, entry=ONE_CORE, timeout=300)
+    assert result.returncode == 0, result.stderr
+    logs = run_logs(out)
+    assert len(logs) == 2
+    for lines in logs.values():  # no window: nothing else in its process would share the flush
+        assert {line.split()[-1] for line in lines if " pid " in line} == {"0.0"}
 
 
 @pytest.mark.slow

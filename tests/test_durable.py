@@ -254,3 +254,32 @@ def test_a_flush_begun_later_serves_every_call_made_while_the_one_before_ran(tmp
         assert flushes == ["began"] * 3
     finally:
         os.close(fd)
+
+
+def test_a_gathering_process_flushes_the_calls_made_within_its_window_at_once(tmp_path, monkeypatch):
+    """With gather_flushes (a bench host of several runs), the flushing thread waits after a call: the calls made
+    meanwhile share its one flush."""
+    real = durable._syncfs
+    flushes: list[int] = []
+    waiting, release = threading.Event(), threading.Event()
+
+    def gathering(seconds: float) -> None:
+        assert seconds == 0.25
+        waiting.set()
+        assert release.wait(60)  # a hang guard: the window ends when the test says
+
+    monkeypatch.setattr(durable, "_syncfs", lambda libc, fd, where: (flushes.append(fd), real(libc, fd, where)))
+    monkeypatch.setattr(durable, "_gathering", gathering)
+    monkeypatch.setattr(durable, "_gather_s", 0.0)  # put back after the test
+    durable.gather_flushes(0.25)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = durable.flush_later(fd)
+        assert waiting.wait(60)
+        later = [durable.flush_later(fd) for _ in range(5)]  # within the window
+        release.set()
+        for flushing in (first, *later):
+            flushing.wait()
+    finally:
+        os.close(fd)
+    assert len(flushes) == 1

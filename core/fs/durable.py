@@ -12,7 +12,9 @@ steps, starts and ends to commit) made 1,767 syncfs calls with hosts of 32 runs 
 spinning on the file system's lock while others flushed; 664 shared by every host (perf stat, one bench each).
 Still, each step's commit waited 0.3 s for a flush of everyone's pages, and 1,024 runs took 1.9x one run's time: a
 step's flush now runs in the background (flush_later) while the run asks its next model call, and the run waits for
-it only before its next line (4,512 calls, none waited for by a step that had anything else to do; 1.3x).
+it only before its next line (4,512 calls, none waited for by a step that had anything else to do; 1.3x). A host
+of several runs also lets its flushing thread wait a few milliseconds after a call (gather_flushes), so that its
+other runs' steps, ending just after, share that flush instead of each starting the next.
 """
 from __future__ import annotations
 
@@ -88,6 +90,20 @@ def flush_later(fd: int) -> Flushing:
 
 
 _queue: queue.SimpleQueue[Flushing] | None = None  # the flushing thread's, made with it
+_gather_s = 0.0  # how long the flushing thread waits after a call for others to share its flush (gather_flushes)
+
+
+def gather_flushes(seconds: float) -> None:
+    """From now on, the flushing thread waits `seconds` after a call before it flushes, so that the calls this
+    process's other threads make meanwhile share that flush. For a process whose threads end their steps within
+    milliseconds of each other (a bench host of several runs, which its interpreter lock takes in turn): a step is
+    then durable that much later, and a step that follows within that time waits for it."""
+    global _gather_s
+    _gather_s = seconds
+
+
+def _gathering(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _background() -> queue.SimpleQueue[Flushing]:
@@ -102,6 +118,8 @@ def _background() -> queue.SimpleQueue[Flushing]:
 def _flush_in_background(asked: queue.SimpleQueue[Flushing]) -> None:
     while True:
         batch = [asked.get()]
+        if _gather_s > 0:
+            _gathering(_gather_s)  # the calls made meanwhile go with this one
         while not asked.empty():
             batch.append(asked.get())  # asked after their writes, so one flush begun now serves them all
         by_device: dict[int, list[Flushing]] = {}
