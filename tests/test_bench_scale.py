@@ -76,9 +76,10 @@ def test_a_driver_that_stops_reading_costs_progress_lines_whole_never_a_step(mon
         for run in range(3000):  # far more than a pipe holds: nobody reads while the runs go on
             progress.reporter(f"run-{run}")({"step": 1, "tokens": run, "action": "Append File"})
         deadline = time.monotonic() + 60
-        while progress._pending:  # the sender has tried every line
+        while progress._pending:  # the sender has taken every line
             assert time.monotonic() < deadline
             time.sleep(0.01)
+        progress.close()  # and has ended its last write: the descriptor is no longer in use
         os.close(fd)
         os.close(write_end)
         data = b""

@@ -300,7 +300,7 @@ def run_on_node(job: JobSpec, task: dict[str, Any], run_refs: list[Any], board: 
                             task.get("read_only", []))
                 os.replace(space / "incoming" / RUN_MEMBER, run_dir)
             name = Path(job["run_dir"]).name
-            progress = HostProgress(lambda batch: board.report.remote(batch))  # a call a few times a second, not a step
+            progress = HostProgress(board.report.remote)  # a call a few times a second, not one a step
 
             ran = True
             with _output_to(log):
