@@ -14,12 +14,12 @@ import signal
 import struct
 import subprocess
 import termios
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from mlab.core.ticker import ticker
 from tests.fixtures.cli import REPO, cli_env, entry
 from tests.fixtures.cli import mlab as cli_mlab
 from tests.fixtures.gated_run import GATES_VARIABLE
@@ -269,7 +269,7 @@ def test_short_steps_are_never_written_and_a_new_step_hides_the_last_one(tmp_pat
     assert wait_until(lambda: read_live(tmp_path), "step 6")["step"] == 6
     live.end()
     assert read_live(tmp_path) is None and live.state is None
-    assert not any(t.name.startswith("live-step") for t in threading.enumerate())  # its writer is gone
+    assert not ticker().wanted(live)  # no tick writes it again
 
 
 def test_a_run_is_in_progress_while_its_lock_is_held(tmp_path):

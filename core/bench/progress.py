@@ -1,5 +1,5 @@
 """A bench host's runs' progress, sent to the driver together: the latest of each run, at most every SEND_EVERY_S,
-by a thread of the host's own.
+by the process's ticker (mlab.core.ticker).
 
 The driver only shows progress (at its tick, 0.2 s), so a line per step bought nothing but wake-ups: a bench of 256
 runs of 20 steps woke the driver's reader 5,120 times; sent together, the driver's CPU went from 0.84-1.18 to
@@ -17,32 +17,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mlab.core.ticker import ticker
+
 SEND_EVERY_S = 0.25  # a little over the driver's tick: every step of a run taking steps of a second or more is seen
 
 
 class HostProgress:
     """The latest progress of each run of a host (a forked bench host, or a Ray worker), handed to `send` together:
-    a run name -> progress mapping, from a thread of its own, at most every SEND_EVERY_S."""
+    a run name -> progress mapping, at most every SEND_EVERY_S: by the run reporting, when the last send is
+    that old, else by the process's ticker."""
 
     def __init__(self, send: Callable[[dict[str, dict[str, Any]]], None]):
         self.send = send
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._pending: dict[str, dict[str, Any]] = {}  # run name -> its latest progress, not yet sent
         self._sent_at = float("-inf")
-        self._idle = False  # the sender waits with no deadline: new progress must wake it
-        self._sender: threading.Thread | None = None
         self._closed = False
 
     def reporter(self, name: str) -> Callable[[dict[str, Any]], None]:
         """What run `name` calls after each step (execute_job's `report`)."""
         def report(progress: dict[str, Any]) -> None:
             with self._lock:
+                if self._closed:
+                    return
                 self._pending[name] = progress
-                if self._sender is None:
-                    self._sender = threading.Thread(target=self._send_when_due, name="bench-progress", daemon=True)
-                    self._sender.start()
-                elif self._idle:
-                    self._lock.notify()
+                if not self._send_if_due(time.monotonic()):
+                    ticker().want(self)
 
         return report
 
@@ -52,33 +52,29 @@ class HostProgress:
             self._pending.pop(name, None)
 
     def close(self) -> None:
-        """Every run has ended (a Ray worker's task, whose process lives on): unsent progress is dropped and the
-        sender ends."""
+        """Every run has ended (a Ray worker's task, whose process lives on): unsent progress is dropped, and
+        nothing is being sent once this returns."""
         with self._lock:
             self._pending.clear()
             self._closed = True
-            self._lock.notify()
-        if self._sender is not None:
-            self._sender.join()
+            ticker().drop(self)
 
-    def _send_when_due(self) -> None:
+    def tick(self, now: float) -> bool:
         with self._lock:
-            while not self._closed:
-                if not self._pending:
-                    self._idle = True
-                    self._lock.wait()
-                    self._idle = False
-                    continue
-                wait = self._sent_at + SEND_EVERY_S - time.monotonic()
-                if wait > 0:
-                    self._lock.wait(wait)  # steps taken meanwhile replace their run's progress and go with this send
-                    continue
-                batch, self._pending = self._pending, {}
-                self._sent_at = time.monotonic()
-                try:
-                    self.send(batch)  # under the lock: forget() waits for it
-                except Exception:  # progress is best effort: the runs go on
-                    pass
+            return bool(self._pending) and not self._send_if_due(now)
+
+    def _send_if_due(self, now: float) -> bool:
+        """Send what is pending unless the last send was under SEND_EVERY_S ago: then steps taken meanwhile replace
+        their run's progress and go with a later send. Under the lock: forget() and close() wait for a send."""
+        if now < self._sent_at + SEND_EVERY_S:
+            return False
+        batch, self._pending = self._pending, {}
+        self._sent_at = now
+        try:
+            self.send(batch)
+        except Exception:  # progress is best effort: the runs go on
+            pass
+        return True
 
 
 def pipe_sender(fd: int) -> Callable[[dict[str, dict[str, Any]]], None]:

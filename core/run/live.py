@@ -2,7 +2,7 @@
 the tail of a running script's output.
 
 The runner keeps it in memory for the terminal view and in RUN_DIR/live.json for viewers in other processes
-(`mlab view`, the bench view). The file is written by a thread of its own, only for a step that has lasted
+(`mlab view`, the bench view). The file is written by the process's ticker, only for a step that has lasted
 SHOW_AFTER_S and then at most every WRITE_EVERY_S: a bench of hundreds of runs, each taking a step every second
 or so, writes no file per step (viewers poll about once a second anyway). It is removed when the next step
 begins and when the run stops. The run's folder is hidden from agent code, so agent code cannot forge it.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from mlab.core.models import Action
+from mlab.core.ticker import ticker
 
 LIVE_FILE = "live.json"
 TAIL_BYTES = 4096  # of the running script's output, kept in memory
@@ -54,20 +55,18 @@ def short_arg(value: Any) -> str:
 
 
 class LiveStep:
-    """Written by the run loop (begin, acting, end) and by the thread reading a script's output (output); a
-    writer thread (started with the first step, ended by end()) puts it on disk when due."""
+    """Written by the run loop (begin, acting, end) and by the thread reading a script's output (output); put on
+    disk when due by the process's ticker (mlab.core.ticker)."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LIVE_FILE
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._state: LiveState | None = None
         self._tail = bytearray()
         self._began = 0.0  # time.monotonic() when the step began
         self._written_at = float("-inf")
         self._dirty = False  # the state changed since it was written
         self._on_disk = False
-        self._writer: threading.Thread | None = None
-        self._idle = False  # the writer waits for a change with no deadline: a change must wake it
 
     @property
     def state(self) -> LiveState | None:
@@ -83,10 +82,6 @@ class LiveStep:
             if self._on_disk:  # the file would show a step that is over
                 self._remove()
             self._changed()
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_when_due, name=f"live-step {self.path.parent}",
-                                                daemon=True)
-                self._writer.start()
 
     def acting(self, action: Action) -> None:
         with self._lock:
@@ -107,35 +102,26 @@ class LiveStep:
             self._changed()
 
     def end(self) -> None:
-        """The run stops: the file goes, and so does the writer."""
+        """The run stops: the file goes, and no tick writes it again."""
         with self._lock:
             self._state = None
+            self._dirty = False
             self._tail.clear()
             self._remove()
-            writer, self._writer = self._writer, None
-            self._lock.notify()
-        if writer is not None and writer is not threading.current_thread():
-            writer.join()
+            ticker().drop(self)
+
+    def tick(self, now: float) -> bool:
+        with self._lock:
+            if self._state is None or not self._dirty:
+                return False
+            if now < max(self._began + SHOW_AFTER_S, self._written_at + WRITE_EVERY_S):
+                return True
+            self._write()
+            return False
 
     def _changed(self) -> None:
         self._dirty = True
-        if self._idle:
-            self._lock.notify()
-
-    def _write_when_due(self) -> None:
-        me = threading.current_thread()
-        with self._lock:
-            while self._writer is me:
-                if self._state is None or not self._dirty:
-                    self._idle = True
-                    self._lock.wait()
-                    self._idle = False
-                    continue
-                wait = max(self._began + SHOW_AFTER_S, self._written_at + WRITE_EVERY_S) - time.monotonic()
-                if wait > 0:
-                    self._lock.wait(wait)  # woken early only by end()
-                    continue
-                self._write()
+        ticker().want(self)
 
     def _remove(self) -> None:
         self._on_disk = False
