@@ -280,3 +280,62 @@ def test_plan_key_changes_with_what_a_container_is_made_of(tmp_path):
     # A file replaced under a reused inode number is told apart by its change time, which any change moves on.
     os.chmod(ws / "data" / "train.csv", 0o644)
     assert plan_of(argv, spec)[0] != replaced
+
+
+def test_swap_is_bounded_only_where_the_engine_can_bound_it(tmp_path, monkeypatch):
+    """An engine that cannot bound swap (cgroup v2 with dockerd in the root cgroup, v1 without swapaccount=1)
+    ignores --memory-swap and prints a warning on the client's stderr, which is the command's output: the agent
+    read it in every REPL command (`make cgroup2-check`'s hostile cases on docker). Memory is bounded either way."""
+    from mlab.core import ExecSpec, Limits
+    from mlab_sandbox_docker import engine
+    from mlab_sandbox_docker.sandbox import command_for
+
+    spec = ExecSpec(cwd=tmp_path, env={"PATH": os.environ["PATH"]}, limits=Limits(memory_bytes=2**30))
+    argv = [sys.executable, "-u", "x.py"]
+    for can in (True, False):
+        monkeypatch.setattr(engine, "swap_limit", lambda key, can=can: can)
+        line = command_for(argv, spec, "mlab-test")
+        assert line[line.index("--memory") + 1] == str(2**30)
+        assert ("--memory-swap" in line) is can
+
+
+def test_the_engines_swap_limit_is_what_docker_info_says(docker_sandbox):
+    engine = _engine()
+    said = engine.cli("info", "--format", "{{.SwapLimit}}")
+    assert said is not None and said.returncode == 0, said
+    engine.swap_limit.cache_clear()
+    assert engine.swap_limit(engine.engine_key()) is (said.stdout.decode().strip() == "true")
+
+
+WARNING = "WARNING: Your kernel does not support swap limit capabilities or the cgroup is not mounted."
+
+
+def test_what_the_engine_warns_of_when_making_a_container_is_not_the_commands_output(tmp_path, docker_sandbox,
+                                                                                    monkeypatch):
+    """An engine that cannot bound swap warns of it at each container it makes with a memory bound, on the
+    client's stderr (on cgroup v2 with the daemon in the root cgroup, and v1 without swapaccount=1: the REPL's
+    every answer began with it in `make cgroup2-check`). Here the real client, behind one that warns as such an
+    engine does, runs a command with a container of its own (the REPL's path: its stdin a pipe)."""
+    from mlab.core import ExecSpec, Limits
+    from mlab_sandbox_docker import engine
+
+    real = engine.docker_exe()
+    warning = tmp_path / "bin" / "docker"
+    warning.parent.mkdir()
+    warning.write_text(f"#!/bin/sh\ncase $1 in run|create) echo '{WARNING}' >&2;; esac\nexec {real} \"$@\"\n")
+    warning.chmod(0o755)
+    monkeypatch.setattr(engine, "docker_exe", lambda: str(warning))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = ExecSpec(cwd=ws, env={"PATH": os.environ["PATH"]}, limits=Limits(memory_bytes=2**30, timeout_s=60),
+                    stdin_pipe=True)
+    command = docker_sandbox.popen([sys.executable, "-c", "import sys; print('read', sys.stdin.read())"], spec)
+    try:
+        command.stdin.write(b"four\n")
+        command.stdin.close()
+        output = command.stdout.read()
+        assert command.wait(timeout=60) == 0
+    finally:
+        docker_sandbox.release(command)
+        docker_sandbox.close()
+    assert output.decode() == "read four\n\n", output

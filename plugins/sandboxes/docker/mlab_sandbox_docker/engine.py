@@ -162,6 +162,21 @@ def probe(key: tuple[str, str], wanted: str) -> tuple[bool, str]:
     return False, f"no Docker engine is reachable: {why or 'no answer on ' + str(socket_path())}"
 
 
+@functools.lru_cache(maxsize=16)
+def swap_limit(key: tuple[str, str]) -> bool:
+    """Whether engine `key` can bound swap. One that cannot (cgroup v1 without swap accounting; v2 with the
+    daemon in the root cgroup) ignores --memory-swap and says so on the client's stderr, which is the command's
+    output. Unknown: True, as the engine decides then."""
+    answer = api("GET", "/info", timeout=20)
+    if answer is not None and answer[0] == 200:
+        try:
+            return bool(json.loads(answer[1]).get("SwapLimit", True))
+        except ValueError:
+            return True
+    result = cli("info", "--format", "{{.SwapLimit}}", timeout=20)
+    return result is None or result.returncode != 0 or result.stdout.strip() != b"false"
+
+
 def empty_tar() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w"):

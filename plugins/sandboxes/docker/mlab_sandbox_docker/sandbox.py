@@ -132,7 +132,9 @@ def _confinement(view: RootView, spec: ExecSpec, idle_processes: int = 0) -> lis
     if limits.max_processes:
         cmd += ["--pids-limit", str(limits.max_processes + idle_processes)]
     if limits.memory_bytes:
-        cmd += ["--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes)]
+        cmd += ["--memory", str(limits.memory_bytes)]
+        if engine.swap_limit(engine.engine_key()):  # else the engine ignores it, with a warning in the output
+            cmd += ["--memory-swap", str(limits.memory_bytes)]
     if limits.file_size_bytes:
         cmd += ["--ulimit", f"fsize={limits.file_size_bytes}"]
     if limits.cpu_seconds:  # SIGXCPU at the soft limit tells what happened; at the hard one comes SIGKILL
@@ -191,6 +193,19 @@ def command_for(argv: list[str], spec: ExecSpec, name: str, label: str = "") -> 
     cmd += ["--workdir", view.writable[0], engine.image(), "/bin/sh", "-c", INIT.format(ulimit=_ulimit(spec)),
             "mlab-init"]
     return cmd + list(argv)
+
+
+def _create(run_line: list[str], spec: ExecSpec) -> bool:
+    """`docker create` with the options of run_line (a command_for line), in the environment its client gets
+    (`-e NAME` takes the value from there); whether the container was made."""
+    env = dict(spec.env)
+    env.update(engine.client_env())
+    try:
+        made = subprocess.run([run_line[0], "create", *run_line[2:]], stdin=subprocess.DEVNULL,
+                              capture_output=True, env=env, timeout=START_WAIT_S)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return made.returncode == 0
 
 
 def _identity(path: str, settled: bool) -> tuple:
@@ -483,9 +498,19 @@ class DockerSandbox(ProcessSandbox):
         return self.spawn(command, client, env=env, kind=DockerCommand)
 
     def _run(self, argv: list[str], spec: ExecSpec) -> DockerCommand:
-        """A container of the command's own (`docker run`): the REPL's, or any command's on a remote engine."""
+        """A container of the command's own: the REPL's, or any command's on a remote engine. Made first (`docker
+        create`), then started attached: what the engine warns of while making it (an engine that cannot bound
+        swap, at every container with a memory bound) is not the command's output. Where making it fails,
+        `docker run` makes the engine's answer the output, as the command's own error."""
         name = f"mlab-{os.getpid()}-{secrets.token_hex(6)}"
-        proc = self._client(command_for(argv, spec, name, engine.harness_label()), spec)
+        line = command_for(argv, spec, name, engine.harness_label())
+        if _create(line, spec):
+            line = [line[0], "start", "--attach", *(["--interactive"] if spec.stdin_pipe else []), name]
+        else:
+            engine.remove_later(name)  # in case it was made before the failure
+            name = f"mlab-{os.getpid()}-{secrets.token_hex(6)}"
+            line = command_for(argv, spec, name, engine.harness_label())
+        proc = self._client(line, spec)
         box = _Container(name)
         proc.box = box
         try:
