@@ -24,6 +24,7 @@ from mlab.core.view.live import run_in_progress
 from tests.fixtures.bench_cli import REGISTRY, db_rows, start
 from tests.fixtures.bench_plugins import PROBE_LOG_ENV, bench_registry
 from tests.fixtures.cli import mlab
+from tests.fixtures.waiting import wait_until
 
 TASK = "fixture/counter"
 
@@ -75,10 +76,7 @@ def test_a_driver_that_stops_reading_costs_progress_lines_whole_never_a_step(mon
         progress = HostProgress(pipe_sender(fd))
         for run in range(3000):  # far more than a pipe holds: nobody reads while the runs go on
             progress.reporter(f"run-{run}")({"step": 1, "tokens": run, "action": "Append File"})
-        deadline = time.monotonic() + 60
-        while progress._pending:  # the sender has taken every line
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: not progress._pending, "the sender to take every line")
         progress.close()  # and has ended its last write: the descriptor is no longer in use
         os.close(fd)
         os.close(write_end)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core.fs import durable
+from tests.fixtures.waiting import wait_until
 
 
 def test_threads_flushing_together_share_a_flush_that_began_after_each_asked(tmp_path, monkeypatch):
@@ -108,15 +109,6 @@ def _lines(path) -> list[str]:
     return path.read_text().split()[::2] if path.exists() else []
 
 
-def _until(done, what: str) -> None:
-    """Polls done() (a hang guard, not a timing: 60 s)."""
-    for _ in range(6000):
-        if done():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"never: {what}")
-
-
 _children: set[int] = set()  # forked and not yet waited for: killed when their test ends
 
 
@@ -189,9 +181,9 @@ def test_processes_forked_after_share_flushes_share_a_flush_begun_after_each_ask
     holding["yes"] = True
     first = _forked(lambda: durable.sync_filesystem(tmp_path))
     holding["yes"] = False
-    _until(lambda: _lines(log) == ["began"], "the first flush begins")
+    wait_until(lambda: _lines(log) == ["began"], "the first flush begins")
     others = [_forked(lambda: durable.sync_filesystem(tmp_path)) for _ in range(7)]
-    _until(lambda: all(_waiting_for_its_turn(pid) for pid in others), "the seven wait their turn")
+    wait_until(lambda: all(_waiting_for_its_turn(pid) for pid in others), "the seven wait their turn")
     os.write(hold, b"x")
     assert [_wait(pid) for pid in [first, *others]] == [0] * 8
     assert _lines(log) == ["began", "ended", "began", "ended"]
@@ -204,9 +196,9 @@ def test_a_process_killed_while_flushing_holds_up_nobody(tmp_path, shared):
     holding["yes"] = True
     first = _forked(lambda: durable.sync_filesystem(tmp_path))
     holding["yes"] = False
-    _until(lambda: _lines(log) == ["began"], "the first flush begins")
+    wait_until(lambda: _lines(log) == ["began"], "the first flush begins")
     second = _forked(lambda: durable.sync_filesystem(tmp_path))
-    _until(lambda: _waiting_for_its_turn(second), "the second waits its turn")
+    wait_until(lambda: _waiting_for_its_turn(second), "the second waits its turn")
     os.kill(first, signal.SIGKILL)
     assert _wait(first) == -signal.SIGKILL and _wait(second) == 0
     assert _lines(log) == ["began", "began", "ended"]

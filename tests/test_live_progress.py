@@ -23,6 +23,7 @@ from mlab.core.ticker import ticker
 from tests.fixtures.cli import REPO, cli_env, entry
 from tests.fixtures.cli import mlab as cli_mlab
 from tests.fixtures.gated_run import GATES_VARIABLE
+from tests.fixtures.waiting import wait_until
 
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[=>]")
 
@@ -37,16 +38,6 @@ mlab = functools.partial(cli_mlab, entry=GATED)
 
 def mlab_cmd(*args: object) -> list[str]:
     return [*GATED, *map(str, args)]
-
-
-def wait_until(check, what: str, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 def steps_traced(run_dir: Path) -> int:

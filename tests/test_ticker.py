@@ -13,13 +13,7 @@ from mlab.core.bench.progress import HostProgress
 from mlab.core.models import Action
 from mlab.core.run.live import LiveStep
 from mlab.core.ticker import Ticker, ticker
-
-
-def _until(condition, what: str, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s  # a hang guard, not a timing
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
+from tests.fixtures.waiting import wait_until
 
 
 class Counting:
@@ -72,10 +66,10 @@ def test_an_object_is_ticked_until_it_says_it_is_done_and_others_tick_on(fast_ti
     once, five = Counting(1), Counting(5)
     clock.want(once)
     clock.want(five)
-    _until(lambda: five.ticks == 5 and not clock.wanted(five), "five ticks")
+    wait_until(lambda: five.ticks == 5 and not clock.wanted(five), "five ticks")
     assert once.ticks == 1 and not clock.wanted(once)
     clock.want(once)  # wanted again: ticked again, by the same thread
-    _until(lambda: once.ticks == 2, "the tick wanted again")
+    wait_until(lambda: once.ticks == 2, "the tick wanted again")
 
 
 def test_a_want_made_during_an_objects_own_tick_is_not_lost(fast_ticks):
@@ -83,7 +77,7 @@ def test_a_want_made_during_an_objects_own_tick_is_not_lost(fast_ticks):
     again = Counting(3, again=True)
     again.owner = clock
     clock.want(again)
-    _until(lambda: again.ticks == 3, "the ticks after the want made during the first")
+    wait_until(lambda: again.ticks == 3, "the ticks after the want made during the first")
 
 
 def test_an_object_whose_tick_raises_is_dropped_and_the_others_go_on(fast_ticks):
@@ -95,7 +89,7 @@ def test_an_object_whose_tick_raises_is_dropped_and_the_others_go_on(fast_ticks)
     broken, counting = Broken(), Counting(4)
     clock.want(broken)
     clock.want(counting)
-    _until(lambda: counting.ticks == 4, "the other object's ticks")
+    wait_until(lambda: counting.ticks == 4, "the other object's ticks")
     assert not clock.wanted(broken)
 
 
@@ -107,10 +101,8 @@ def test_a_forked_child_ticks_with_a_thread_of_its_own(fast_ticks):
         try:
             counting = Counting(3)
             ticker().want(counting)
-            deadline = time.monotonic() + 60
-            while counting.ticks < 3 and time.monotonic() < deadline:
-                time.sleep(0.005)
-            code = 0 if counting.ticks == 3 else 1
+            wait_until(lambda: counting.ticks == 3, "the child's ticks")
+            code = 0
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -124,10 +116,10 @@ def test_a_live_step_is_written_by_a_tick_once_it_is_due_and_not_before(tmp_path
     live = LiveStep(tmp_path)
     began = time.monotonic()
     live.begin(2)
-    _until(lambda: (tmp_path / "live.json").exists(), "the step on disk")
+    wait_until(lambda: (tmp_path / "live.json").exists(), "the step on disk")
     assert time.monotonic() - began >= 0.2
-    _until(lambda: not ticker().wanted(live), "the ticks to end once written")
+    wait_until(lambda: not ticker().wanted(live), "the ticks to end once written")
     live.output(b"epoch 1\n")  # a change: ticked again, and written
-    _until(lambda: b"epoch 1" in (tmp_path / "live.json").read_bytes(), "the output on disk")
+    wait_until(lambda: b"epoch 1" in (tmp_path / "live.json").read_bytes(), "the output on disk")
     live.end()
     assert not (tmp_path / "live.json").exists() and not ticker().wanted(live)

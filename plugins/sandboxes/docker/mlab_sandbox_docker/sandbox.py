@@ -195,14 +195,19 @@ def command_for(argv: list[str], spec: ExecSpec, name: str, label: str = "") -> 
     return cmd + list(argv)
 
 
+def _client_env(spec: ExecSpec) -> dict[str, str]:
+    """The environment of a docker client for spec: the command's (what `-e NAME` passes on) and the client's."""
+    env = dict(spec.env)
+    env.update(engine.client_env())
+    return env
+
+
 def _create(run_line: list[str], spec: ExecSpec) -> bool:
     """`docker create` with the options of run_line (a command_for line), in the environment its client gets
     (`-e NAME` takes the value from there); whether the container was made."""
-    env = dict(spec.env)
-    env.update(engine.client_env())
     try:
         made = subprocess.run([run_line[0], "create", *run_line[2:]], stdin=subprocess.DEVNULL,
-                              capture_output=True, env=env, timeout=START_WAIT_S)
+                              capture_output=True, env=_client_env(spec), timeout=START_WAIT_S)
     except (OSError, subprocess.SubprocessError):
         return False
     return made.returncode == 0
@@ -489,8 +494,7 @@ class DockerSandbox(ProcessSandbox):
         return self._run(argv, spec)
 
     def _client(self, command: list[str], spec: ExecSpec) -> DockerCommand:
-        env = dict(spec.env)
-        env.update(engine.client_env())
+        env = _client_env(spec)
         # The limits go to the container; the client itself must not be starved by them.
         client = spec.model_copy(update={"limits": spec.limits.model_copy(update={
             "memory_bytes": None, "cpu_seconds": None, "file_size_bytes": None, "max_processes": None,
