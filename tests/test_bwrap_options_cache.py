@@ -78,15 +78,21 @@ def test_a_read_only_path_swapped_or_a_changed_environment_builds_them_again(tmp
             "    print('refused', e.strerror)\n"
     assert "refused" in run(sandbox, spec, write)
     ws = tmp_path / "ws"
-    os.rename(ws / "data", ws / "old")  # the same file, reached through another folder: the same options
-    (ws / "data").mkdir()
-    os.link(ws / "old" / "train.csv", ws / "data" / "train.csv")
+    os.rename(ws, tmp_path / "was")  # the same folders and file, reached another way: the same options
+    os.rename(tmp_path / "was", ws)
     assert "refused" in run(sandbox, spec, write)
     assert len(calls) == 1
+    os.rename(ws / "data", ws / "old")
+    (ws / "data").mkdir()
+    # The same file linked anew: its change time moved, so built again (a file made in place of a removed one
+    # can get its inode number, and only the change time tells them apart).
+    os.link(ws / "old" / "train.csv", ws / "data" / "train.csv")
+    assert "refused" in run(sandbox, spec, write)
+    assert len(calls) == 2
     os.unlink(ws / "data" / "train.csv")  # a link is never bound (it could lead out): built again without it
     os.symlink(ws / "old" / "train.csv", ws / "data" / "train.csv")
     assert "WROTE" in run(sandbox, spec, write)
-    assert len(calls) == 2
+    assert len(calls) == 3
     monkeypatch.setenv("MLAB_BWRAP_RO", str(tmp_path))
     run(sandbox, spec, "pass")
-    assert len(calls) == 3
+    assert len(calls) == 4

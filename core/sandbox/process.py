@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 from contextlib import suppress
+from pathlib import Path
 from typing import IO, TypeVar, overload
 
 from mlab.core.sandbox.cgroups import CommandCgroup, cgroup_parents
@@ -77,6 +78,11 @@ class ProcessCommand:
             except OSError:
                 return None
         return self._pidfd
+
+    def begin(self, cwd: Path) -> None:
+        """A command started ahead of its work (a container made ahead) begins it now: the disk is counted from
+        here, not from what the harness wrote in between."""
+        self.disk = disk_usage(cwd)
 
     def close_end_fd(self) -> None:
         if self._pidfd is not None:

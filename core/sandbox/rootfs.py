@@ -14,6 +14,7 @@ import functools
 import glob
 import importlib.util
 import os
+import stat
 import sys
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -153,14 +154,16 @@ def protected_paths(spec: ExecSpec) -> list[str]:
     return found
 
 
-def path_identity(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
-    """(device, inode, type) of each path, not followed; None where there is none. A view or option list built
-    for these paths holds while this is unchanged (one was replaced, swapped for a link, made or removed)."""
-    found: list[tuple[int, int, int] | None] = []
+def path_identity(paths: list[str]) -> tuple[tuple[int, int, int, int] | None, ...]:
+    """(device, inode, type, change time) of each path, not followed; None where there is none. A view or option
+    list built for these paths holds while this is unchanged (one was replaced, swapped for a link, made or
+    removed). A file's change time is there because a file made in place of a removed one can get its inode
+    number; a folder's is not (it changes with every entry made in it)."""
+    found: list[tuple[int, int, int, int] | None] = []
     for path in paths:
         try:
             st = os.lstat(path)
-            found.append((st.st_dev, st.st_ino, st.st_mode))
+            found.append((st.st_dev, st.st_ino, st.st_mode, 0 if stat.S_ISDIR(st.st_mode) else st.st_ctime_ns))
         except OSError:
             found.append(None)
     return tuple(found)

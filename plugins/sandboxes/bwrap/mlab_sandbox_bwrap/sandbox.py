@@ -4,18 +4,24 @@ The command sees a file system built from nothing: the workspace and the sandbox
 environment that runs it and the system libraries read-only, a private /tmp, /dev and /proc. Everything else
 (the task's hidden answers above all, the run's trace and snapshots, the user's home) is simply not there. It
 has no network, its own PID, IPC and UTS namespaces, no capabilities even as root, and everything it starts
-dies with it. Processes and memory of the whole tree are bounded by the core's per-command cgroup.
+dies with it. Processes and memory of the whole tree are bounded by the core's per-command cgroup. When a command
+ends and none runs, the next one's container is built ahead (ahead.py).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import threading
 import time
+import weakref
 
-from mlab.core import ExecSpec, ProcessCommand, ProcessSandbox, path_identity, root_view
+from mlab.core import Command, ExecSpec, ProcessCommand, ProcessSandbox, path_identity, root_view
+from mlab_sandbox_bwrap.ahead import WAITER, Ahead, BwrapCommand, command_line, file_state
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,10 +109,10 @@ COPY_PERMS = "mlab-copy-perms:"
 _COPY_BYTES = 4 << 20  # /etc's files are small; anything larger is bound
 
 
-def with_copies(options: list[str], opened: list[int]) -> list[str]:
+def with_copies(options: list[str], opened: list[int], seen: dict[str, os.stat_result] | None = None) -> list[str]:
     """options with each copied file's source opened (its descriptor appended to opened, for the caller to pass
-    and close) and its permissions read, afresh for each command: an edit in place is seen. OSError when one
-    cannot be read or is no longer a small file."""
+    and close) and its permissions read, afresh for each command: an edit in place is seen. Each source's stat is
+    put in seen, when given. OSError when one cannot be read or is no longer a small file."""
     done = list(options)
     stats: dict[str, os.stat_result] = {}
     for index, option in enumerate(done):
@@ -119,6 +125,8 @@ def with_copies(options: list[str], opened: list[int]) -> list[str]:
                 raise OSError(f"{source}: not a small file")
             stats[source] = st
             done[index] = str(fd)
+    if seen is not None:
+        seen.update(stats)
     for index, option in enumerate(done):
         if option.startswith(COPY_PERMS):
             done[index] = f"{stats[option[len(COPY_PERMS):]].st_mode & 0o777:04o}"
@@ -189,6 +197,12 @@ class BwrapSandbox(ProcessSandbox):
 
     def __init__(self) -> None:
         self._options: dict[tuple, tuple[list[str], tuple]] = {}
+        self._lock = threading.Lock()
+        self._building = threading.Lock()  # held while a container is made ahead
+        self._ahead: list[Ahead] = []  # at most one: the next command's container (ahead.py)
+        self._running = 0  # commands started and not yet released
+        self._closed = False
+        weakref.finalize(self, _discard_all, self._ahead)  # a sandbox dropped unclosed leaves no container
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -214,10 +228,94 @@ class BwrapSandbox(ProcessSandbox):
         return options
 
     def popen(self, argv: list[str], spec: ExecSpec) -> ProcessCommand:
+        key = _ahead_key(argv, spec)
+        with self._building, self._lock:  # a container being made ahead is waited for, then taken
+            self._closed = False
+            ahead = self._ahead.pop() if self._ahead else None
+            self._running += 1
+        command: BwrapCommand | None = None
+        try:
+            if ahead is not None and self._took(ahead, key, argv, spec):
+                command, ahead = ahead.command, None
+            else:
+                command = self._start(argv, spec, argv)
+        finally:
+            if command is None:
+                with self._lock:
+                    self._running -= 1
+            if ahead is not None:  # stale: let go once this command has started
+                _discard(ahead)
+        command.next_with = (key, argv, spec)
+        return command
+
+    def release(self, command: Command) -> None:
+        super().release(command)
+        if not isinstance(command, BwrapCommand) or command.next_with is None:
+            return  # a container made ahead and let go, or a command released twice
+        key, argv, spec = command.next_with
+        command.next_with = None
+        with self._lock:
+            self._running -= 1
+        with self._building:  # no command starts meanwhile, so none of the agent's code runs while it is made
+            with self._lock:
+                if self._running or self._closed or self._ahead:
+                    return
+            made = self._make_ahead(key, argv, spec)
+            with self._lock:
+                if made is not None and not (self._running or self._closed or self._ahead):
+                    self._ahead.append(made)
+                    made = None
+        if made is not None:
+            _discard(made)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            kept, self._ahead[:] = list(self._ahead), []
+        for ahead in kept:
+            _discard(ahead)
+
+    def _took(self, ahead: Ahead, key: tuple, argv: list[str], spec: ExecSpec) -> bool:
+        """Whether ahead's container now runs argv: it still shows what spec's would, and took the line."""
+        line = command_line(argv, spec.env, spec.stdin_pipe)
+        command = ahead.command
+        if line is None or not ahead.still_current(key, self._options_for(spec, argv)):
+            return False
+        stdin = command.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(line)
+            stdin.flush()
+        except OSError:  # its shell died since: start afresh
+            return False
+        if not spec.stdin_pipe:
+            stdin.close()
+            command.process.stdin = None
+        command.begin(spec.cwd)
+        return True
+
+    def _make_ahead(self, key: tuple, argv: list[str], spec: ExecSpec) -> Ahead | None:
+        """A container for argv's spec whose command waits for its line, or None where one cannot be made."""
+        shell = _waiting_shell()
+        if shell is None or not _copies_supported():
+            return None
+        seen: dict[str, os.stat_result] = {}
+        try:
+            options = self._options_for(spec, argv)
+            command = self._start(argv, spec.model_copy(update={"stdin_pipe": True}),
+                                  [shell, "-c", WAITER, "mlab-sandbox"], options, seen, env={})
+        except OSError:
+            return None
+        return Ahead(key, command, options, {source: file_state(st) for source, st in seen.items()})
+
+    def _start(self, argv: list[str], spec: ExecSpec, run: list[str], options: list[str] | None = None,
+               seen: dict[str, os.stat_result] | None = None, env: dict[str, str] | None = None) -> BwrapCommand:
+        """bwrap running `run` (argv, or a shell waiting for it) in the container of argv per spec, with spec's
+        environment unless env is given."""
         opened: list[int] = []
         try:
             try:
-                options = with_copies(self._options_for(spec, argv), opened)
+                options = with_copies(options or self._options_for(spec, argv), opened, seen)
             except OSError:  # a file of /etc gone or changed since: bound, as before
                 for fd in opened:
                     os.close(fd)
@@ -225,7 +323,43 @@ class BwrapSandbox(ProcessSandbox):
                 options = options_for(spec, argv)
             opened.append(options_descriptor(options))
             return self.spawn([shutil.which("bwrap") or "bwrap", "--args", str(opened[-1]), "--",
-                               *_own_session(), *argv], spec, pass_fds=tuple(opened))
+                               *_own_session(), *run], spec, env, pass_fds=tuple(opened), kind=BwrapCommand)
         finally:
             for fd in opened:
                 os.close(fd)
+
+
+def _ahead_key(argv: list[str], spec: ExecSpec) -> tuple:
+    return argv[0] if argv else "", spec.model_dump_json(exclude={"stdin_pipe"}), tuple(sorted(os.environ.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def _waiting_shell() -> str | None:
+    """dash under /usr, which every container shows (another shell adds variables of its own: SHLVL, _)."""
+    found = shutil.which("dash", path="/usr/bin:/bin")
+    return found if found and os.path.realpath(found).startswith("/usr/") else None
+
+
+def _discard(ahead: Ahead) -> None:
+    """Kill a container made ahead and let its cgroup go; a forked child leaves its parent's alone."""
+    if ahead.owner != os.getpid():
+        return
+    command = ahead.command
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(command.pid, signal.SIGKILL)  # bwrap, and with it (--die-with-parent) its init and shell
+    if command.cgroup is not None:
+        command.cgroup.kill()
+    command.wait()
+    for stream in (command.process.stdin, command.process.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    if command.cgroup is not None:
+        command.cgroup.remove()
+        command.cgroup = None
+    command.close_end_fd()
+
+
+def _discard_all(kept: list[Ahead]) -> None:
+    while kept:
+        _discard(kept.pop())
