@@ -13,9 +13,10 @@ its result (start, wait, output, cleanup). Beside them, in the same rounds, the 
 
 Sandboxes: unconfined (the local sandbox without namespaces: a process group with rlimits and a cgroup), local
 (namespaces; commands forked by the run's zygote), local-fresh (the same confinement built afresh for each
-command by confine.py, as where no zygote can be had), bwrap and docker where usable. bwrap builds the next
-command's container as a command ends: inside that command's `Sandbox.run`, so inside its time here. Every round runs each of
-them once, in an order that rotates from round to round, so that machine load affects all alike.
+command by confine.py, as where no zygote can be had), bwrap and docker where usable. bwrap builds the
+next command's container as a command ends: inside that command's `Sandbox.run`, so inside its time here.
+Every round runs each of them once, in an order that rotates from round to round, so that machine load affects
+all alike.
 
 Targets: local <= 1.3x bare; bwrap <= 30 ms more than local (idle and at --load 5); docker <= 1.3x docker-exec.
 unconfined / bare is printed too (the cost of start, wait and limits alone). `--load N` runs N busy Python loops

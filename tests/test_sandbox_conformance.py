@@ -53,6 +53,15 @@ class GroupOnly(ProcessSandbox):
                                 stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
                                 start_new_session=True)
 
+    def kill(self, command):
+        os.killpg(command.pid, signal.SIGKILL)
+
+    def freeze(self, command):
+        os.killpg(command.pid, signal.SIGSTOP)
+
+    def thaw(self, command):
+        os.killpg(command.pid, signal.SIGCONT)
+
 
 def test_a_sandbox_that_says_it_confines_and_does_not_fails_every_hostile_case(tmp_path):
     outcomes = check_sandbox(ClaimsToConfine, tmp_path, only=HOSTILE.__contains__)

@@ -275,6 +275,10 @@ def run_and_reap(command: list[str], env: dict | None) -> None:
             for sig in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(sig, signal.SIG_DFL)  # Python ignores these; the command should not
             drop_privileges()
+            # A session of its own, and so (sched_autogroup) a scheduling group of its own: sharing the init's,
+            # whose load the kernel counts in full while it sleeps, slowed a command 20 ms at load 5 on 2 cores.
+            # The harness reaches it through the init: its PID namespace dies with it, and freeze walks the tree.
+            os.setsid()
             if env is None:
                 os.execvp(command[0], command)
             os.execvpe(command[0], command, env)
@@ -370,7 +374,7 @@ def command_init(plan: dict, request: dict, channel: socket.socket, fds: list[in
     import resource  # imported by the zygote already: no search of the path per command
 
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the watcher (and so the zygote) dies: so does this
-    os.setsid()  # the harness kills and freezes the command by this process group
+    os.setsid()  # the harness signals this group's leader: killed, the command's PID namespace dies with it
     output, given_stdin, cgroups = fds[1], fds[2] if request["stdin"] else None, fds[2 + request["stdin"]:]
     for fd in cgroups:  # first: every later fork is counted
         try:

@@ -15,9 +15,9 @@ _STOPPED_STATES = "TtZX"  # stopped, traced, zombie, dead
 TOKEN_VAR = "MLAB_SANDBOX_TOKEN"
 
 
-def group_members(pgid: int) -> set[int]:
-    """The processes of process group pgid (they may have left the cgroup's view, never the group)."""
-    found: set[int] = set()
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process /proc shows."""
+    found: dict[int, tuple[int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -28,10 +28,30 @@ def group_members(pgid: int) -> set[int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+            found[int(name)] = (int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
             continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            found.add(int(name))
+    return found
+
+
+def group_members(pgid: int) -> set[int]:
+    """The processes of process group pgid (they may have left the cgroup's view, never the group)."""
+    return {pid for pid, (_parent, group) in _processes().items() if group == pgid}
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below pid. In a command's PID namespace every process is below its init, whatever session
+    or group it made for itself: an orphan is reparented to the init."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _group) in _processes().items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        if child not in found:
+            found.add(child)
+            todo.extend(children.get(child, ()))
     return found
 
 
@@ -63,14 +83,14 @@ def wait_stopped(pids: set[int], limit_s: float = FREEZE_WAIT_S) -> None:
 
 
 def signal_tree(leader: int, cgroup: CommandCgroup | None, sig: int, rounds: int) -> set[int]:
-    """sig to process group leader and to each process of cgroup, again while new ones appear (a stopped
-    process cannot fork), at most rounds times; the pids signalled."""
+    """sig to process group leader and to each process of cgroup (without one: each process below the leader),
+    again while new ones appear (a stopped process cannot fork), at most rounds times; the pids signalled."""
     signalled: set[int] = {leader}
     me = os.getpid()
     for _round in range(rounds):
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, sig)
-        members = (cgroup.pids() if cgroup is not None else set()) - {me}
+        members = (cgroup.pids() if cgroup is not None else descendants(leader)) - {me}
         fresh = members - signalled
         for pid in fresh:
             with suppress(OSError):
