@@ -297,14 +297,14 @@ class BwrapSandbox(ProcessSandbox):
     def _make_ahead(self, key: tuple, argv: list[str], spec: ExecSpec) -> Ahead | None:
         """A container for argv's spec whose command waits for its line, or None where one cannot be made."""
         shell = _waiting_shell()
-        if shell is None or not _copies_supported():
-            return None
+        if shell is None or command_line(argv, spec.env, True) is None:
+            return None  # (a command whose line is too long would start afresh anyway)
         seen: dict[str, os.stat_result] = {}
         try:
             options = self._options_for(spec, argv)
             command = self._start(argv, spec.model_copy(update={"stdin_pipe": True}),
                                   [shell, "-c", WAITER, "mlab-sandbox"], options, seen, env={})
-        except OSError:
+        except Exception:  # only a head start is lost: the next command starts afresh
             return None
         return Ahead(key, command, options, {source: file_state(st) for source, st in seen.items()})
 
