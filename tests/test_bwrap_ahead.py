@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlab.core import ExecSpec
+from mlab.core.sandbox.supervise import supervise
 from tests.fixtures.sandboxes import make_sandbox
 
 SEEN = r'''
@@ -59,8 +60,6 @@ def test_the_next_command_runs_in_the_container_made_when_the_last_one_ended(bwr
     assert made is not None, "no container was made ahead"
     command = bwrap.popen([sys.executable, "-c", SEEN], spec)
     assert command.pid == made
-    from mlab.core.sandbox.supervise import supervise
-
     second = supervise(bwrap, command, spec)
     assert first.exit_code == second.exit_code == 0, (first.output, second.output)
     assert waiting(bwrap) not in (None, made)  # the next one's
@@ -80,8 +79,6 @@ def test_a_command_in_a_container_made_ahead_sees_what_it_would_in_a_fresh_one(b
 def test_a_command_with_its_stdin_a_pipe_reads_it_through_a_container_made_ahead(bwrap, tmp_path):
     spec = spec_for(tmp_path, stdin_pipe=True)
     echo = [sys.executable, "-c", "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)"]
-    from mlab.core.sandbox.supervise import supervise
-
     for _ in range(2):
         made = waiting(bwrap)
         command = bwrap.popen(echo, spec)
@@ -113,8 +110,6 @@ def test_nothing_is_made_ahead_while_a_command_of_the_sandbox_runs(bwrap, tmp_pa
     wait_for_stdin = [sys.executable, "-c", "import sys; sys.stdin.read()"]
     first = bwrap.popen(wait_for_stdin, spec)
     second = bwrap.popen(wait_for_stdin, spec)
-    from mlab.core.sandbox.supervise import supervise
-
     assert first.stdin is not None and second.stdin is not None
     first.stdin.close()
     assert supervise(bwrap, first, spec).exit_code == 0
@@ -143,8 +138,6 @@ def test_a_read_only_file_replaced_since_starts_afresh(bwrap, tmp_path):
     data.unlink()
     data.write_text("new\n")  # another file at the path: the container made ahead shows the old one
     command = bwrap.popen(read, spec)
-    from mlab.core.sandbox.supervise import supervise
-
     assert command.pid != made
     assert supervise(bwrap, command, spec).output == "new\n"
 
@@ -155,8 +148,6 @@ def test_a_long_command_line_starts_afresh_and_runs_as_given(bwrap, tmp_path):
     bwrap.run([sys.executable, "-c", SEEN, long], spec)
     made = waiting(bwrap)
     command = bwrap.popen([sys.executable, "-c", SEEN, long], spec)
-    from mlab.core.sandbox.supervise import supervise
-
     assert command.pid != made
     assert json.loads(supervise(bwrap, command, spec).output)["argv"] == [long]
 
@@ -179,8 +170,6 @@ def test_the_disk_a_command_adds_is_counted_from_when_it_was_handed_over(bwrap, 
     command = bwrap.popen(["true"], spec)
     assert command is ahead and command.disk is not None and made_at is not None
     assert command.disk[0] > made_at[0]
-    from mlab.core.sandbox.supervise import supervise
-
     supervise(bwrap, command, spec)
 
 
@@ -202,8 +191,6 @@ def test_a_forked_child_neither_uses_nor_kills_its_parents_container(bwrap, tmp_
     if child == 0:  # pragma: no cover (the child reports through the pipe)
         try:
             command = bwrap.popen(["true"], spec)
-            from mlab.core.sandbox.supervise import supervise
-
             ok = command.pid != kept.pid and supervise(bwrap, command, spec).exit_code == 0
             bwrap.close()
             os.write(write, b"ok" if ok else b"used")
@@ -216,8 +203,6 @@ def test_a_forked_child_neither_uses_nor_kills_its_parents_container(bwrap, tmp_
     assert said == b"ok"
     assert kept.poll() is None  # still waiting, and taken next
     command = bwrap.popen(["true"], spec)
-    from mlab.core.sandbox.supervise import supervise
-
     assert command is kept and supervise(bwrap, command, spec).exit_code == 0
 
 

@@ -84,6 +84,22 @@ class ProcessCommand:
         here, not from what the harness wrote in between."""
         self.disk = disk_usage(cwd)
 
+    def kill_tree(self) -> None:
+        """SIGKILL to its process group, its cgroup and whatever carries its token."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        if self.token:
+            kill_by_token(self.token)
+
+    def let_go(self) -> None:
+        """Remove its cgroup and close its end descriptor: what `release` does once it has ended."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        self.close_end_fd()
+
     def close_end_fd(self) -> None:
         if self._pidfd is not None:
             os.close(self._pidfd)
@@ -159,13 +175,11 @@ class ProcessSandbox(Sandbox):
         return disk_limit_hit(command.disk, spec.cwd, spec.limits)
 
     def kill(self, command: Command) -> None:
+        if isinstance(command, ProcessCommand):
+            command.kill_tree()
+            return
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(command.pid, signal.SIGKILL)
-        if isinstance(command, ProcessCommand):
-            if command.cgroup is not None:
-                command.cgroup.kill()
-            if command.token:
-                kill_by_token(command.token)
 
     def freeze(self, command: Command) -> None:
         """SIGSTOP to each process of the command's cgroup and its process group until no new one appears (a
@@ -178,10 +192,7 @@ class ProcessSandbox(Sandbox):
 
     def release(self, command: Command) -> None:
         if isinstance(command, ProcessCommand):
-            if command.cgroup is not None:
-                command.cgroup.remove()
-                command.cgroup = None
-            command.close_end_fd()
+            command.let_go()
 
 
 def _cgroup_of(command: Command) -> CommandCgroup | None:

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import threading
@@ -345,19 +344,13 @@ def _discard(ahead: Ahead) -> None:
     if ahead.owner != os.getpid():
         return
     command = ahead.command
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(command.pid, signal.SIGKILL)  # bwrap, and with it (--die-with-parent) its init and shell
-    if command.cgroup is not None:
-        command.cgroup.kill()
+    command.kill_tree()  # bwrap, and with it (--die-with-parent) its init and shell
     command.wait()
     for stream in (command.process.stdin, command.process.stdout):
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
-    if command.cgroup is not None:
-        command.cgroup.remove()
-        command.cgroup = None
-    command.close_end_fd()
+    command.let_go()
 
 
 def _discard_all(kept: list[Ahead]) -> None:
